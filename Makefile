@@ -1,0 +1,39 @@
+# The README's two commands: `make train` and `make test`. Each creates .venv on first use and installs the
+# project against constraints.txt (the reference versions), so a fresh machine needs only Python 3.11.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export MUJOCO_GL ?= egl
+
+.PHONY: install train test test-fast test-slow bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+## train: train the default task (SAC on Pendulum-v1, a few minutes on 2 cores); extra Hydra overrides via ARGS="..."
+train: $(STAMP)
+	$(BIN)/robot-rl train $(ARGS)
+
+## test: the fast suite, then the seeded learning test CI can afford (Pendulum-v1)
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m slow -q -k pendulum
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+
+## test-slow: every seeded learning run (tens of minutes)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

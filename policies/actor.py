@@ -1,0 +1,59 @@
+"""Tanh-squashed Gaussian actor, the SAC policy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from policies.mlp import mlp
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class TanhGaussianActor(nn.Module):
+    """obs [B, O] -> action in (-1, 1)^A, a = tanh(u), u ~ N(mean(obs), std(obs)).
+
+    The log-std is squashed smoothly into [log_std_min, log_std_max] rather than clipped, so its gradient never
+    vanishes at the bounds.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        layer_norm: bool = False,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.action_dim = action_dim
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.trunk = mlp(obs_dim, 2 * action_dim, hidden, layer_norm)
+
+    def distribution_params(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        mean, raw_log_std = self.trunk(obs).chunk(2, dim=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw_log_std) + 1)
+        return mean, log_std
+
+    def forward(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        """Returns (action [B, A], log_prob [B]); log_prob includes the tanh change of variables."""
+        mean, log_std = self.distribution_params(obs)
+        if deterministic:
+            u = mean
+            noise = torch.zeros_like(mean)
+        else:
+            noise = torch.randn_like(mean)
+            u = mean + log_std.exp() * noise
+        gaussian_log_prob = (-0.5 * noise.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+        # log(1 - tanh(u)^2) written in a form that stays finite for large |u|.
+        squash_correction = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return torch.tanh(u), gaussian_log_prob - squash_correction
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> Tensor:
+        return self(obs, deterministic)[0]

@@ -1,0 +1,47 @@
+"""Atomic checkpoint files: a run killed at any instant leaves either the old or the new file, never half of one."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable or from an incompatible run."""
+
+
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """torch.save to a temporary file in the same directory, fsync, then rename over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | Path) -> dict:
+    """Load a checkpoint written by `atomic_save`, with an error that says what to do when it is unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}: the run has not reached its first checkpoint yet")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or not a robot_rl checkpoint ({type(e).__name__}); "
+            f"delete it to fall back to another checkpoint, or start a new run"
+        ) from e
+    if not isinstance(state, dict) or "format" not in state:
+        raise CheckpointError(f"{path} is not a robot_rl checkpoint")
+    return state

@@ -1,0 +1,218 @@
+"""`robot-rl` command line: `robot-rl train ...`, `robot-rl eval run=<dir>`.
+
+Arguments after the command are Hydra overrides (`key=value`, `group=preset`). User mistakes end with one line
+on stderr and exit status 2; no stack trace.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+USAGE = """\
+usage: robot-rl <command> [key=value ...]
+
+Commands:
+  train   train an agent:            robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
+  eval    evaluate a run's policy:   robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
+
+`robot-rl <command> --help` lists every key that can be set.
+"""
+
+
+class UserError(Exception):
+    """Printed as one line, exit status 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        print(USAGE, end="")
+        return 0
+    command, args = argv[0], argv[1:]
+    commands = {"train": _train, "eval": _eval}
+    if command not in commands:
+        return _fail(f"unknown command '{command}'; choose one of: {', '.join(commands)}")
+    if any(a in {"-h", "--help"} for a in args):
+        print(_train_help() if command == "train" else _eval_help(), end="")
+        return 0
+    from envs import UnknownEnvError
+    from robot_rl.checkpoint import CheckpointError
+    from robot_rl.config import ConfigError
+
+    try:
+        return commands[command](args)
+    except (UserError, ConfigError, UnknownEnvError, CheckpointError) as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> int:
+    print(f"robot-rl: error: {message}", file=sys.stderr)
+    return 2
+
+
+# -- train --------------------------------------------------------------------------------------------------
+def _train(overrides: list[str]) -> int:
+    from robot_rl.config import compose_train_config, load_run_config
+    from robot_rl.trainer import Trainer
+
+    _check_overrides(overrides)
+    resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
+    if resume:
+        run_dir = Path(resume)
+        cfg = load_run_config(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
+        cfg.resume, cfg.run_dir = str(run_dir), str(run_dir)
+        if not (run_dir / "checkpoints" / "latest.pt").is_file():
+            raise UserError(f"{run_dir} has no checkpoints/latest.pt to resume from; start it again instead")
+    else:
+        cfg = compose_train_config(overrides)
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else _default_run_dir(cfg.name or _slug(cfg.env.spec))
+        if (run_dir / "checkpoints" / "latest.pt").exists():
+            raise UserError(f"{run_dir} already holds a run; resume it with resume={run_dir} or pick another run_dir")
+        cfg.run_dir = str(run_dir)
+
+    trainer = Trainer(cfg, run_dir, resume=bool(resume))
+    if not cfg.quiet:
+        print(f"run directory: {run_dir}", flush=True)
+        print(
+            f"training {cfg.env.spec} for {cfg.train.steps:,} env steps "
+            f"(SAC: {cfg.agent.num_critics} critics, UTD {cfg.agent.utd}, {cfg.env.num_envs} env(s), {cfg.device})",
+            flush=True,
+        )
+    summary = trainer.run()
+    best = summary["best_eval_return"]
+    print(
+        f"done: {summary['env_steps']:,} env steps in {summary['wall_time_s']:.0f}s | "
+        f"last eval return {summary['last_eval_return']:.1f} | best {best:.1f} | outputs in {run_dir}",
+        flush=True,
+    )
+    return 0
+
+
+def _check_overrides(overrides: list[str]) -> None:
+    for o in overrides:
+        if o.startswith("-"):
+            raise UserError(f"unknown option '{o}'; settings are key=value (see robot-rl train --help)")
+        if "=" not in o:
+            raise UserError(f"'{o}' is not key=value (see robot-rl train --help)")
+
+
+def _slug(spec: str) -> str:
+    name = spec.split(":", 1)[-1].lower()
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
+
+
+def _default_run_dir(name: str) -> Path:
+    return Path("runs") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{name}"
+
+
+def _train_help() -> str:
+    from robot_rl.config import describe, presets
+
+    lines = [
+        "usage: robot-rl train [group=preset ...] [key=value ...]",
+        "",
+        "Trains SAC (with the RLPD options) on a batched environment and writes a run directory:",
+        "config.yaml, metrics.csv, tensorboard/, checkpoints/{latest,best}.pt, learning_curve.png, videos/.",
+        "",
+        "Presets:",
+        f"  env=        {', '.join(presets('env'))}",
+        f"  agent=      {', '.join(presets('agent'))}",
+        f"  experiment= {', '.join(presets('experiment'))}   (env + training length together)",
+        "",
+        "Examples:",
+        "  robot-rl train                                          # SAC on Pendulum-v1, a few minutes",
+        "  robot-rl train experiment=cartpole_swingup agent=rlpd",
+        "  robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 train.steps=100000 seed=3",
+        "  robot-rl train resume=runs/<run dir> [train.steps=...]   # continue from the latest checkpoint",
+        "",
+        "Keys (default):",
+    ]
+    rows = describe()
+    width = max(len(k) + len(d) for k, d, _ in rows) + 4
+    for key, default, text in rows:
+        lines.append(f"  {(key + '=' + default):<{width}} {text}")
+    return "\n".join(lines) + "\n"
+
+
+# -- eval ---------------------------------------------------------------------------------------------------
+@dataclass
+class EvalArgs:
+    run: str = ""
+    checkpoint: str = "best"
+    episodes: int = 10
+    video: bool = True
+    seed: int | None = None
+    device: str = "cpu"
+
+
+def _eval_help() -> str:
+    return (
+        "usage: robot-rl eval run=<run dir> [checkpoint=best|latest] [episodes=10] [video=true] [seed=N] "
+        "[device=cpu]\n\n"
+        "Runs deterministic episodes of a trained policy, prints mean and std return (and success rate where\n"
+        "the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.\n"
+    )
+
+
+def _parse_eval_args(args: list[str]) -> EvalArgs:
+    from omegaconf import OmegaConf
+
+    _check_overrides(args)
+    try:
+        parsed: EvalArgs = OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(EvalArgs), OmegaConf.from_dotlist(args))
+        )  # type: ignore[assignment]
+    except Exception as e:
+        first = str(e).splitlines()[0]
+        raise UserError(f"{first}; valid keys: run, checkpoint, episodes, video, seed, device") from e
+    if not parsed.run:
+        raise UserError("eval needs run=<run dir>")
+    if parsed.checkpoint not in {"best", "latest"}:
+        raise UserError(f"checkpoint must be best or latest, not '{parsed.checkpoint}'")
+    if parsed.episodes < 1:
+        raise UserError("episodes must be >= 1")
+    return parsed
+
+
+def _eval(args: list[str]) -> int:
+    from robot_rl import checkpoint
+    from robot_rl.config import load_run_config
+    from robot_rl.evaluation import evaluate, record_video
+    from robot_rl.trainer import EVAL_SEED_OFFSET, build_agent, make_env
+
+    a = _parse_eval_args(args)
+    run_dir = Path(a.run)
+    cfg = load_run_config(run_dir)
+    cfg.device = a.device
+    state = checkpoint.load(run_dir / "checkpoints" / f"{a.checkpoint}.pt")
+    seed = cfg.seed + EVAL_SEED_OFFSET if a.seed is None else a.seed
+    with make_env(cfg, a.episodes) as env:
+        agent = build_agent(cfg, env)
+        agent.load_state_dict(state["agent"])
+        result = evaluate(lambda o: agent.act(o, deterministic=True).to(env.device), env, seed=seed)
+    line = (
+        f"{cfg.env.spec} | {a.checkpoint} checkpoint (env step {state['env_steps']:,}) | {a.episodes} episodes | "
+        f"return {result['eval_return_mean']:.2f} ± {result['eval_return_std']:.2f}"
+    )
+    if result["success_rate"] is not None:
+        line += f" | success rate {result['success_rate']:.0%}"
+    print(line, flush=True)
+    if a.video:
+        height, width = cfg.train.video_size
+        path = run_dir / "videos" / f"eval_{a.checkpoint}.mp4"
+        with make_env(cfg, 1, render=True, render_size=(height, width)) as video_env:
+            record_video(lambda o: agent.act(o, deterministic=True).to(video_env.device), video_env, path, seed)
+        print(f"video: {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The typed training configuration. Hydra composes YAML presets from `configs/`; this schema names and checks
+every key, so a typo or a bad value fails at start with the key's name instead of deep inside a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from robot_rl.agents.sac import SACConfig
+from robot_rl.fields import help_field as _help
+
+
+@dataclass
+class EnvConfig:
+    spec: str = _help("gym:Pendulum-v1", "environment spec: gym:<gymnasium id> or dmc:<domain>-<task>")
+    num_envs: int = _help(1, "parallel training environments")
+    num_eval_envs: int = _help(10, "evaluation environments; each evaluation runs one episode in each")
+    action_repeat: int = _help(1, "repeat each action this many times (dm_control convention: 2-8)")
+    max_episode_steps: int | None = _help(None, "time limit in agent steps (default: the task's own)")
+
+
+@dataclass
+class LoopConfig:
+    steps: int = _help(15_000, "environment steps (transitions, summed over envs) to train for")
+    learning_starts: int = _help(1_000, "uniform-random actions for this many steps before learning")
+    eval_every: int = _help(1_000, "evaluate (and checkpoint) every this many environment steps")
+    checkpoint_every: int | None = _help(None, "checkpoint every this many env steps (default: eval_every)")
+    replay_capacity: int = _help(1_000_000, "replay buffer size in transitions")
+    video: bool = _help(True, "record an MP4 of one evaluation episode at the end of training")
+    video_size: list[int] = _help([240, 320], "video height and width")
+
+
+@dataclass
+class TrainConfig:
+    seed: int = _help(0, "seed of networks, replay sampling and environments")
+    device: str = _help("cpu", "torch device of the learner and replay (cpu, cuda, cuda:1)")
+    threads: int | None = _help(None, "torch CPU threads (default: torch's choice)")
+    name: str | None = _help(None, "run name (default: derived from the env spec)")
+    run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
+    resume: str | None = _help(None, "run directory to resume from its latest checkpoint")
+    quiet: bool = _help(False, "no live progress line; one log line per evaluation")
+    env: EnvConfig = field(default_factory=EnvConfig)
+    agent: SACConfig = field(default_factory=SACConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad value (types are checked by the schema merge)."""
+        self.agent.validate()
+        checks = [
+            (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
+            (self.env.num_eval_envs >= 1, "env.num_eval_envs must be >= 1"),
+            (self.env.action_repeat >= 1, "env.action_repeat must be >= 1"),
+            (self.env.max_episode_steps is None or self.env.max_episode_steps >= 1,
+             "env.max_episode_steps must be >= 1 or null"),
+            (self.train.steps >= 1, "train.steps must be >= 1"),
+            (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
+            (self.train.eval_every >= 1, "train.eval_every must be >= 1"),
+            (self.train.checkpoint_every is None or self.train.checkpoint_every >= 1,
+             "train.checkpoint_every must be >= 1 or null"),
+            (self.train.replay_capacity >= self.env.num_envs, "train.replay_capacity must be >= env.num_envs"),
+            (len(self.train.video_size) == 2 and min(self.train.video_size) >= 16,
+             "train.video_size must be [height, width], each >= 16"),
+            (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+def describe(cls: type = TrainConfig, prefix: str = "", instance: Any = None) -> list[tuple[str, str, str]]:
+    """(key, default, help) for every leaf of a config dataclass, for `--help`."""
+    instance = instance if instance is not None else cls()
+    rows = []
+    for f in dataclasses.fields(cls):
+        value = getattr(instance, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += describe(type(value), f"{prefix}{f.name}.", value)
+        else:
+            rows.append((prefix + f.name, repr(value) if value is None else str(value), f.metadata.get("help", "")))
+    return rows
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration; its message is one line naming the key and the valid choices."""
+
+
+def _register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def presets(group: str) -> list[str]:
+    """Names of the presets shipped in configs/<group>/."""
+    from importlib.resources import files
+
+    return sorted(p.name[:-5] for p in files("configs").joinpath(group).iterdir() if p.name.endswith(".yaml"))
+
+
+def compose_train_config(overrides: list[str]) -> TrainConfig:
+    """Compose configs/train.yaml with Hydra command-line overrides; a bad key or value raises ConfigError."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    _register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="configs", version_base=None):
+            cfg = compose(config_name="train", overrides=overrides)
+        obj: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    except Exception as e:
+        raise ConfigError(_one_line(e)) from e
+    finally:
+        GlobalHydra.instance().clear()
+    _validate(obj)
+    return obj
+
+
+def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConfig:
+    """The saved config of a run, with `key=value` overrides (e.g. a longer train.steps when resuming)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml in it)")
+    for o in overrides:
+        if "=" not in o or o.split("=", 1)[0] in {"env", "agent", "experiment"} or o.startswith(("+", "~")):
+            raise ConfigError(f"override '{o}' cannot be applied to a saved run; use key=value, e.g. train.steps=50000")
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.structured(TrainConfig), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides))
+        )
+        obj: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except Exception as e:
+        raise ConfigError(_one_line(e)) from e
+    _validate(obj)
+    return obj
+
+
+def _validate(cfg: TrainConfig) -> None:
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def _one_line(e: Exception) -> str:
+    """Turn Hydra/OmegaConf's multi-line errors into one line that names the key and the valid choices."""
+    text = str(e)
+    cause = e.__cause__ or e.__context__
+    missing = re.search(r"Could not find '(\w+)/([^']*)'", text)
+    if missing:
+        group, name = missing.groups()
+        return f"unknown preset {group}={name}; choose one of: {', '.join(presets(group))}"
+    key = re.search(r"full_key: ([\w.\[\]]+)", text + "\n" + str(cause or ""))
+    bad_override = re.search(r"Could not override '([\w.]+)'", text)
+    if bad_override or "not in struct" in text or (cause is not None and "not in" in str(cause)):
+        name = bad_override.group(1) if bad_override else (key.group(1) if key else "?")
+        parent, _, leaf = name.rpartition(".")
+        valid = _keys_under(parent)
+        if leaf not in valid:
+            return f"unknown config key '{name}'; valid keys{' under ' + parent if parent else ''}: {', '.join(valid)}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    if key and key.group(1) not in first:
+        return f"bad value for {key.group(1)}: {first}"
+    if cause is not None and first.startswith("Could not override"):
+        cause_first = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+        return f"{first} {cause_first}"
+    return first
+
+
+def _keys_under(parent: str) -> list[str]:
+    node: Any = TrainConfig()
+    for part in filter(None, parent.split(".")):
+        node = getattr(node, part, None)
+        if not dataclasses.is_dataclass(node):
+            return []
+    keys = [f.name for f in dataclasses.fields(node)]
+    return keys + (["env", "agent", "experiment"] if not parent else [])

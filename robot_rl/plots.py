@@ -1,0 +1,43 @@
+"""The learning-curve PNG of a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from robot_rl.logger import read_metrics
+
+
+def plot_learning_curve(csv_path: Path, png_path: Path, title: str = "") -> None:
+    """Evaluation return (mean ± std) and success rate, where defined, against environment steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(csv_path) if r.get("eval_return_mean") is not None]
+    if not rows:
+        return
+    steps = [r["env_step"] for r in rows]
+    mean = [r["eval_return_mean"] for r in rows]
+    std = [r["eval_return_std"] or 0.0 for r in rows]
+    has_success = any(r.get("success_rate") is not None for r in rows)
+    fig, axes = plt.subplots(1, 2 if has_success else 1, figsize=(10 if has_success else 6, 4), squeeze=False)
+    ax = axes[0, 0]
+    ax.plot(steps, mean, marker="o", ms=3)
+    ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.25)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("evaluation return")
+    ax.grid(alpha=0.3)
+    if has_success:
+        ax2 = axes[0, 1]
+        ax2.plot(steps, [r.get("success_rate") or 0.0 for r in rows], marker="o", ms=3, color="tab:green")
+        ax2.set_xlabel("environment steps")
+        ax2.set_ylabel("success rate")
+        ax2.set_ylim(-0.05, 1.05)
+        ax2.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = png_path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(png_path)

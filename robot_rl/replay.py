@@ -1,0 +1,322 @@
+"""Replay buffer for off-policy learning from batched (vectorised) environments.
+
+Storage is laid out ``[T, num_envs, ...]`` with one circular write position shared by all envs, so an env
+step is a single row write and the per-env time order is simply the row order modulo ``T``. n-step returns
+are computed at sample time (rather than at insertion) so that windows still in progress are usable
+immediately and ``n_step``/``gamma`` never have to be baked into the stored data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+ObsSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+__all__ = ["Batch", "ObsSpec", "ReplayBuffer"]
+
+
+@dataclass
+class Batch:
+    """A batch of (n-step) transitions; the SAC target is ``reward + discount * V(next_obs)``."""
+
+    obs: dict[str, Tensor]
+    action: Tensor
+    reward: Tensor
+    next_obs: dict[str, Tensor]
+    discount: Tensor
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> Batch:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = {k: fn(v) for k, v in value.items()} if isinstance(value, dict) else fn(value)
+        return Batch(**out)
+
+    def reshape(self, *shape: int | tuple[int, ...]) -> Batch:
+        """Reshape the leading batch dim only, e.g. ``batch.reshape(utd, B)`` for a batch of ``utd * B``."""
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        lead = tuple(int(s) for s in shape)  # type: ignore[arg-type]
+        return self._map(lambda t: t.reshape(*lead, *t.shape[1:]))
+
+    def index(self, i: int) -> Batch:
+        """The i-th slice along the leading dim, e.g. one of the ``utd`` minibatches of a reshaped batch."""
+        return self._map(lambda t: t[i])
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> Batch:
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    @staticmethod
+    def cat(batches: list[Batch]) -> Batch:
+        """Concatenate along the batch dim (RLPD mixes an offline and an online batch this way)."""
+        first = batches[0]
+        return Batch(
+            obs={k: torch.cat([b.obs[k] for b in batches]) for k in first.obs},
+            action=torch.cat([b.action for b in batches]),
+            reward=torch.cat([b.reward for b in batches]),
+            next_obs={k: torch.cat([b.next_obs[k] for b in batches]) for k in first.next_obs},
+            discount=torch.cat([b.discount for b in batches]),
+        )
+
+
+def _normalise_spec(obs_spec: ObsSpec) -> ObsSpec:
+    if not obs_spec:
+        raise ValueError("obs_spec must contain at least one observation group")
+    spec: ObsSpec = {}
+    for name, (shape, dtype) in obs_spec.items():
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"obs_spec[{name!r}]: dtype must be a torch.dtype, got {dtype!r}")
+        spec[name] = (tuple(int(s) for s in shape), dtype)
+    return spec
+
+
+def _spec_to_plain(obs_spec: ObsSpec) -> dict[str, tuple[list[int], str]]:
+    # Plain types only (dtype as its string), so checkpoints load under torch.load(weights_only=True).
+    return {name: (list(shape), str(dtype)) for name, (shape, dtype) in obs_spec.items()}
+
+
+class ReplayBuffer:
+    """Circular replay buffer over ``num_envs`` parallel envs with n-step returns computed at sample time.
+
+    ``capacity`` counts transitions over all envs; each env gets ``T = capacity // num_envs`` slots, so the
+    effective capacity (``self.capacity``) is ``T * num_envs``.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        obs_spec: ObsSpec,
+        action_dim: int,
+        device: str | torch.device = "cpu",
+        gamma: float = 0.99,
+        n_step: int = 1,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if capacity < num_envs:
+            raise ValueError(f"capacity ({capacity}) must be >= num_envs ({num_envs})")
+        if action_dim < 1:
+            raise ValueError(f"action_dim must be >= 1, got {action_dim}")
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+
+        self.num_envs = int(num_envs)
+        self.T = int(capacity) // self.num_envs
+        self.capacity = self.T * self.num_envs
+        self.obs_spec = _normalise_spec(obs_spec)
+        self.action_dim = int(action_dim)
+        self.device = torch.device(device)
+        self.gamma = float(gamma)
+        self.n_step = int(n_step)
+
+        T, E, dev = self.T, self.num_envs, self.device
+        self.obs = {k: torch.zeros((T, E, *s), dtype=d, device=dev) for k, (s, d) in self.obs_spec.items()}
+        self.next_obs = {
+            k: torch.zeros((T, E, *s), dtype=d, device=dev) for k, (s, d) in self.obs_spec.items()
+        }
+        self.action = torch.zeros((T, E, self.action_dim), dtype=torch.float32, device=dev)
+        self.reward = torch.zeros((T, E), dtype=torch.float32, device=dev)
+        self.terminated = torch.zeros((T, E), dtype=torch.bool, device=dev)
+        self.truncated = torch.zeros((T, E), dtype=torch.bool, device=dev)
+
+        # Host-side counters: they only change on add(), so keeping them as Python ints avoids any
+        # device->host sync when turning them into index arithmetic.
+        self._pos = 0  # next row to write
+        self._size = 0  # filled rows (<= T)
+
+        # gamma^j for j = 0..n_step, precomputed in float64 then cast once so powers are not re-derived per batch.
+        self._gamma_pows = torch.tensor(
+            [self.gamma**j for j in range(self.n_step + 1)], dtype=torch.float64, device=dev
+        ).to(torch.float32)
+        self._offsets = torch.arange(self.n_step, device=dev)
+
+    # ------------------------------------------------------------------ writing
+
+    def __len__(self) -> int:
+        return self._size * self.num_envs
+
+    @property
+    def full(self) -> bool:
+        return self._size == self.T
+
+    def _check(self, name: str, t: Tensor, shape: tuple[int, ...]) -> None:
+        # copy_ would silently broadcast a wrongly shaped input into every env's slot, so check explicitly.
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+
+    def add(
+        self,
+        obs: dict[str, Tensor],
+        action: Tensor,
+        reward: Tensor,
+        next_obs: dict[str, Tensor],
+        terminated: Tensor,
+        truncated: Tensor,
+    ) -> None:
+        """Store one batched env step (leading dim ``num_envs``); ``next_obs`` is the true next observation."""
+        E = self.num_envs
+        for label, group in (("obs", obs), ("next_obs", next_obs)):
+            if group.keys() != self.obs_spec.keys():
+                raise ValueError(
+                    f"{label} keys {sorted(group)} do not match obs_spec keys {sorted(self.obs_spec)}"
+                )
+            for k, (shape, _) in self.obs_spec.items():
+                self._check(f"{label}[{k!r}]", group[k], (E, *shape))
+        self._check("action", action, (E, self.action_dim))
+        # Rewards/flags are accepted as [E] or [E, 1] since vector envs differ on this.
+        for name, t in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if t.numel() != E:
+                raise ValueError(f"{name}: expected {E} elements (one per env), got shape {tuple(t.shape)}")
+
+        p = self._pos
+        for k in self.obs_spec:
+            self.obs[k][p].copy_(obs[k])
+            self.next_obs[k][p].copy_(next_obs[k])
+        self.action[p].copy_(action)
+        self.reward[p].copy_(reward.reshape(E))
+        # copy_ into a bool tensor maps any nonzero flag (float/int envs) to True.
+        self.terminated[p].copy_(terminated.reshape(E))
+        self.truncated[p].copy_(truncated.reshape(E))
+
+        self._pos = (p + 1) % self.T
+        self._size = min(self._size + 1, self.T)
+
+    # ----------------------------------------------------------------- sampling
+
+    def sample_indices(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Uniform (row, env) indices over all stored transitions, on the buffer's device."""
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        # Rows [0, size) are exactly the filled ones whether or not the buffer has wrapped.
+        n = self._size * self.num_envs
+        if generator is None:
+            flat = torch.randint(n, (batch_size,), device=self.device)
+        else:
+            # randint requires the generator's own device; move the indices afterwards.
+            flat = torch.randint(n, (batch_size,), device=generator.device, generator=generator).to(
+                self.device
+            )
+        return flat // self.num_envs, flat % self.num_envs
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
+        return self._gather(*self.sample_indices(batch_size, generator))
+
+    def _gather(self, t_idx: Tensor, e_idx: Tensor) -> Batch:
+        """Build the n-step batch for stored transitions ``(t_idx[i], e_idx[i])`` (physical row, env)."""
+        if self.n_step == 1:
+            last = t_idx
+            reward = self.reward[t_idx, e_idx]
+            disc = self._gamma_pows[1]
+        else:
+            T = self.T
+            offsets = self._offsets  # [n]
+            rows = (t_idx[:, None] + offsets) % T  # [B, n]
+            e2 = e_idx[:, None]
+            # Steps from t up to and including the newest written row; Python-style % keeps this in [0, T),
+            # which is what stops a window from running across the write head into overwritten/unwritten data.
+            avail = (self._pos - 1 - t_idx) % T + 1  # [B], >= 1
+            done = self.terminated[rows, e2] | self.truncated[rows, e2]
+            # A step belongs to the window iff no earlier step of it ended an episode (the ending one is kept).
+            ended_before = (done.cumsum(1) - done.long()) > 0
+            include = (offsets < avail[:, None]) & ~ended_before  # a prefix mask, always True at j=0
+            k = include.sum(1) - 1
+            # where() instead of multiply so stale non-finite data in excluded slots cannot leak in.
+            step_r = self.reward[rows, e2] * self._gamma_pows[: self.n_step]
+            reward = torch.where(include, step_r, torch.zeros_like(step_r)).sum(1)
+            last = rows.gather(1, k[:, None]).squeeze(1)
+            disc = self._gamma_pows[k + 1]
+        discount = disc * (~self.terminated[last, e_idx]).to(torch.float32)
+        return Batch(
+            obs={k_: v[t_idx, e_idx] for k_, v in self.obs.items()},
+            action=self.action[t_idx, e_idx],
+            reward=reward,
+            next_obs={k_: v[last, e_idx] for k_, v in self.next_obs.items()},
+            discount=discount,
+        )
+
+    # -------------------------------------------------------------- checkpoints
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "num_envs": self.num_envs,
+            "obs_spec": _spec_to_plain(self.obs_spec),
+            "action_dim": self.action_dim,
+            "gamma": self.gamma,
+            "n_step": self.n_step,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Filled rows (physical order, on CPU, copied so later adds don't alias) plus position and config."""
+        s = self._size
+
+        def cpu(t: Tensor) -> Tensor:
+            return t[:s].to("cpu", copy=True)
+
+        return {
+            "config": self._config(),
+            "pos": self._pos,
+            "size": s,
+            "obs": {k: cpu(v) for k, v in self.obs.items()},
+            "next_obs": {k: cpu(v) for k, v in self.next_obs.items()},
+            "action": cpu(self.action),
+            "reward": cpu(self.reward),
+            "terminated": cpu(self.terminated),
+            "truncated": cpu(self.truncated),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore exactly (same physical layout, so the same generator gives the same samples)."""
+        cfg = state["config"]
+        mine = self._config()
+        for key in ("num_envs", "obs_spec", "action_dim", "n_step", "capacity", "gamma"):
+            theirs = cfg.get(key)
+            if key == "obs_spec" and theirs is not None:
+                # Tuples may come back as lists depending on the serialiser; compare structurally.
+                theirs = {n: (list(s), str(d)) for n, (s, d) in theirs.items()}
+                ours: Any = {n: (list(s), d) for n, (s, d) in mine[key].items()}
+            else:
+                ours = mine[key]
+            if theirs != ours:
+                raise ValueError(
+                    f"replay buffer config mismatch on {key!r}: checkpoint has {theirs!r}, buffer has {ours!r}"
+                )
+
+        size, pos = int(state["size"]), int(state["pos"])
+        if not (0 <= size <= self.T and 0 <= pos < self.T and (size == self.T or pos == size)):
+            raise ValueError(f"inconsistent replay buffer state: size={size}, pos={pos}, T={self.T}")
+
+        def put(dst: Tensor, src: Tensor, name: str) -> None:
+            if tuple(src.shape) != (size, *dst.shape[1:]):
+                raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)} != {(size, *dst.shape[1:])}")
+            dst[:size].copy_(src)
+
+        for k in self.obs_spec:
+            put(self.obs[k], state["obs"][k], f"obs[{k!r}]")
+            put(self.next_obs[k], state["next_obs"][k], f"next_obs[{k!r}]")
+        put(self.action, state["action"], "action")
+        put(self.reward, state["reward"], "reward")
+        put(self.terminated, state["terminated"], "terminated")
+        put(self.truncated, state["truncated"], "truncated")
+        # Rows past `size` are never read (sampling and windows stay within filled rows), but zero them so a
+        # loaded buffer is indistinguishable from a freshly filled one.
+        for t in (
+            *self.obs.values(),
+            *self.next_obs.values(),
+            self.action,
+            self.reward,
+            self.terminated,
+            self.truncated,
+        ):
+            t[size:].zero_()
+        self._size, self._pos = size, pos

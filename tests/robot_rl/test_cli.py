@@ -1,0 +1,102 @@
+"""CLI smoke tests: help, one-line errors for user mistakes, a short train + eval end to end."""
+
+import csv
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robot_rl.cli import main
+
+FAST = [
+    "agent.hidden_dims=[32,32]",
+    "train.steps=400",
+    "train.learning_starts=100",
+    "train.eval_every=200",
+    "env.num_eval_envs=2",
+    "env.max_episode_steps=50",
+    "train.video_size=[64,64]",
+]
+
+
+def _run(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_console_script_help():
+    exe = shutil.which("robot-rl", path=str(Path(sys.executable).parent))
+    assert exe, "the robot-rl console script is not installed"
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
+    assert "train" in out and "eval" in out
+
+
+def test_train_help_lists_keys_and_presets(capsys):
+    code, out, _ = _run(capsys, "train", "--help")
+    assert code == 0
+    for key in ["env.spec=", "agent.utd=", "agent.num_critics=", "train.steps=", "seed=", "resume="]:
+        assert key in out
+    assert "cartpole_swingup" in out and "rlpd" in out
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["agent.bogus=1"], "unknown config key 'agent.bogus'; valid keys under agent:"),
+        (["bogus=1"], "unknown config key 'bogus'"),
+        (["agent.utd=abc"], "agent.utd"),
+        (["agent.num_critics=1"], "agent.num_critics must be between 2 and 20"),
+        (["env=nope"], "unknown preset env=nope; choose one of: cartpole_swingup"),
+        (["env.spec=gym:NoSuchEnv-v0"], "NoSuchEnv"),
+        (["env.spec=foo:bar"], "gym:"),
+        (["--steps", "3"], "unknown option '--steps'"),
+        (["resume=/nonexistent/run"], "not a run directory"),
+    ],
+)
+def test_train_user_errors_are_one_line(capsys, tmp_path, args, expected):
+    code, _, err = _run(capsys, "train", f"run_dir={tmp_path / 'run'}", *args)
+    assert code == 2
+    assert err.startswith("robot-rl: error:") and err.count("\n") == 1, err
+    assert expected in err, err
+
+
+def test_unknown_command(capsys):
+    code, _, err = _run(capsys, "trian")
+    assert code == 2 and "choose one of: train, eval" in err
+
+
+def test_train_then_eval_writes_the_run_directory(capsys, tmp_path):
+    run = tmp_path / "run"
+    code, out, err = _run(capsys, "train", f"run_dir={run}", "quiet=true", *FAST)
+    assert code == 0, err
+    assert (run / "config.yaml").is_file()
+    assert (run / "checkpoints" / "latest.pt").is_file() and (run / "checkpoints" / "best.pt").is_file()
+    assert (run / "learning_curve.png").stat().st_size > 1000
+    assert (run / "videos" / "final.mp4").stat().st_size > 1000
+    assert any((run / "tensorboard").iterdir())
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["env_step"]) for r in rows] == [200, 400]
+    for column in ["wall_time_s", "eval_return_mean", "eval_return_std", "critic_loss", "actor_loss"]:
+        assert rows[-1][column] != "", column
+    assert rows[-1]["success_rate"] == ""  # Pendulum defines no success
+
+    code, out, err = _run(capsys, "eval", f"run={run}", "episodes=2", "checkpoint=latest")
+    assert code == 0, err
+    assert "return" in out and "±" in out
+    assert (run / "videos" / "eval_latest.mp4").is_file()
+
+    # a second run into the same directory is refused rather than overwriting it
+    code, _, err = _run(capsys, "train", f"run_dir={run}", *FAST)
+    assert code == 2 and "resume=" in err
+
+
+def test_eval_user_errors(capsys, tmp_path):
+    assert _run(capsys, "eval")[0] == 2
+    code, _, err = _run(capsys, "eval", f"run={tmp_path}")
+    assert code == 2 and "not a run directory" in err
+    code, _, err = _run(capsys, "eval", f"run={tmp_path}", "checkpoint=worst")
+    assert code == 2 and "best or latest" in err

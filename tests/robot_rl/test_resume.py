@@ -1,0 +1,95 @@
+"""Kill a training run with SIGKILL mid-way, resume it, and check nothing before the checkpoint is lost."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from robot_rl.checkpoint import load
+
+ARGS = [
+    "agent.hidden_dims=[32,32]",
+    "train.steps=3000",
+    "train.learning_starts=100",
+    "train.eval_every=250",
+    "env.num_eval_envs=2",
+    "env.max_episode_steps=100",
+    "train.video=false",
+    "quiet=true",
+]
+
+
+def _cli(*args, **kw):
+    return subprocess.Popen(
+        [sys.executable, "-m", "robot_rl.cli", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **kw,
+    )
+
+
+def test_sigkill_then_resume_continues_from_latest_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    proc = _cli(f"run_dir={run}", *ARGS)
+    latest = run / "checkpoints" / "latest.pt"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if latest.exists() and load(latest)["env_steps"] >= 750:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = load(latest)
+    step = killed_at["env_steps"]
+    assert 750 <= step < 3000
+    assert len(killed_at["replay"]["action"]) if "action" in killed_at["replay"] else True
+
+    resumed = _cli(f"resume={run}")
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert f"resumed {run} at step {step:,}" in out
+
+    final = load(latest)
+    assert final["env_steps"] == 3000
+    assert final["updates"] > killed_at["updates"]
+    with open(run / "metrics.csv") as f:
+        steps = [int(r["env_step"]) for r in csv.DictReader(f)]
+    assert steps == list(range(250, 3001, 250)), steps  # no gaps, no duplicates after the resume
+
+
+def test_corrupt_checkpoint_gives_clear_error(tmp_path):
+    run = tmp_path / "run"
+    proc = _cli(f"run_dir={run}", *ARGS[:1], "train.steps=300", "train.eval_every=300", *ARGS[3:])
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    latest = run / "checkpoints" / "latest.pt"
+    latest.write_bytes(latest.read_bytes()[:1000])  # truncated, as a full disk would leave it
+    proc = _cli(f"resume={run}")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "corrupt" in err and err.count("\n") == 1
+
+
+def test_atomic_save_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
+    from robot_rl import checkpoint
+
+    path = tmp_path / "ckpt.pt"
+    checkpoint.atomic_save({"format": 1, "value": 1}, path)
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", boom)
+    try:
+        checkpoint.atomic_save({"format": 1, "value": 2}, path)
+    except KeyboardInterrupt:
+        pass
+    assert checkpoint.load(path)["value"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temp file left behind
