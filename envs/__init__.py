@@ -1,0 +1,104 @@
+"""Environments for robot_rl: one ``make`` for gymnasium and dm_control tasks, spoken to in torch.
+
+``make("gym:Hopper-v5", num_envs=8)`` or ``make("dmc:walker-walk", num_envs=8)`` return a ``BatchedEnv``
+(see ``envs.core`` for the full contract); ``make_single`` returns one plain gymnasium env with the same
+normalisation, for tools that expect the gymnasium API.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Headless rendering by default; must be set before anything imports mujoco / dm_control.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import importlib  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import torch  # noqa: E402
+
+from .core import BatchedEnv, EnvOptions, SyncBatchedEnv, UnknownEnvError  # noqa: E402
+
+__all__ = ["BatchedEnv", "SyncBatchedEnv", "UnknownEnvError", "make", "make_single"]
+
+# Backends are imported lazily: dm_control is slow to import and not every user needs it.
+_BACKENDS = {"gym:": ".gym_backend", "dmc:": ".dmc_backend"}
+
+
+def _backend(spec: str) -> tuple[Any, str]:
+    if isinstance(spec, str):
+        for prefix, module in _BACKENDS.items():
+            if spec.startswith(prefix) and len(spec) > len(prefix):
+                return importlib.import_module(module, __name__), spec[len(prefix) :]
+    choices = ", ".join(repr(p) for p in _BACKENDS)
+    raise UnknownEnvError(
+        f"unknown env spec {spec!r}: it must start with a backend prefix, one of {choices} "
+        "(e.g. 'gym:Hopper-v5', 'dmc:walker-walk')"
+    )
+
+
+def make_single(
+    spec: str,
+    seed: int | None = None,
+    *,
+    action_repeat: int = 1,
+    max_episode_steps: int | None = None,
+    render: bool = False,
+    render_size: tuple[int, int] = (240, 320),
+    camera_id: int | None = None,
+) -> gym.Env:
+    """One gymnasium env for ``spec`` with float32 observations and actions in [-1, 1].
+
+    With a ``seed`` the env is reset once with it (and its action space seeded), so the caller's following
+    ``reset()`` calls form a reproducible stream. Options are as for ``make``.
+    """
+    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id)
+    backend, name = _backend(spec)
+    env, _ = backend.make_env(name, options)
+    if seed is not None:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    return env
+
+
+def make(
+    spec: str,
+    num_envs: int = 1,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    *,
+    action_repeat: int = 1,
+    max_episode_steps: int | None = None,
+    render: bool = False,
+    render_size: tuple[int, int] = (240, 320),
+    camera_id: int | None = None,
+) -> BatchedEnv:
+    """A batch of ``num_envs`` copies of ``spec`` (``gym:<gymnasium id>`` or ``dmc:<domain>-<task>``).
+
+    Options:
+        action_repeat: repeat each action k times, summing rewards and stopping early at episode end.
+        max_episode_steps: time limit in agent steps; None = the task's default (gymnasium's registered limit
+            or dm_control's, usually 1000 control steps) divided by ``action_repeat``, rounded up.
+        render: create renderers so that ``env.render(i)`` works.
+        render_size: (height, width) of rendered frames.
+        camera_id: camera to render from (dm_control default 0; gymnasium MuJoCo default is the task's).
+    ``seed`` applies to the first ``reset()`` that gets no seed of its own. Unknown options raise TypeError.
+    """
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id)
+    backend, name = _backend(spec)
+    envs: list[gym.Env] = []
+    limit: int | None = None
+    try:
+        for _ in range(num_envs):
+            env, limit = backend.make_env(name, options)
+            envs.append(env)
+        return SyncBatchedEnv(
+            spec, envs, device=device, seed=seed, max_episode_steps=limit, render=options.render
+        )
+    except BaseException:
+        for env in envs:
+            env.close()
+        raise

@@ -1,0 +1,139 @@
+"""Small gymnasium wrappers that give every backend the same single-env interface.
+
+The batched env relies on flat float32 observations and actions in [-1, 1]; time limits count agent steps
+after action repeat. ``finish_single_env`` applies these in the one order that makes that true.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from .core import EnvOptions
+
+
+class Float32Observation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Cast flat Box observations to float32: torch's default dtype and half the memory in replay buffers."""
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"only flat Box observation spaces are supported, got {space}")
+        self.observation_space = gym.spaces.Box(
+            space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+        )
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.asarray(observation, dtype=np.float32)
+
+
+class NormalizedAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
+    """Expose actions in [-1, 1] and map them affinely to the actuator range.
+
+    Policies then need no knowledge of each task's actuator limits. Out-of-range values are clipped (a
+    squashed or noisy policy may overshoot slightly); non-finite values raise instead, because a NaN that
+    reaches MuJoCo silently corrupts the simulation state.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ActionWrapper.__init__(self, env)
+        space = env.action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"only flat continuous Box action spaces are supported, got {space}")
+        low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise ValueError(f"cannot normalise an action space with infinite bounds: {space}")
+        self._low, self._high = low, high
+        self._center = (high + low) / 2.0
+        self._half_range = (high - low) / 2.0
+        self._dtype = space.dtype
+        self.action_space = gym.spaces.Box(-1.0, 1.0, space.shape, np.float32)
+
+    def action(self, action: Any) -> np.ndarray:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != self.action_space.shape:
+            raise ValueError(f"action must have shape {self.action_space.shape}, got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"action contains NaN or inf ({a}); refusing to send it to the simulator")
+        a = np.clip(a, -1.0, 1.0)
+        return np.clip(self._center + a * self._half_range, self._low, self._high).astype(self._dtype)
+
+
+class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Repeat each action ``repeat`` times, summing rewards and stopping early when the episode ends."""
+
+    def __init__(self, env: gym.Env, repeat: int) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, repeat=repeat)
+        gym.Wrapper.__init__(self, env)
+        if repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {repeat}")
+        self._repeat = repeat
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        total = 0.0
+        for _ in range(self._repeat):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
+class ResizeRender(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Make ``render()`` return frames of exactly (height, width), for backends that cannot render to size.
+
+    Nearest-neighbour resampling is enough for videos and avoids an image-library dependency. It is a no-op
+    when the backend already renders at the requested size.
+    """
+
+    def __init__(self, env: gym.Env, size: tuple[int, int]) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, size=size)
+        gym.Wrapper.__init__(self, env)
+        self._size = size
+
+    def render(self) -> Any:
+        frame = self.env.render()
+        if frame is None:
+            return None
+        frame = np.asarray(frame)
+        height, width = self._size
+        if frame.shape[:2] == (height, width):
+            return frame
+        rows = np.arange(height) * frame.shape[0] // height
+        cols = np.arange(width) * frame.shape[1] // width
+        return frame[rows[:, None], cols[None, :]]
+
+
+def default_time_limit(task_limit: int | None, action_repeat: int) -> int | None:
+    """A task's own step limit expressed in agent steps, so the simulated episode duration is unchanged."""
+    if task_limit is None:
+        return None
+    return math.ceil(task_limit / action_repeat)
+
+
+def finish_single_env(
+    env: gym.Env, options: EnvOptions, task_limit: int | None
+) -> tuple[gym.Env, int | None]:
+    """Wrap a raw backend env (without its own time limit) into the common single-env interface.
+
+    ``task_limit`` is the task's default episode length in simulator/control steps. Returns the wrapped env
+    and the time limit it enforces in agent steps (None = no limit).
+    """
+    env = Float32Observation(env)
+    env = NormalizedAction(env)
+    if options.action_repeat > 1:
+        env = ActionRepeat(env, options.action_repeat)
+    limit = options.max_episode_steps
+    if limit is None:
+        limit = default_time_limit(task_limit, options.action_repeat)
+    if limit is not None:
+        env = gym.wrappers.TimeLimit(env, int(limit))
+    if options.render:
+        env = ResizeRender(env, options.render_size)
+    return env, limit

@@ -1,0 +1,93 @@
+"""SyncBatchedEnv semantics on a tiny deterministic toy env, independent of any simulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from envs.core import SyncBatchedEnv
+
+
+class CountingEnv(gym.Env[np.ndarray, np.ndarray]):
+    """Observation [episode index, step]; terminates (with success) after ``term_at`` steps."""
+
+    def __init__(self, term_at: int, report_success: bool = True) -> None:
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self._term_at = term_at
+        self._report_success = report_success
+        self._episode = -1
+        self._t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._episode, self._t], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._episode += 1
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: np.ndarray):
+        self._t += 1
+        terminated = self._t >= self._term_at
+        info = {"is_success": terminated} if self._report_success else {}
+        return self._obs(), float(action[0]) + 1.0, terminated, False, info
+
+
+def test_same_step_autoreset_and_episode_stats() -> None:
+    env = SyncBatchedEnv("toy", [CountingEnv(2), CountingEnv(3)])
+    env.reset()
+    action = torch.full((2, 1), 0.5)
+    _, reward, terminated, truncated, info = env.step(action)
+    assert torch.equal(reward, torch.tensor([1.5, 1.5]))
+    assert not terminated.any() and torch.equal(info["success"], torch.tensor([False, False]))
+
+    obs, _, terminated, truncated, info = env.step(action)
+    assert terminated.tolist() == [True, False] and not truncated.any()
+    assert obs["state"][0].tolist() == [1.0, 0.0]  # already the next episode's first observation
+    assert info["final_obs"]["state"].tolist() == [[0.0, 2.0], [0.0, 2.0]]
+    assert info["episode_length"].tolist() == [2.0, 0.0]
+    assert info["episode_return"].tolist() == [3.0, 0.0]
+    assert info["success"].tolist() == [True, False]
+
+    _, _, terminated, _, info = env.step(action)
+    assert terminated.tolist() == [False, True]
+    assert info["episode_length"].tolist() == [0.0, 3.0]
+
+
+def test_success_only_when_reported_and_time_limit_passthrough() -> None:
+    sub = [gym.wrappers.TimeLimit(CountingEnv(2, report_success=False), 2) for _ in range(2)]
+    env = SyncBatchedEnv("toy", sub, max_episode_steps=2)
+    env.reset()
+    env.step(torch.zeros(2, 1))
+    _, _, terminated, truncated, info = env.step(torch.zeros(2, 1))
+    assert "success" not in info
+    # gymnasium reports both flags when termination coincides with the limit; both are passed through.
+    assert terminated.all() and truncated.all()
+
+
+def test_action_checks() -> None:
+    env = SyncBatchedEnv("toy", [CountingEnv(5)])
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(torch.zeros(1, 1))
+    env.reset()
+    with pytest.raises(TypeError, match="floating"):
+        env.step(torch.zeros(1, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match="shape"):
+        env.step(torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=r"sub-env\(s\) \[0\]"):
+        env.step(torch.tensor([[float("nan")]]))
+    _, reward, *_ = env.step(torch.tensor([[4.0]]))
+    assert reward.item() == 2.0  # clipped to 1 before reaching the env
+
+
+def test_returned_tensors_are_not_reused() -> None:
+    env = SyncBatchedEnv("toy", [CountingEnv(5)])
+    first = env.reset()["state"]
+    second, *_ = env.step(torch.zeros(1, 1))
+    assert first.tolist() == [[0.0, 0.0]] and second["state"].tolist() == [[0.0, 1.0]]
