@@ -24,7 +24,9 @@ def plot_learning_curve(csv_path: Path, png_path: Path, title: str = "") -> None
     fig, axes = plt.subplots(1, 2 if has_success else 1, figsize=(10 if has_success else 6, 4), squeeze=False)
     ax = axes[0, 0]
     ax.plot(steps, mean, marker="o", ms=3)
-    ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.25)
+    low = [m - s for m, s in zip(mean, std, strict=True)]
+    high = [m + s for m, s in zip(mean, std, strict=True)]
+    ax.fill_between(steps, low, high, alpha=0.25)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("evaluation return")
     ax.grid(alpha=0.3)

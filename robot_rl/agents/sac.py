@@ -84,11 +84,11 @@ class SAC:
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
         self.target_entropy = -cfg.target_entropy_scale * action_dim
 
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
         self.critic_opt = torch.optim.AdamW(
-            self.critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay
+            self.critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay, fused=True
         )
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
 
