@@ -32,6 +32,12 @@ test-fast: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q
 
+## bench: robot_rl against Stable-Baselines3 (bench/README.md; about an hour, not part of `make test`);
+## options via ARGS, e.g. ARGS="--quick" or ARGS="--parts ab --compile --bf16"
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
+	$(BIN)/python -m bench.run $(ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 

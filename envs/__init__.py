@@ -1,8 +1,10 @@
-"""Environments for robot_rl: one ``make`` for gymnasium and dm_control tasks, spoken to in torch.
+"""Environments for robot_rl: one ``make`` for gymnasium, dm_control and native MuJoCo tasks, in torch.
 
-``make("gym:Hopper-v5", num_envs=8)`` or ``make("dmc:walker-walk", num_envs=8)`` return a ``BatchedEnv``
-(see ``envs.core`` for the full contract); ``make_single`` returns one plain gymnasium env with the same
-normalisation, for tools that expect the gymnasium API.
+``make("gym:Hopper-v5", num_envs=8)``, ``make("dmc:walker-walk", num_envs=8)`` or
+``make("mujoco:Hopper-v5", num_envs=64)`` (gymnasium's v5 locomotion tasks stepped as one batch on
+``mujoco``'s thread pool; see ``envs.mujoco_backend``) return a ``BatchedEnv`` (see ``envs.core`` for the full
+contract); ``make_single`` returns one plain gymnasium env with the same normalisation, for tools that expect
+the gymnasium API.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from .core import BatchedEnv, EnvOptions, SyncBatchedEnv, UnknownEnvError  # noq
 __all__ = ["BatchedEnv", "SyncBatchedEnv", "UnknownEnvError", "make", "make_single"]
 
 # Backends are imported lazily: dm_control is slow to import and not every user needs it.
-_BACKENDS = {"gym:": ".gym_backend", "dmc:": ".dmc_backend"}
+_BACKENDS = {"gym:": ".gym_backend", "dmc:": ".dmc_backend", "mujoco:": ".mujoco_backend"}
 
 
 def _backend(spec: str) -> tuple[Any, str]:
@@ -74,7 +76,7 @@ def make(
     render_size: tuple[int, int] = (240, 320),
     camera_id: int | None = None,
 ) -> BatchedEnv:
-    """A batch of ``num_envs`` copies of ``spec`` (``gym:<gymnasium id>`` or ``dmc:<domain>-<task>``).
+    """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
 
     Options:
         action_repeat: repeat each action k times, summing rewards and stopping early at episode end.
@@ -89,6 +91,8 @@ def make(
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
     options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id)
     backend, name = _backend(spec)
+    if hasattr(backend, "make_batched"):  # steps the whole batch natively instead of a list of envs
+        return backend.make_batched(spec, name, num_envs, device, seed, options)
     envs: list[gym.Env] = []
     limit: int | None = None
     try:

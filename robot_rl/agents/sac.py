@@ -49,6 +49,8 @@ class SACConfig:
     target_entropy_scale: float = _help(1.0, "target entropy = -scale * action_dim")
     backup_entropy: bool = _help(True, "include the entropy bonus in the TD target")
     critic_weight_decay: float = _help(0.0, "AdamW weight decay of the critics")
+    compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
+    bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32)")
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -91,6 +93,10 @@ class SAC:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
+        # torch.compile fuses the elementwise work around the matmuls of the two losses; backward and the
+        # (fused) optimiser steps stay eager. Compilation costs tens of seconds once, so it is opt-in.
+        self._critic_loss_fn = torch.compile(self._critic_loss) if cfg.compile else self._critic_loss
+        self._actor_loss_fn = torch.compile(self._actor_loss) if cfg.compile else self._actor_loss
 
     # -- acting ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -106,39 +112,54 @@ class SAC:
         actor_metrics = self._update_actor_and_temperature(batch.index(-1).obs["state"])
         return {**critic_metrics, **actor_metrics}
 
-    def _update_critic(self, b: Batch) -> dict[str, Tensor]:
+    def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor):
         cfg = self.cfg
-        obs, next_obs = b.obs["state"], b.next_obs["state"]
-        with torch.no_grad():
+        with torch.no_grad(), self._autocast():
             next_action, next_log_prob = self.actor(next_obs)
-            target_q_all = self.critic_target(next_obs, next_action)  # [E, B]
-            subset = torch.randperm(cfg.num_critics, device=self.device)[: cfg.num_target_critics]
+            target_q_all = self.critic_target(next_obs, next_action).float()  # [E, B]
+            # A random subset of the target ensemble (argsort of uniform noise: compile-friendly randperm).
+            subset = torch.rand(cfg.num_critics, device=obs.device).argsort()[: cfg.num_target_critics]
             next_v = target_q_all[subset].min(dim=0).values
             if cfg.backup_entropy:
-                next_v = next_v - self.log_alpha.exp() * next_log_prob
-            target = b.reward + b.discount * next_v
-        q = self.critic(obs, b.action)  # [E, B]
+                next_v = next_v - self.log_alpha.exp() * next_log_prob.float()
+            target = reward + discount * next_v
+        with self._autocast():
+            q = self.critic(obs, action).float()  # [E, B]
         critic_loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q), reduction="none").mean(dim=1).sum()
+        return critic_loss, q.detach().mean()
+
+    def _actor_loss(self, obs: Tensor, alpha: Tensor):
+        with self._autocast():
+            action, log_prob = self.actor(obs)
+            q = self.critic(obs, action).float().mean(dim=0)  # the actor follows the ensemble mean (RLPD)
+        log_prob = log_prob.float()
+        return (alpha * log_prob - q).mean(), log_prob.detach()
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16)
+
+    def _update_critic(self, b: Batch) -> dict[str, Tensor]:
+        critic_loss, q_mean = self._critic_loss_fn(
+            b.obs["state"], b.action, b.reward, b.discount, b.next_obs["state"]
+        )
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
         with torch.no_grad():
-            torch._foreach_lerp_(self._target_params, self._critic_params, cfg.tau)
-        return {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
+            torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
+        return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
     def _update_actor_and_temperature(self, obs: Tensor) -> dict[str, Tensor]:
-        action, log_prob = self.actor(obs)
-        # The actor follows the ensemble mean (RLPD); the critic is not trained here, so skip its grads.
-        self.critic.requires_grad_(False)
-        q = self.critic(obs, action).mean(dim=0)
-        self.critic.requires_grad_(True)
         alpha = self.log_alpha.exp().detach()
-        actor_loss = (alpha * log_prob - q).mean()
+        # The critic is not trained here: freezing it skips its weight gradients.
+        self.critic.requires_grad_(False)
+        actor_loss, log_prob = self._actor_loss_fn(obs, alpha)
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
+        self.critic.requires_grad_(True)
         self.actor_opt.step()
 
-        entropy = -log_prob.detach().mean()
+        entropy = -log_prob.mean()
         alpha_loss = self.log_alpha.exp() * (entropy - self.target_entropy)
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()

@@ -17,9 +17,21 @@ from gymnasium.utils.env_checker import check_env
 
 import envs
 
-SPECS = ["gym:Pendulum-v1", "gym:Hopper-v5", "dmc:cartpole-swingup"]
-RENDER_SPECS = ["gym:Hopper-v5", "dmc:cartpole-swingup"]
-DEFAULT_LIMITS = {"gym:Pendulum-v1": 200, "gym:Hopper-v5": 1000, "dmc:cartpole-swingup": 1000}
+SPECS = [
+    "gym:Pendulum-v1",
+    "gym:Hopper-v5",
+    "dmc:cartpole-swingup",
+    "mujoco:HalfCheetah-v5",
+    "mujoco:Hopper-v5",
+]
+RENDER_SPECS = ["gym:Hopper-v5", "dmc:cartpole-swingup", "mujoco:Hopper-v5"]
+DEFAULT_LIMITS = {
+    "gym:Pendulum-v1": 200,
+    "gym:Hopper-v5": 1000,
+    "dmc:cartpole-swingup": 1000,
+    "mujoco:HalfCheetah-v5": 1000,
+    "mujoco:Hopper-v5": 1000,
+}
 N = 3
 
 
@@ -263,14 +275,16 @@ def test_make_single_passes_env_checker(spec: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("Hopper-v5", "'gym:', 'dmc:'"),
-        ("mujoco:Hopper-v5", "'gym:', 'dmc:'"),
-        ("gym:", "'gym:', 'dmc:'"),
+        ("Hopper-v5", "'gym:', 'dmc:', 'mujoco:'"),
+        ("mjx:Hopper-v5", "'gym:', 'dmc:', 'mujoco:'"),
+        ("gym:", "'gym:', 'dmc:', 'mujoco:'"),
         ("gym:Hoper-v5", "gym:Hopper-v5"),
         ("gym:halfcheetah-v5", "gym:HalfCheetah-v5"),
         ("dmc:cartpole-swingupp", "dmc:cartpole-swingup"),
         ("dmc:walkr-walk", "dmc:walker-walk"),
         ("dmc:ball-in-cup-catch", "dmc:ball_in_cup-catch"),
+        ("mujoco:Hoper-v5", "mujoco:Hopper-v5"),
+        ("mujoco:Ant-v5", "gym:Ant-v5"),
     ],
 )
 def test_unknown_spec_names_close_matches(spec: str, expected: str) -> None:

@@ -38,9 +38,9 @@ def test_sigkill_then_resume_continues_from_latest_checkpoint(tmp_path):
     run = tmp_path / "run"
     proc = _cli(f"run_dir={run}", *ARGS)
     latest = run / "checkpoints" / "latest.pt"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 400
     while time.monotonic() < deadline:
-        if latest.exists() and load(latest)["env_steps"] >= 750:
+        if latest.exists() and load(latest)["env_steps"] >= 500:
             break
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
@@ -48,8 +48,8 @@ def test_sigkill_then_resume_continues_from_latest_checkpoint(tmp_path):
     proc.wait()
     killed_at = load(latest)
     step = killed_at["env_steps"]
-    assert 750 <= step < 3000
-    assert len(killed_at["replay"]["action"]) if "action" in killed_at["replay"] else True
+    assert 500 <= step < 3000
+    assert killed_at["replay"]["size"] == step  # the replay buffer is checkpointed with every transition so far
 
     resumed = _cli(f"resume={run}")
     out, err = resumed.communicate(timeout=300)

@@ -29,3 +29,12 @@ def test_dmc_cartpole_swingup_reaches_700_within_100k_steps(tmp_path):
     rows = _train(tmp_path / "run", "experiment=cartpole_swingup", "seed=0")
     assert rows[-1]["env_step"] == 100_000
     assert max(r["eval_return_mean"] for r in rows) >= 700, [round(r["eval_return_mean"]) for r in rows]
+
+
+def test_pendulum_compiled_learns_as_well_as_eager(tmp_path):
+    """torch.compile must not silently break convergence (peers have shipped that bug)."""
+    eager = _train(tmp_path / "eager", "experiment=pendulum", "seed=1", "train.steps=8000")
+    compiled = _train(tmp_path / "compiled", "experiment=pendulum", "seed=1", "train.steps=8000", "agent.compile=true")
+    e, c = eager[-1]["eval_return_mean"], compiled[-1]["eval_return_mean"]
+    assert e >= -300 and c >= -300, (e, c)
+    assert abs(e - c) < 100, (e, c)

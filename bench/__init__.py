@@ -1,0 +1,1 @@
+"""Benchmarks of robot_rl against Stable-Baselines3 (`make bench`; see bench/README.md)."""

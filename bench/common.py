@@ -1,0 +1,261 @@
+"""Plumbing shared by the benchmarks: flags, timing, the machine's description, result files and tables, and a
+Trainer that keeps its evaluation time apart from its training time."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+NEVER = 10**12  # an eval/checkpoint interval no run reaches
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The flags every part understands, so `python -m bench.<part>` and `python -m bench.run` agree."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="short runs for development; figures are indicative only")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads, the same for both libraries")
+    p.add_argument("--device", default="cpu", help="torch device of both libraries' learners (cpu, cuda)")
+    p.add_argument("--out", type=Path, default=None, help="also write this part's figures to a JSON file")
+    p.add_argument("--compile", action="store_true", help="add rows for robot_rl with agent.compile=true")
+    p.add_argument("--bf16", action="store_true", help="add rows for robot_rl with agent.bf16=true")
+    return p
+
+
+def setup(args: argparse.Namespace) -> int:
+    """Apply the shared flags; returns the torch thread count both libraries will run with."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return torch.get_num_threads()
+
+
+# -- timing -------------------------------------------------------------------------------------------------
+def sync(device: str | torch.device) -> None:
+    """Wait for queued device work, so a wall-clock reading covers it (a no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_per_call(fn: Callable[[], Any], calls: int, repeats: int, device: str, warmup: int = 2) -> list[float]:
+    """Seconds per call of `fn`, one figure per repeat of `calls` back-to-back calls (after `warmup` calls)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync(device)
+        out.append((time.perf_counter() - t0) / calls)
+    return out
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def ratio(num: Any, den: Any) -> float | None:
+    """num / den where both are positive numbers (not None, not 'not reached')."""
+    ok = all(isinstance(x, int | float) and x > 0 for x in (num, den))
+    return num / den if ok else None
+
+
+# -- what the figures were measured on ----------------------------------------------------------------------
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_DIR, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def machine_info(threads: int, device: str) -> dict[str, Any]:
+    """Hardware, software versions and load: enough to tell whether two result files are comparable."""
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else None
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_gib, 1) if mem_gib else None,
+        # A loaded machine makes every timing noisy; the load average says how loaded it was.
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch_threads": threads,
+        "device": device,
+        "gpu": torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else None,
+        "versions": {d: _version(d) for d in ("robot-rl", "torch", "mujoco", "gymnasium", "dm_control",
+                                                "stable_baselines3", "numpy")},
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
+    return info
+
+
+# -- results ------------------------------------------------------------------------------------------------
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)  # never leave a half-written result file behind
+    return path
+
+
+def results_path(name: str) -> Path:
+    return RESULTS_DIR / f"{datetime.date.today().isoformat()}-{name}.json"
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A markdown table of `rows` (columns: the given ones, or every key in first-seen order)."""
+    if not rows:
+        return ""
+    if columns is None:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+ROW_COLUMNS = ("benchmark", "metric", "robot_rl", "sb3", "ratio", "target", "note")
+
+
+def row(benchmark: str, metric: str, ours: float | None, sb3: float | None = None, target: str = "",
+        note: str = "", ratio_value: float | None = None, compare: bool = True) -> dict[str, Any]:
+    """One line of the summary table. The ratio is ours / SB3 unless given (e.g. SB3 / ours for times), and
+    absent with compare=False, where the two figures are not the same work."""
+    if compare and ratio_value is None:
+        ratio_value = ratio(ours, sb3)
+    return {"benchmark": benchmark, "metric": metric, "robot_rl": ours, "sb3": sb3,
+            "ratio": ratio_value if compare else None, "target": target, "note": note}
+
+
+def finish(args: argparse.Namespace, part: dict[str, Any]) -> dict[str, Any]:
+    """End of a part's standalone `main`: print its table, write its JSON if asked."""
+    print(markdown_table(part["rows"], ROW_COLUMNS))
+    if args.out:
+        write_json(args.out, part)
+    return part
+
+
+# -- robot_rl runs ------------------------------------------------------------------------------------------
+class StopRun(Exception):
+    """Raised from an evaluation hook to end a run early: threshold reached, budget spent, or measurement done."""
+
+
+def timed_trainer(cfg: Any, run_dir: Path, *, threshold: float | None = None, max_train_s: float | None = None,
+                  stop_at_first_eval: bool = False) -> Any:
+    """A robot_rl Trainer that records (monotonic clock) when its first update finished, keeps evaluation,
+    logging, plotting and checkpoint time apart from training time, and stops at a return threshold.
+
+    Subclassed here rather than in robot_rl because these hooks exist only to measure."""
+    from robot_rl.trainer import Trainer
+
+    class TimedTrainer(Trainer):
+        def __init__(self) -> None:
+            super().__init__(cfg, run_dir)
+            self.excluded_s = 0.0  # evaluation + logging + checkpoints: not training
+            self.first_update_done_t: float | None = None
+            self.first_update_step = 0
+            self.first_eval_t: float | None = None
+            self.curve: list[dict[str, float]] = []
+            self.reached: dict[str, float] | None = None
+            update = self.agent.update
+
+            def update_and_clock(batch: Any) -> Any:
+                out = update(batch)
+                if self.first_update_done_t is None:
+                    self.first_update_done_t, self.first_update_step = time.monotonic(), self.env_steps
+                return out
+
+            self.agent.update = update_and_clock
+
+        def _evaluate_and_log(self, *a: Any, **kw: Any) -> None:
+            t0 = time.monotonic()
+            self.first_eval_t = self.first_eval_t or t0
+            if stop_at_first_eval:
+                raise StopRun
+            train_s = self._wall_time() - self.excluded_s
+            super()._evaluate_and_log(*a, **kw)
+            self.excluded_s += time.monotonic() - t0
+            point = {"env_step": self.env_steps, "return": self.last_eval_return, "train_s": round(train_s, 2)}
+            self.curve.append(point)
+            if threshold is not None and self.last_eval_return >= threshold:
+                self.reached = point
+                raise StopRun
+            if max_train_s is not None and train_s >= max_train_s:
+                raise StopRun
+
+        def save_checkpoint(self) -> None:
+            t0 = time.monotonic()
+            super().save_checkpoint()
+            self.excluded_s += time.monotonic() - t0
+
+    return TimedTrainer()
+
+
+def run_trainer(trainer: Any) -> Any:
+    """Run to the end or to a StopRun; returns the trainer for its clocks."""
+    try:
+        trainer.run()
+    except StopRun:
+        pass
+    return trainer
+
+
+def first_row_at(metrics_csv: Path, threshold: float) -> dict[str, str] | None:
+    """The first metrics.csv row whose mean evaluation return reaches `threshold`."""
+    with open(metrics_csv, newline="") as f:
+        return next((r for r in csv.DictReader(f) if float(r["eval_return_mean"]) >= threshold), None)
+
+
+def variants(args: argparse.Namespace) -> tuple[dict[str, list[str]], list[str]]:
+    """robot_rl variants to measure: fp32 always, plus --compile / --bf16 where SACConfig has the switch.
+    Returns {name: extra overrides} and the names asked for but not available in this checkout."""
+    import dataclasses
+
+    from robot_rl.agents.sac import SACConfig
+
+    fields = {f.name for f in dataclasses.fields(SACConfig)}
+    asked = [name for name in ("compile", "bf16") if getattr(args, name, False)]
+    found = {"fp32": []} | {name: [f"agent.{name}=true"] for name in asked if name in fields}
+    return found, [name for name in asked if name not in fields]

@@ -1,0 +1,194 @@
+"""The native batched MuJoCo backend (``mujoco:``) against gymnasium's own v5 tasks.
+
+Two independent references: (1) ``gym:<id>`` through ``envs.make`` with the same seed and actions, which also
+covers seeding, reset noise, autoreset, time limits and action repeat; (2) the raw, unwrapped gymnasium env
+started from the same copied state and driven with the same controls, which checks the task definitions
+without any of our wrappers. Kept short (a few envs, ~100-200 steps) for the 2-core test machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import envs
+from envs.core import EnvOptions
+from envs.mujoco_backend import TASKS, MujocoBatchedEnv
+
+# Float32 observations/rewards; in practice the two backends agree bit for bit (same model, same complete
+# simulation state, same arithmetic), the tolerance only keeps the test meaningful rather than brittle.
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., envs.BatchedEnv]]:
+    built: list[envs.BatchedEnv] = []
+
+    def _make(*args, **kwargs) -> envs.BatchedEnv:
+        env = envs.make(*args, **kwargs)
+        built.append(env)
+        return env
+
+    yield _make
+    for env in built:
+        env.close()
+
+
+def actions(steps: int, num_envs: int, dim: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.rand(steps, num_envs, dim, generator=gen) * 2 - 1) * scale
+
+
+def test_tasks_listed() -> None:
+    assert {"HalfCheetah-v5", "Hopper-v5"} <= set(TASKS)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_task_constants_are_gymnasium_defaults(name: str) -> None:
+    """Every constant we copied equals the default of gymnasium's constructor (a drift shows up by name)."""
+    entry_point = gym.spec(name).entry_point
+    assert isinstance(entry_point, str)
+    module, cls = entry_point.split(":")
+    params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
+    task = TASKS[name]
+    for field in dataclasses.fields(task):
+        if field.name in params:
+            assert getattr(task, field.name) == params[field.name].default, field.name
+    for absent in ("healthy_reward", "healthy_z_range", "healthy_angle_range", "healthy_state_range"):
+        if absent not in params:
+            assert getattr(task, absent) in (None, 0.0), absent
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_matches_gym_backend_step_for_step(make, name: str) -> None:
+    n, steps = 3, 150
+    # A short time limit puts truncations (and, for Hopper/Walker, terminations) into the window.
+    ours = make(f"mujoco:{name}", num_envs=n, seed=11, max_episode_steps=25)
+    ref = make(f"gym:{name}", num_envs=n, seed=11, max_episode_steps=25)
+    assert ours.observation_spec == ref.observation_spec and ours.action_dim == ref.action_dim
+    assert ours.single_observation_space == ref.single_observation_space
+    assert ours.max_episode_steps == ref.max_episode_steps == 25
+    torch.testing.assert_close(ours.reset()["state"], ref.reset()["state"], **TOL)
+
+    terminations = truncations = 0
+    # Slightly out-of-range actions also exercise the clipping.
+    for action in actions(steps, n, ours.action_dim, seed=5, scale=1.1):
+        obs, reward, terminated, truncated, info = ours.step(action)
+        r_obs, r_reward, r_terminated, r_truncated, r_info = ref.step(action)
+        torch.testing.assert_close(obs["state"], r_obs["state"], **TOL)
+        torch.testing.assert_close(reward, r_reward, **TOL)
+        assert torch.equal(terminated, r_terminated) and torch.equal(truncated, r_truncated)
+        torch.testing.assert_close(info["final_obs"]["state"], r_info["final_obs"]["state"], **TOL)
+        torch.testing.assert_close(info["episode_return"], r_info["episode_return"], **TOL)
+        assert torch.equal(info["episode_length"], r_info["episode_length"])
+        terminations += int(terminated.sum())
+        truncations += int(truncated.sum())
+    assert truncations >= 1  # and terminations, where the task has them:
+    if TASKS[name].terminate_when_unhealthy:
+        assert terminations >= 1, "random actions should make the robot fall within the window"
+
+
+@pytest.mark.parametrize(("name", "terminates"), [("HalfCheetah-v5", False), ("Hopper-v5", True)])
+def test_matches_raw_gymnasium_from_copied_state(name: str, terminates: bool) -> None:
+    raw = gym.make(name).unwrapped  # no wrappers: gymnasium's task definition itself
+    raw.reset(seed=3)
+    ours = MujocoBatchedEnv(name, 1, seed=0)
+    ours.reset()
+    # Both envs are fresh after a reset (zero warmstart, time, controls); give them the same joint state.
+    rng = np.random.default_rng(1)
+    qpos = raw.init_qpos + rng.uniform(-0.05, 0.05, raw.model.nq)
+    qvel = raw.init_qvel + rng.uniform(-0.05, 0.05, raw.model.nv)
+    raw.set_state(qpos, qvel)
+    obs = ours.set_state(qpos[None], qvel[None])
+    np.testing.assert_allclose(obs["state"][0].numpy(), raw._get_obs(), **TOL)
+
+    # The actuators of both tasks span [-1, 1], so the normalised action is the control itself.
+    assert np.all(raw.model.actuator_ctrlrange == [-1.0, 1.0])
+    ended = False
+    for t, action in enumerate(actions(200, 1, ours.action_dim, seed=7)):
+        r_obs, r_reward, r_terminated, _, _ = raw.step(action[0].numpy())
+        obs, reward, terminated, _, info = ours.step(action)
+        assert bool(terminated[0]) == r_terminated, f"step {t}"
+        if r_terminated:  # ours autoreset: the true last observation is in final_obs
+            np.testing.assert_allclose(info["final_obs"]["state"][0].numpy(), r_obs, **TOL)
+        else:
+            np.testing.assert_allclose(obs["state"][0].numpy(), r_obs, **TOL)
+        np.testing.assert_allclose(float(reward[0]), r_reward, **TOL)
+        if r_terminated:
+            ended = True
+            break
+        if t == 100 and not terminates:
+            break
+    assert ended == terminates
+    raw.close()
+    ours.close()
+
+
+def test_action_repeat_stops_at_termination_like_gym_backend(make) -> None:
+    ours = make("mujoco:Hopper-v5", num_envs=4, seed=2, action_repeat=3)
+    ref = make("gym:Hopper-v5", num_envs=4, seed=2, action_repeat=3)
+    assert ours.max_episode_steps == ref.max_episode_steps == 334
+    ours.reset(), ref.reset()
+    terminations = 0
+    for action in actions(60, 4, 3, seed=9):
+        obs, reward, terminated, _, info = ours.step(action)
+        r_obs, r_reward, r_terminated, _, r_info = ref.step(action)
+        torch.testing.assert_close(obs["state"], r_obs["state"], **TOL)
+        torch.testing.assert_close(reward, r_reward, **TOL)
+        assert torch.equal(terminated, r_terminated)
+        torch.testing.assert_close(info["final_obs"]["state"], r_info["final_obs"]["state"], **TOL)
+        terminations += int(terminated.sum())
+    assert terminations >= 1
+
+
+def test_steppers_and_thread_counts_agree_exactly() -> None:
+    """``mujoco.batch`` is bit-identical to one MjData per env at any thread count, and so is the loop."""
+    trajectories = []
+    for kwargs in (
+        {"stepper": "batch", "nthread": 1},
+        {"stepper": "batch", "nthread": 2},
+        {"stepper": "loop"},
+    ):
+        env = MujocoBatchedEnv("Hopper-v5", 5, seed=4, options=EnvOptions(action_repeat=2), **kwargs)
+        assert env.stepper == kwargs["stepper"]
+        rows = [env.reset()["state"].flatten()]
+        for action in actions(60, 5, 3, seed=1):
+            obs, reward, terminated, truncated, info = env.step(action)
+            rows.append(
+                torch.cat(
+                    [obs["state"].flatten(), reward, terminated.float(), info["final_obs"]["state"].flatten()]
+                )
+            )
+        trajectories.append(torch.cat(rows))
+        env.close()
+    assert all(torch.equal(trajectories[0], t) for t in trajectories[1:])
+
+
+def test_returned_tensors_are_not_reused(make) -> None:
+    env = make("mujoco:HalfCheetah-v5", num_envs=2, seed=0)
+    first = env.reset()["state"]
+    kept = first.clone()
+    obs, *_ = env.step(torch.zeros(2, env.action_dim))
+    env.step(torch.ones(2, env.action_dim))
+    assert torch.equal(first, kept) and not torch.equal(obs["state"], first)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="stepper"):
+        MujocoBatchedEnv("Hopper-v5", 1, stepper="threads")
+    with pytest.raises(ValueError, match="camera_id"):
+        envs.make("mujoco:Hopper-v5", camera_id=7)
+    env = MujocoBatchedEnv("Hopper-v5", 2, seed=0)
+    env.reset()
+    with pytest.raises(ValueError, match="shapes"):
+        env.set_state(np.zeros((1, 6)), np.zeros((1, 6)))
+    with pytest.raises(RuntimeError, match="render=True"):
+        env.render()
+    env.close()
