@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import json
 import os
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from robot_rl.agents.sac import SACConfig
+from robot_rl.trainer import Trainer
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -182,58 +186,56 @@ class StopRun(Exception):
     """Raised from an evaluation hook to end a run early: threshold reached, budget spent, or measurement done."""
 
 
-def timed_trainer(cfg: Any, run_dir: Path, *, threshold: float | None = None, max_train_s: float | None = None,
-                  stop_at_first_eval: bool = False) -> Any:
+class TimedTrainer(Trainer):
     """A robot_rl Trainer that records (monotonic clock) when its first update finished, keeps evaluation,
-    logging, plotting and checkpoint time apart from training time, and stops at a return threshold.
+    logging, plotting and checkpoint time apart from training time, and stops at a return threshold or a
+    training-time budget (checked at evaluations), or at its first evaluation (`stop_at_first_eval`).
 
     Subclassed here rather than in robot_rl because these hooks exist only to measure."""
-    from robot_rl.trainer import Trainer
 
-    class TimedTrainer(Trainer):
-        def __init__(self) -> None:
-            super().__init__(cfg, run_dir)
-            self.excluded_s = 0.0  # evaluation + logging + checkpoints: not training
-            self.first_update_done_t: float | None = None
-            self.first_update_step = 0
-            self.first_eval_t: float | None = None
-            self.curve: list[dict[str, float]] = []
-            self.reached: dict[str, float] | None = None
-            update = self.agent.update
+    def __init__(self, cfg: Any, run_dir: Path, *, threshold: float | None = None, max_train_s: float | None = None,
+                 stop_at_first_eval: bool = False) -> None:
+        super().__init__(cfg, run_dir)
+        self.threshold, self.max_train_s, self.stop_at_first_eval = threshold, max_train_s, stop_at_first_eval
+        self.excluded_s = 0.0  # evaluation + logging + checkpoints: not training
+        self.first_update_done_t: float | None = None
+        self.first_update_step = 0
+        self.first_eval_t: float | None = None
+        self.curve: list[dict[str, float]] = []
+        self.reached: dict[str, float] | None = None
+        update = self.agent.update
 
-            def update_and_clock(batch: Any) -> Any:
-                out = update(batch)
-                if self.first_update_done_t is None:
-                    self.first_update_done_t, self.first_update_step = time.monotonic(), self.env_steps
-                return out
+        def update_and_clock(batch: Any) -> Any:
+            out = update(batch)
+            if self.first_update_done_t is None:
+                self.first_update_done_t, self.first_update_step = time.monotonic(), self.env_steps
+            return out
 
-            self.agent.update = update_and_clock
+        self.agent.update = update_and_clock
 
-        def _evaluate_and_log(self, *a: Any, **kw: Any) -> None:
-            t0 = time.monotonic()
-            self.first_eval_t = self.first_eval_t or t0
-            if stop_at_first_eval:
-                raise StopRun
-            train_s = self._wall_time() - self.excluded_s
-            super()._evaluate_and_log(*a, **kw)
-            self.excluded_s += time.monotonic() - t0
-            point = {"env_step": self.env_steps, "return": self.last_eval_return, "train_s": round(train_s, 2)}
-            self.curve.append(point)
-            if threshold is not None and self.last_eval_return >= threshold:
-                self.reached = point
-                raise StopRun
-            if max_train_s is not None and train_s >= max_train_s:
-                raise StopRun
+    def _evaluate_and_log(self, *a: Any, **kw: Any) -> None:
+        t0 = time.monotonic()
+        self.first_eval_t = self.first_eval_t or t0
+        if self.stop_at_first_eval:
+            raise StopRun
+        train_s = self._wall_time() - self.excluded_s
+        super()._evaluate_and_log(*a, **kw)
+        self.excluded_s += time.monotonic() - t0
+        point = {"env_step": self.env_steps, "return": self.last_eval_return, "train_s": round(train_s, 2)}
+        self.curve.append(point)
+        if self.threshold is not None and self.last_eval_return >= self.threshold:
+            self.reached = point
+            raise StopRun
+        if self.max_train_s is not None and train_s >= self.max_train_s:
+            raise StopRun
 
-        def save_checkpoint(self) -> None:
-            t0 = time.monotonic()
-            super().save_checkpoint()
-            self.excluded_s += time.monotonic() - t0
-
-    return TimedTrainer()
+    def save_checkpoint(self) -> None:
+        t0 = time.monotonic()
+        super().save_checkpoint()
+        self.excluded_s += time.monotonic() - t0
 
 
-def run_trainer(trainer: Any) -> Any:
+def run_trainer(trainer: TimedTrainer) -> TimedTrainer:
     """Run to the end or to a StopRun; returns the trainer for its clocks."""
     try:
         trainer.run()
@@ -251,10 +253,6 @@ def first_row_at(metrics_csv: Path, threshold: float) -> dict[str, str] | None:
 def variants(args: argparse.Namespace) -> tuple[dict[str, list[str]], list[str]]:
     """robot_rl variants to measure: fp32 always, plus --compile / --bf16 where SACConfig has the switch.
     Returns {name: extra overrides} and the names asked for but not available in this checkout."""
-    import dataclasses
-
-    from robot_rl.agents.sac import SACConfig
-
     fields = {f.name for f in dataclasses.fields(SACConfig)}
     asked = [name for name in ("compile", "bf16") if getattr(args, name, False)]
     found = {"fp32": []} | {name: [f"agent.{name}=true"] for name in asked if name in fields}

@@ -13,6 +13,7 @@ import datetime
 import json
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default="pendulum,cartpole", help="(c): tasks to run")
     p.add_argument("--seeds", type=int, default=None, help="(c): seeds per task (default: 1 quick; 3 Pendulum)")
     p.add_argument("--update-readme", action="store_true", help="write the table into bench/README.md")
+    p.add_argument("--remark", default="", help="a sentence for the table's header, e.g. how loaded the machine was")
     args = p.parse_args(argv)
     keys = [k for k in args.parts.replace(",", "") if k in PARTS]
     threads = common.setup(args)
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     payload: dict[str, Any] = {
         "name": name, "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick,
-        "command": " ".join([os.path.basename(sys.executable), "-m", "bench.run", *sys.argv[1:]]),
+        "command": shlex.join([os.path.basename(sys.executable), "-m", "bench.run", *sys.argv[1:]]),
         "machine": common.machine_info(threads, args.device), "parts": {},
     }
     for key in keys:
@@ -122,12 +124,15 @@ def main(argv: list[str] | None = None) -> int:
         payload["parts"][key] = part
     payload["elapsed_s"] = round(time.monotonic() - started, 1)
     payload["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    payload["remark"] = args.remark
+    payload["table"] = table = tables(payload["parts"])
     path = common.write_json(unique_path(name), payload)
 
     m = payload["machine"]
-    text = (f"{'Quick-mode' if args.quick else 'Full'} figures, {payload['date'][:10]}, `{path.name}`: "
-            f"{m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, {m['device']}, load average "
-            f"{(m['load_average'] or [math.nan])[0]:.1f} at start. Command: `{payload['command']}`.\n\n{tables(payload['parts'])}")
+    text = (f"{'Quick-mode figures (short runs, indicative only)' if args.quick else 'Full figures'}, "
+            f"{payload['date'][:10]}, `{path.name}`: {m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch "
+            f"threads, {m['device']}, load average {(m['load_average'] or [math.nan])[0]:.1f} at start. "
+            f"{args.remark + ' ' if args.remark else ''}Command: `{payload['command']}`.\n\n{table}")
     print("\n" + text + f"\n\nresults: {path}")
     if args.update_readme:
         update_readme(text)

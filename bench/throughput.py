@@ -43,7 +43,7 @@ def run_ours(k: int, seed: int, threads: int, device: str, extra: list[str]) -> 
     # replacement), so its timed window starts at step 256 instead of 100: run that much longer.
     cfg = compose_train_config(ours_overrides(OURS_FIRST_UPDATE + k, seed, threads, device) + extra)
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as run_dir:
-        t = common.run_trainer(common.timed_trainer(cfg, Path(run_dir), stop_at_first_eval=True))
+        t = common.run_trainer(common.TimedTrainer(cfg, Path(run_dir), stop_at_first_eval=True))
     # The first eval fires once train.steps is reached, right after the last update.
     return (t.env_steps - t.first_update_step) / (t.first_eval_t - t.first_update_done_t)
 

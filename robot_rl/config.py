@@ -17,7 +17,9 @@ from robot_rl.fields import help_field as _help
 
 @dataclass
 class EnvConfig:
-    spec: str = _help("gym:Pendulum-v1", "environment spec: gym:<gymnasium id> or dmc:<domain>-<task>")
+    spec: str = _help(
+        "gym:Pendulum-v1", "environment spec: gym:<gymnasium id>, dmc:<domain>-<task> or mujoco:<task>-v5"
+    )
     num_envs: int = _help(1, "parallel training environments")
     num_eval_envs: int = _help(10, "evaluation environments; each evaluation runs one episode in each")
     action_repeat: int = _help(1, "repeat each action this many times (dm_control convention: 2-8)")

@@ -93,6 +93,7 @@ class Trainer:
         self.evals = 0
         self.best_return = -float("inf")
         self.wall_offset_s = 0.0
+        self._t0: float | None = None  # set when run() starts
         self.last_eval_return: float | None = None
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,7 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------------------------
     def _wall_time(self) -> float:
-        return self.wall_offset_s + (time.monotonic() - self._t0 if hasattr(self, "_t0") else 0.0)
+        return self.wall_offset_s + (time.monotonic() - self._t0 if self._t0 is not None else 0.0)
 
     def run(self) -> dict:
         cfg, env, agent = self.cfg, self.env, self.agent

@@ -94,9 +94,13 @@ class SAC:
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
         # torch.compile fuses the elementwise work around the matmuls of the two losses; backward and the
-        # (fused) optimiser steps stay eager. Compilation costs tens of seconds once, so it is opt-in.
-        self._critic_loss_fn = torch.compile(self._critic_loss) if cfg.compile else self._critic_loss
-        self._actor_loss_fn = torch.compile(self._actor_loss) if cfg.compile else self._actor_loss
+        # (fused) optimiser steps stay eager. Compilation costs tens of seconds once, so it is opt-in. On CUDA
+        # "reduce-overhead" also replays the losses as CUDA graphs; a graph's outputs live in memory that the
+        # next replay overwrites, so `update` clones what it returns (see test_sac's CUDA-graph test).
+        self._cuda_graphs = cfg.compile and self.device.type == "cuda"
+        mode = "reduce-overhead" if self._cuda_graphs else None
+        self._critic_loss_fn = torch.compile(self._critic_loss, mode=mode) if cfg.compile else self._critic_loss
+        self._actor_loss_fn = torch.compile(self._actor_loss, mode=mode) if cfg.compile else self._actor_loss
 
     # -- acting ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -108,9 +112,14 @@ class SAC:
     def update(self, batch: Batch) -> dict[str, Tensor]:
         """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update."""
         for i in range(batch.action.shape[0]):
+            if self._cuda_graphs:
+                torch.compiler.cudagraph_mark_step_begin()
             critic_metrics = self._update_critic(batch.index(i))
+        if self._cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         actor_metrics = self._update_actor_and_temperature(batch.index(-1).obs["state"])
-        return {**critic_metrics, **actor_metrics}
+        metrics = {**critic_metrics, **actor_metrics}
+        return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
 
     def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor):
         cfg = self.cfg

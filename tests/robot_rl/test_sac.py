@@ -138,3 +138,18 @@ def test_compiled_update_matches_eager():
             losses.append(agent.update(_batch(64, seed=i).reshape(1, 64))["critic_loss"])
         results.append(torch.stack(losses))
     torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA graphs)")
+def test_cuda_graph_update_outputs_survive_the_next_replay():
+    """CUDA-graph replay reuses output memory: metrics returned by one update must not change after the next."""
+    torch.manual_seed(0)
+    agent = SAC(4, 2, SACConfig(hidden_dims=[32, 32], compile=True), device="cuda")
+    first = None
+    for i in range(4):
+        m = agent.update(_batch(64, seed=i).to("cuda").reshape(1, 64))
+        if i == 2:
+            first = {k: v.clone() for k, v in m.items()}
+            kept = m
+    for k in first:
+        torch.testing.assert_close(kept[k], first[k])
