@@ -82,7 +82,7 @@ def ratio(num: Any, den: Any) -> float | None:
 
 
 # -- what the figures were measured on ----------------------------------------------------------------------
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -110,7 +110,7 @@ def machine_info(threads: int, device: str) -> dict[str, Any]:
     """Hardware, software versions and load: enough to tell whether two result files are comparable."""
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else None
     info: dict[str, Any] = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "memory_gib": round(mem_gib, 1) if mem_gib else None,
         # A loaded machine makes every timing noisy; the load average says how loaded it was.

@@ -32,20 +32,11 @@ import numpy as np
 import torch
 
 import envs
+from bench.common import cpu_model
 from envs.mujoco_backend import MujocoBatchedEnv
 
 IMPLS = ("sync", "gym", "mujoco", "mujoco-1t")
 ACTION_POOL = 64  # distinct pre-drawn action batches, cycled through
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _load() -> list[float] | None:
@@ -59,7 +50,7 @@ def machine_info() -> dict[str, Any]:
     except AttributeError:  # not on Linux
         usable = os.cpu_count()
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "usable_cores": usable,
         "load_average": _load(),

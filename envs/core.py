@@ -125,6 +125,21 @@ class BatchedEnv(abc.ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(spec={self.spec!r}, num_envs={self.num_envs}, device={self.device})"
 
+    # Shared checks; implementations set ``_closed`` and ``_render``.
+    _closed: bool = False
+    _render: bool = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.spec} env is closed")
+
+    def _check_render(self, index: int) -> None:
+        self._check_open()
+        if not self._render:
+            raise RuntimeError(f"{self.spec} was made without rendering; pass render=True to envs.make")
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"render index {index} out of range for num_envs={self.num_envs}")
+
 
 class SyncBatchedEnv(BatchedEnv):
     """``BatchedEnv`` over a list of single gymnasium envs stepped one after another in this process.
@@ -256,11 +271,7 @@ class SyncBatchedEnv(BatchedEnv):
 
     def render(self, index: int = 0) -> np.ndarray:
         """Frame of one sub-env; only available when the env was made with ``render=True``."""
-        self._check_open()
-        if not self._render:
-            raise RuntimeError(f"{self.spec} was made without rendering; pass render=True to envs.make")
-        if not 0 <= index < self.num_envs:
-            raise IndexError(f"render index {index} out of range for num_envs={self.num_envs}")
+        self._check_render(index)
         frame = self._envs[index].render()
         if frame is None:
             raise RuntimeError(f"sub-env {index} of {self.spec} returned no frame")
@@ -273,10 +284,6 @@ class SyncBatchedEnv(BatchedEnv):
         self._closed = True
         for env in self._envs:
             env.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{self.spec} env is closed")
 
     def _check_action(self, action: torch.Tensor) -> np.ndarray:
         """Validate on the caller's device, then move to CPU numpy once for the whole batch."""

@@ -432,11 +432,7 @@ class MujocoBatchedEnv(BatchedEnv):
 
     def render(self, index: int = 0) -> np.ndarray:
         """Frame (H, W, 3) uint8 of sub-env ``index``; only when made with ``render=True``."""
-        self._check_open()
-        if not self._render:
-            raise RuntimeError(f"{self.spec} was made without rendering; pass render=True to envs.make")
-        if not 0 <= index < self.num_envs:
-            raise IndexError(f"render index {index} out of range for num_envs={self.num_envs}")
+        self._check_render(index)
         if self._renderer is None:
             height, width = self._render_size
             self._renderer = mujoco.Renderer(self._model, height, width)
@@ -546,10 +542,6 @@ class MujocoBatchedEnv(BatchedEnv):
             np.maximum(self._ctrl_center + a * self._ctrl_half, self._ctrl_low), self._ctrl_high
         )
         return ctrl.astype(np.float32)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{self.spec} env is closed")
 
     def _check_action(self, action: torch.Tensor) -> np.ndarray:
         """Shape/dtype/finiteness checks and clipping; float32 numpy [N, A] in [-1, 1].
