@@ -44,10 +44,10 @@ TASKS = {
         sb3_hparams={"learning_rate": 1e-3},
     ),
     "cartpole": Task(
-        "dmc cartpole-swingup", 800.0, ("cartpole_swingup",),
-        # The preset evaluates every 10k steps; 5k halves the error of the time-to-threshold reading.
-        ["train.eval_every=5000"],
-        quick=(20_000, 300.0, 1), full=(200_000, 3600.0, 1),
+        "dmc cartpole-swingup", 800.0,
+        # The preset: action repeat 8, 12,500 agent steps (= 100k env steps), evaluated every 1,250.
+        ["experiment=cartpole_swingup"],
+        quick=(12_500, 300.0, 1), full=(25_000, 1800.0, 3),
     ),
 }
 

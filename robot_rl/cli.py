@@ -88,8 +88,10 @@ def _train(overrides: list[str]) -> int:
         )
     summary = trainer.run()
     best = summary["best_eval_return"]
+    repeat = cfg.env.action_repeat
+    repeated = f" (x{repeat} action repeat = {summary['env_steps'] * repeat:,} control steps)" if repeat > 1 else ""
     print(
-        f"done: {summary['env_steps']:,} env steps in {summary['wall_time_s']:.0f}s | "
+        f"done: {summary['env_steps']:,} env steps{repeated} in {summary['wall_time_s']:.0f}s | "
         f"last eval return {summary['last_eval_return']:.1f} | best {best:.1f} | outputs in {run_dir}",
         flush=True,
     )

@@ -25,9 +25,10 @@ def test_pendulum_sac_reaches_minus_250_within_15k_steps(tmp_path):
     assert rows[-1]["eval_return_mean"] >= -300, [round(r["eval_return_mean"]) for r in rows]
 
 
-def test_dmc_cartpole_swingup_reaches_700_within_100k_steps(tmp_path):
+def test_dmc_cartpole_swingup_reaches_700_within_100k_env_steps(tmp_path):
+    # action repeat 8: 12,500 agent steps are 100k environment (control) steps
     rows = _train(tmp_path / "run", "experiment=cartpole_swingup", "seed=0")
-    assert rows[-1]["env_step"] == 100_000
+    assert rows[-1]["env_step"] == 12_500
     assert max(r["eval_return_mean"] for r in rows) >= 700, [round(r["eval_return_mean"]) for r in rows]
 
 
