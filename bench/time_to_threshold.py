@@ -46,7 +46,7 @@ TASKS = {
     "cartpole": Task(
         "dmc cartpole-swingup", 800.0,
         # The preset: action repeat 8, 12,500 agent steps (= 100k env steps), evaluated every 1,250.
-        ["experiment=cartpole_swingup"],
+        ("cartpole_swingup",), [],
         quick=(12_500, 300.0, 1), full=(25_000, 1800.0, 3),
     ),
 }
