@@ -6,7 +6,6 @@ Envs are kept tiny (2-3 sub-envs, short horizons) so the module runs in well und
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
 
 import dm_env
 import gymnasium as gym
@@ -35,19 +34,6 @@ DEFAULT_LIMITS = {
 N = 3
 
 
-@pytest.fixture
-def make() -> Iterator[Callable[..., envs.BatchedEnv]]:
-    """envs.make, closing every env it built at teardown (renderers hold EGL contexts)."""
-    built: list[envs.BatchedEnv] = []
-
-    def _make(*args, **kwargs) -> envs.BatchedEnv:
-        env = envs.make(*args, **kwargs)
-        built.append(env)
-        return env
-
-    yield _make
-    for env in built:
-        env.close()
 
 
 def random_actions(steps: int, num_envs: int, dim: int, seed: int = 0) -> torch.Tensor:

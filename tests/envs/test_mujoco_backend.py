@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -27,18 +26,6 @@ from envs.mujoco_backend import TASKS, MujocoBatchedEnv
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.fixture
-def make() -> Iterator[Callable[..., envs.BatchedEnv]]:
-    built: list[envs.BatchedEnv] = []
-
-    def _make(*args, **kwargs) -> envs.BatchedEnv:
-        env = envs.make(*args, **kwargs)
-        built.append(env)
-        return env
-
-    yield _make
-    for env in built:
-        env.close()
 
 
 def actions(steps: int, num_envs: int, dim: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
