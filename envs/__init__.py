@@ -13,6 +13,8 @@ import os
 
 # Headless rendering by default; must be set before anything imports mujoco / dm_control.
 os.environ.setdefault("MUJOCO_GL", "egl")
+# Classic-control tasks render through pygame/SDL: off-screen, so no display (or XDG_RUNTIME_DIR) is needed.
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import importlib  # noqa: E402
 from typing import Any  # noqa: E402
