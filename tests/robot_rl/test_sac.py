@@ -126,8 +126,13 @@ def test_bf16_autocast_update_learns_and_keeps_fp32_weights():
 
 
 @pytest.mark.slow
-def test_compiled_update_matches_eager():
+def test_compiled_update_matches_eager(monkeypatch):
     """Same seed, same batches: the compiled losses give the eager losses (up to float reassociation)."""
+    import torch._inductor.config as inductor_config
+
+    # Inductor draws random numbers its own way; make it use eager's generator so the two runs see the same noise.
+    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    torch._dynamo.reset()
     results = []
     for compile_ in (False, True):
         torch.manual_seed(0)
