@@ -54,6 +54,15 @@ class TanhGaussianActor(nn.Module):
         squash_correction = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
         return torch.tanh(u), gaussian_log_prob - squash_correction
 
+    def log_prob(self, obs: Tensor, action: Tensor, eps: float = 1e-6) -> Tensor:
+        """log pi(action | obs) [B] of given actions in [-1, 1] (e.g. a dataset's), clamped inside the open box."""
+        mean, log_std = self.distribution_params(obs)
+        u = torch.atanh(action.clamp(-1.0 + eps, 1.0 - eps))
+        noise = (u - mean) * torch.exp(-log_std)
+        gaussian_log_prob = (-0.5 * noise.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+        squash_correction = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return gaussian_log_prob - squash_correction
+
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = False) -> Tensor:
         return self(obs, deterministic)[0]

@@ -11,6 +11,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from robot_rl.agents.calql import CalQLConfig
+from robot_rl.agents.iql import IQLConfig
 from robot_rl.agents.sac import SACConfig
 from robot_rl.fields import help_field as _help
 
@@ -38,6 +40,33 @@ class LoopConfig:
 
 
 @dataclass
+class DataConfig:
+    path: str | None = _help(
+        None, "prior data: a dataset directory (LeRobot v3 layout, e.g. from `robot-rl collect`) of demos or logs"
+    )
+    max_episodes: int | None = _help(None, "use only the first N episodes of the dataset")
+    mix_online: bool = _help(
+        True, "sample prior data in every online batch (RLPD); false = online data only (WSRL after pretraining)"
+    )
+    prior_fraction: float = _help(0.5, "fraction of each online batch drawn from the prior data (RLPD: 0.5)")
+
+
+@dataclass
+class OfflineConfig:
+    algorithm: str = _help("calql", "offline pretraining: calql, cql (Cal-QL without calibration) or iql")
+    steps: int = _help(0, "offline gradient steps on data.path before online training (0: no pretraining)")
+    eval_every: int = _help(2_000, "evaluate the policy every this many offline steps")
+    init: str | None = _help(
+        None, "start from the agent of this checkpoint file (e.g. <run>/checkpoints/pretrained.pt) instead"
+    )
+    calql: CalQLConfig = field(default_factory=CalQLConfig)
+    iql: IQLConfig = field(default_factory=IQLConfig)
+
+
+OFFLINE_ALGORITHMS = ("calql", "cql", "iql")
+
+
+@dataclass
 class TrainConfig:
     seed: int = _help(0, "seed of networks, replay sampling and environments")
     device: str = _help("cpu", "torch device of the learner and replay (cpu, cuda, cuda:1)")
@@ -49,6 +78,8 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: SACConfig = field(default_factory=SACConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad value (types are checked by the schema merge)."""
@@ -68,10 +99,21 @@ class TrainConfig:
             (len(self.train.video_size) == 2 and min(self.train.video_size) >= 16,
              "train.video_size must be [height, width], each >= 16"),
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
+            (self.data.max_episodes is None or self.data.max_episodes >= 1, "data.max_episodes must be >= 1 or null"),
+            (0.0 < self.data.prior_fraction < 1.0, "data.prior_fraction must be in (0, 1)"),
+            (self.offline.algorithm in OFFLINE_ALGORITHMS,
+             f"offline.algorithm must be one of {', '.join(OFFLINE_ALGORITHMS)}"),
+            (self.offline.steps >= 0, "offline.steps must be >= 0"),
+            (self.offline.eval_every >= 1, "offline.eval_every must be >= 1"),
+            (self.offline.steps == 0 or self.data.path is not None,
+             "offline.steps > 0 needs a dataset: set data.path=<dataset dir>"),
+            (self.offline.steps == 0 or self.offline.init is None, "set either offline.steps or offline.init, not both"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.offline.calql.validate()
+        self.offline.iql.validate()
 
 
 def describe(cls: type = TrainConfig, prefix: str = "", instance: Any = None) -> list[tuple[str, str, str]]:

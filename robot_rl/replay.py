@@ -52,15 +52,16 @@ class Batch:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     @staticmethod
-    def cat(batches: list[Batch]) -> Batch:
-        """Concatenate along the batch dim (RLPD mixes an offline and an online batch this way)."""
+    def cat(batches: list[Batch], dim: int = 0) -> Batch:
+        """Concatenate along a batch dim (RLPD mixes a prior and an online batch this way; with batches shaped
+        [utd, b_i] use ``dim=1`` so that every one of the ``utd`` minibatches gets its share of both)."""
         first = batches[0]
         return Batch(
-            obs={k: torch.cat([b.obs[k] for b in batches]) for k in first.obs},
-            action=torch.cat([b.action for b in batches]),
-            reward=torch.cat([b.reward for b in batches]),
-            next_obs={k: torch.cat([b.next_obs[k] for b in batches]) for k in first.next_obs},
-            discount=torch.cat([b.discount for b in batches]),
+            obs={k: torch.cat([b.obs[k] for b in batches], dim) for k in first.obs},
+            action=torch.cat([b.action for b in batches], dim),
+            reward=torch.cat([b.reward for b in batches], dim),
+            next_obs={k: torch.cat([b.next_obs[k] for b in batches], dim) for k in first.next_obs},
+            discount=torch.cat([b.discount for b in batches], dim),
         )
 
 
@@ -188,6 +189,45 @@ class ReplayBuffer:
 
         self._pos = (p + 1) % self.T
         self._size = min(self._size + 1, self.T)
+
+    def extend(
+        self,
+        obs: dict[str, Tensor],
+        action: Tensor,
+        reward: Tensor,
+        next_obs: dict[str, Tensor],
+        terminated: Tensor,
+        truncated: Tensor,
+    ) -> None:
+        """Store M consecutive steps of a single-env buffer at once (leading dim M), e.g. a whole dataset.
+
+        Episodes must be contiguous and each one's last step flagged terminated or truncated, as a dataset read
+        by ``robot_rl.datasets`` is; if M exceeds the capacity only the newest steps are kept.
+        """
+        if self.num_envs != 1:
+            raise ValueError(f"extend needs a single-env buffer (num_envs=1), this one has {self.num_envs}")
+        m = int(action.shape[0])
+        for label, group in (("obs", obs), ("next_obs", next_obs)):
+            if group.keys() != self.obs_spec.keys():
+                raise ValueError(f"{label} keys {sorted(group)} do not match obs_spec keys {sorted(self.obs_spec)}")
+            for k, (shape, _) in self.obs_spec.items():
+                self._check(f"{label}[{k!r}]", group[k], (m, *shape))
+        self._check("action", action, (m, self.action_dim))
+        for name, t in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if t.numel() != m:
+                raise ValueError(f"{name}: expected {m} elements, got shape {tuple(t.shape)}")
+        keep = slice(max(0, m - self.T), m)
+        n = keep.stop - keep.start
+        rows = (self._pos + torch.arange(n, device=self.device)) % self.T
+        for k in self.obs_spec:
+            self.obs[k][rows, 0] = obs[k][keep].to(self.device, self.obs[k].dtype)
+            self.next_obs[k][rows, 0] = next_obs[k][keep].to(self.device, self.next_obs[k].dtype)
+        self.action[rows, 0] = action[keep].to(self.device, self.action.dtype)
+        self.reward[rows, 0] = reward.reshape(m)[keep].to(self.device, self.reward.dtype)
+        self.terminated[rows, 0] = terminated.reshape(m)[keep].to(self.device).bool()
+        self.truncated[rows, 0] = truncated.reshape(m)[keep].to(self.device).bool()
+        self._pos = (self._pos + n) % self.T
+        self._size = min(self._size + n, self.T)
 
     # ----------------------------------------------------------------- sampling
 

@@ -1,8 +1,13 @@
 """The training loop: collect from N envs, update, evaluate on separate envs, log, checkpoint, resume.
 
+With prior data (`data.path`) the same loop runs RLPD (prior and online data in every batch), and with
+`offline.steps` it first pretrains offline (Cal-QL, CQL or IQL), then warms up by rolling out the pretrained
+policy for `train.learning_starts` steps without updates, then fine-tunes online: WSRL (see `robot_rl.offline`).
+
 A run directory holds everything needed to continue: `config.yaml`, `checkpoints/latest.pt` (weights,
 optimisers, replay, RNG states, counters), `checkpoints/best.pt` (weights of the best evaluation),
-`metrics.csv`, `tensorboard/`, `learning_curve.png` and `videos/`.
+`checkpoints/pretrained.pt` (after offline pretraining), `metrics.csv` (`offline_metrics.csv`),
+`tensorboard/`, `learning_curve.png` and `videos/`.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from robot_rl.agents.sac import SAC
 from robot_rl.config import TrainConfig
 from robot_rl.evaluation import evaluate, record_video
 from robot_rl.logger import MetricsLogger, Progress
+from robot_rl.offline import OfflineData, pretrain
 from robot_rl.plots import plot_learning_curve
-from robot_rl.replay import ReplayBuffer
+from robot_rl.replay import Batch, ReplayBuffer
 
 CHECKPOINT_FORMAT = 1
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share initial states with training episodes
@@ -88,6 +94,16 @@ class Trainer:
             gamma=cfg.agent.gamma,
             n_step=cfg.agent.n_step,
         )
+        self.prior: OfflineData | None = None
+        self.prior_replay: ReplayBuffer | None = None
+        if cfg.data.path:
+            self.prior = OfflineData.load(cfg.data.path, cfg.agent.gamma, cfg.data.max_episodes, cfg.device)
+            self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}")
+            if cfg.data.mix_online:
+                self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)
+        # A pretrained agent explores with its own policy before learning starts (WSRL warm-up), not uniformly.
+        self.pretrained = cfg.offline.steps > 0 or cfg.offline.init is not None
+        self.offline_updates = 0
         self.env_steps = 0
         self.updates = 0
         self.evals = 0
@@ -100,6 +116,8 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         if resume:
             self._restore(checkpoint.load(self.ckpt_dir / "latest.pt"))
+        elif cfg.offline.init:
+            self._load_init_agent(Path(cfg.offline.init))
         OmegaConf.save(OmegaConf.structured(cfg), self.run_dir / "config.yaml")
         self.logger = MetricsLogger(self.run_dir, resume_step=self.env_steps if resume else None)
         self.progress = Progress(cfg.train.steps, quiet=cfg.quiet)
@@ -110,6 +128,7 @@ class Trainer:
             "format": CHECKPOINT_FORMAT,
             "config": asdict(self.cfg),
             "env_steps": self.env_steps,
+            "offline_updates": self.offline_updates,
             "updates": self.updates,
             "evals": self.evals,
             "best_return": self.best_return,
@@ -144,9 +163,47 @@ class Trainer:
                 f"checkpoint does not fit this configuration ({e}); resume with the run's own config.yaml"
             ) from e
         self.env_steps, self.updates, self.evals = state["env_steps"], state["updates"], state["evals"]
+        self.offline_updates = state.get("offline_updates", 0)
         self.best_return, self.last_eval_return = state["best_return"], state["last_eval_return"]
         self.wall_offset_s = state["wall_time_s"]
         _set_rng_state(state["rng"])
+
+    def _load_init_agent(self, path: Path) -> None:
+        state = checkpoint.load(path)
+        try:
+            self.agent.load_state_dict(state["agent"])
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise checkpoint.CheckpointError(
+                f"offline.init={path}: its agent does not fit this configuration ({e}); use the same env and "
+                "agent settings as the run that wrote it"
+            ) from e
+
+    def _pretrain(self) -> None:
+        assert self.prior is not None
+
+        def save(step: int) -> None:
+            self.offline_updates = step
+            self.save_checkpoint()
+            if step == self.cfg.offline.steps:
+                checkpoint.atomic_save(
+                    {"format": CHECKPOINT_FORMAT, "config": asdict(self.cfg), "agent": self.agent.state_dict()},
+                    self.ckpt_dir / "pretrained.pt",
+                )
+
+        pretrain(
+            self.cfg, self.agent, self.prior, self.offline_updates, self._eval_policy, self.run_dir, save,
+            self.progress.message,
+        )
+
+    def _sample(self, batch_size: int, utd: int):
+        """`utd` minibatches of `batch_size`; with RLPD each mixes prior and online data in a fixed ratio."""
+        if self.prior_replay is None:
+            return self.replay.sample(batch_size * utd).reshape(utd, batch_size)
+        n_prior = max(1, round(batch_size * self.cfg.data.prior_fraction))
+        n_online = batch_size - n_prior
+        prior = self.prior_replay.sample(n_prior * utd).reshape(utd, n_prior)
+        online = self.replay.sample(n_online * utd).reshape(utd, n_online)
+        return Batch.cat([prior, online], dim=1)
 
     # -- the loop -------------------------------------------------------------------------------------------
     def _wall_time(self) -> float:
@@ -173,8 +230,12 @@ class Trainer:
         if resumed:
             self.progress.message(f"resumed {self.run_dir} at step {self.env_steps:,}")
         try:
+            if self.offline_updates < cfg.offline.steps:
+                self._pretrain()
+            if self.pretrained and self.env_steps == 0 and self.evals == 0:
+                self._evaluate_and_log({}, 0, None, 0.0)  # the starting point: the pretrained policy
             while self.env_steps < cfg.train.steps:
-                if self.env_steps < cfg.train.learning_starts:
+                if self.env_steps < cfg.train.learning_starts and not self.pretrained:
                     action = torch.rand(n, env.action_dim, device=env.device) * 2 - 1
                 else:
                     action = agent.act(obs).to(env.device)
@@ -188,7 +249,7 @@ class Trainer:
 
                 if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
                     for _ in range(n):
-                        metrics = agent.update(self.replay.sample(batch_size * utd).reshape(utd, batch_size))
+                        metrics = agent.update(self._sample(batch_size, utd))
                         for k, v in metrics.items():
                             metric_sums[k] = metric_sums[k] + v if k in metric_sums else v.clone()
                         metric_count += 1
@@ -233,11 +294,7 @@ class Trainer:
         self, metric_sums: dict[str, torch.Tensor], metric_count: int, train_return: float | None, rate: float
     ) -> None:
         cfg = self.cfg
-        result = evaluate(
-            lambda o: self.agent.act(o, deterministic=True).to(self.eval_env.device),
-            self.eval_env,
-            seed=cfg.seed + EVAL_SEED_OFFSET,
-        )
+        result = self._eval_policy()
         self.evals += 1
         self.last_eval_return = result["eval_return_mean"]
         row: dict[str, float | None] = {
@@ -259,6 +316,13 @@ class Trainer:
         self.progress.message(
             f"[eval] step {self.env_steps:,} | return {result['eval_return_mean']:.1f} "
             f"± {result['eval_return_std']:.1f}{success} | {self._wall_time():.0f}s"
+        )
+
+    def _eval_policy(self) -> dict[str, float | None]:
+        return evaluate(
+            lambda o: self.agent.act(o, deterministic=True).to(self.eval_env.device),
+            self.eval_env,
+            seed=self.cfg.seed + EVAL_SEED_OFFSET,
         )
 
     def _record_final_video(self) -> None:

@@ -121,17 +121,22 @@ class SAC:
         metrics = {**critic_metrics, **actor_metrics}
         return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
 
-    def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor):
+    @torch.no_grad()
+    def td_target(self, reward: Tensor, discount: Tensor, next_obs: Tensor) -> Tensor:
+        """The soft TD target [B]: reward + discount * (min over a random target subset - alpha * log pi)."""
         cfg = self.cfg
-        with torch.no_grad(), self._autocast():
+        with self._autocast():
             next_action, next_log_prob = self.actor(next_obs)
             target_q_all = self.critic_target(next_obs, next_action).float()  # [E, B]
-            # A random subset of the target ensemble (argsort of uniform noise: compile-friendly randperm).
-            subset = torch.rand(cfg.num_critics, device=obs.device).argsort()[: cfg.num_target_critics]
-            next_v = target_q_all[subset].min(dim=0).values
-            if cfg.backup_entropy:
-                next_v = next_v - self.log_alpha.exp() * next_log_prob.float()
-            target = reward + discount * next_v
+        # A random subset of the target ensemble (argsort of uniform noise: compile-friendly randperm).
+        subset = torch.rand(cfg.num_critics, device=next_obs.device).argsort()[: cfg.num_target_critics]
+        next_v = target_q_all[subset].min(dim=0).values
+        if cfg.backup_entropy:
+            next_v = next_v - self.log_alpha.exp() * next_log_prob.float()
+        return reward + discount * next_v
+
+    def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor):
+        target = self.td_target(reward, discount, next_obs)
         with self._autocast():
             q = self.critic(obs, action).float()  # [E, B]
         critic_loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q), reduction="none").mean(dim=1).sum()
@@ -151,12 +156,20 @@ class SAC:
         critic_loss, q_mean = self._critic_loss_fn(
             b.obs["state"], b.action, b.reward, b.discount, b.next_obs["state"]
         )
+        self.step_critic(critic_loss)
+        return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
+
+    def step_critic(self, critic_loss: Tensor) -> None:
+        """One optimiser step of the critics on `critic_loss`, then the Polyak update of the targets."""
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
-        return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
+
+    def update_actor_and_temperature(self, obs: Tensor) -> dict[str, Tensor]:
+        """One actor step against the ensemble mean and one temperature step (also used by offline learners)."""
+        return self._update_actor_and_temperature(obs)
 
     def _update_actor_and_temperature(self, obs: Tensor) -> dict[str, Tensor]:
         alpha = self.log_alpha.exp().detach()
