@@ -1,0 +1,82 @@
+"""Tabletop arm backend: ``arm:<task>[-sparse][-pixels]`` specs over ``envs.arm.ArmEnv``.
+
+Tasks are ``reach``, ``push`` and ``pick_place`` (see ``envs.arm.tasks`` for control, observation layout and
+rewards). Suffixes, in this order:
+
+* ``-sparse``: reward 1.0 on success, else 0.0 (without it: the dense shaped reward);
+* ``-pixels``: the observation becomes ``{"state": float32 [29], "pixels": uint8 [H, W, 3]}`` from the fixed
+  ``front`` camera. ``(H, W)`` is ``render_size`` when the caller sets one, else 84x84 (the default
+  ``render_size`` of 240x320 is meant for videos, not for learning from pixels).
+
+Examples: ``arm:reach``, ``arm:push-sparse``, ``arm:pick_place-sparse-pixels``. The default time limit is the
+task's (``envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100 control steps at 20 Hz), divided by
+``action_repeat``. ``camera_id`` picks the camera for pixels and ``render()`` (0 = ``front``, 1 = ``side``).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+
+from .core import EnvOptions, UnknownEnvError
+from .wrappers import ActionRepeat, NormalizedAction, default_time_limit
+
+PREFIX = "arm:"
+TASKS = ("reach", "push", "pick_place")
+PIXELS_SIZE = (84, 84)
+_DEFAULT_RENDER_SIZE = EnvOptions().render_size
+
+
+def spec_names() -> list[str]:
+    """Every valid ``arm:`` spec."""
+    return [
+        f"{PREFIX}{task}{sparse}{pixels}"
+        for task in TASKS
+        for sparse in ("", "-sparse")
+        for pixels in ("", "-pixels")
+    ]
+
+
+def parse(name: str) -> tuple[str, str, bool]:
+    """Split a spec name without the prefix into ``(task, reward, pixels)``; raises ``UnknownEnvError``."""
+    rest, pixels, reward = name, False, "dense"
+    if rest.endswith("-pixels"):
+        rest, pixels = rest[: -len("-pixels")], True
+    if rest.endswith("-sparse"):
+        rest, reward = rest[: -len("-sparse")], "sparse"
+    if rest not in TASKS:
+        valid = spec_names()
+        close = difflib.get_close_matches(PREFIX + name, valid, n=3, cutoff=0.6)
+        hint = f"close matches: {', '.join(close)}; " if close else ""
+        raise UnknownEnvError(f"unknown env spec {PREFIX + name!r}: {hint}valid choices: {', '.join(valid)}")
+    return rest, reward, pixels
+
+
+def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
+    """Build one arm env for ``name`` (spec without ``arm:``); returns it and its time limit in agent steps."""
+    task, reward, pixels = parse(name)
+    from .arm.tasks import TIME_LIMITS, ArmEnv  # lazy: keeps `import envs` free of the MuJoCo scene
+
+    pixel_size = options.render_size if options.render_size != _DEFAULT_RENDER_SIZE else PIXELS_SIZE
+    env: gym.Env = ArmEnv(
+        task,
+        reward,
+        pixels=pixels,
+        pixel_size=pixel_size,
+        render_mode="rgb_array" if options.render else None,
+        render_size=options.render_size,
+        camera="front" if options.camera_id is None else options.camera_id,
+    )
+    try:
+        env = NormalizedAction(env)  # identity on Box(-1, 1); keeps the shared NaN / shape checks
+        if options.action_repeat > 1:
+            env = ActionRepeat(env, options.action_repeat)
+        limit = options.max_episode_steps
+        if limit is None:
+            limit = default_time_limit(TIME_LIMITS[task], options.action_repeat)
+        env = gym.wrappers.TimeLimit(env, int(limit))
+    except Exception:
+        env.close()
+        raise
+    return env, limit
