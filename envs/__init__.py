@@ -4,7 +4,8 @@
 ``make("mujoco:Hopper-v5", num_envs=64)`` (gymnasium's v5 locomotion tasks stepped as one batch on
 ``mujoco``'s thread pool; see ``envs.mujoco_backend``) return a ``BatchedEnv`` (see ``envs.core`` for the full
 contract); ``make_single`` returns one plain gymnasium env with the same normalisation, for tools that expect
-the gymnasium API.
+the gymnasium API. ``make("arm:pick_place", num_envs=8)`` builds the tabletop arm tasks of ``envs.arm``
+(reach, push, pick_place; ``-sparse`` and ``-pixels`` variants, see ``envs.arm_backend``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from .core import BatchedEnv, EnvOptions, SyncBatchedEnv, UnknownEnvError  # noq
 __all__ = ["BatchedEnv", "SyncBatchedEnv", "UnknownEnvError", "make", "make_single"]
 
 # Backends are imported lazily: dm_control is slow to import and not every user needs it.
-_BACKENDS = {"gym:": ".gym_backend", "dmc:": ".dmc_backend", "mujoco:": ".mujoco_backend"}
+_BACKENDS = {
+    "gym:": ".gym_backend",
+    "dmc:": ".dmc_backend",
+    "mujoco:": ".mujoco_backend",
+    "arm:": ".arm_backend",
+}
 
 
 def _backend(spec: str) -> tuple[Any, str]:

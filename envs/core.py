@@ -144,7 +144,9 @@ class BatchedEnv(abc.ABC):
 class SyncBatchedEnv(BatchedEnv):
     """``BatchedEnv`` over a list of single gymnasium envs stepped one after another in this process.
 
-    The sub-envs must have a flat float32 Box observation space and a Box(-1, 1) action space (what
+    The sub-envs must have a flat float32 Box observation space (batched as ``obs["state"]``) or a ``Dict`` of
+    Boxes with a flat float32 ``"state"`` and further float32 / uint8 groups such as ``"pixels"`` (H, W, 3),
+    each batched under its own key (``final_obs`` likewise), and a Box(-1, 1) action space (what
     ``envs.make_single`` builds). Finished sub-envs are reset with ``seed=None`` so that a seeded run stays
     reproducible across autoresets.
     """
@@ -163,12 +165,20 @@ class SyncBatchedEnv(BatchedEnv):
             raise ValueError("SyncBatchedEnv needs at least one sub-env")
         first = envs[0]
         obs_space, act_space = first.observation_space, first.action_space
-        if not (
+        # Flat float32 Box (the common case) -> {"state": ...}; a Dict of Boxes (e.g. state + pixels) keeps its
+        # groups, each stacked on its own.
+        self._groups: tuple[str, ...] | None = None
+        if isinstance(obs_space, gym.spaces.Dict):
+            self._groups = _check_dict_space(obs_space)
+        elif not (
             isinstance(obs_space, gym.spaces.Box)
             and obs_space.dtype == np.float32
             and len(obs_space.shape) == 1
         ):
-            raise ValueError(f"sub-envs need a flat float32 Box observation space, got {obs_space}")
+            raise ValueError(
+                "sub-envs need a flat float32 Box observation space or a Dict of Boxes with a flat float32 "
+                f"'state', got {obs_space}"
+            )
         if not (
             isinstance(act_space, gym.spaces.Box)
             and len(act_space.shape) == 1
@@ -177,14 +187,22 @@ class SyncBatchedEnv(BatchedEnv):
         ):
             raise ValueError(f"sub-envs need a flat Box(-1, 1) action space, got {act_space}")
         for env in envs[1:]:
-            if env.observation_space.shape != obs_space.shape or env.action_space.shape != act_space.shape:
+            if _space_shapes(env.observation_space) != _space_shapes(obs_space) or (
+                env.action_space.shape != act_space.shape
+            ):
                 raise ValueError("all sub-envs must have the same observation and action shapes")
 
         self._envs = list(envs)
         self.num_envs = len(self._envs)
         self.device = torch.device(device)
         self.spec = spec
-        self.observation_spec = {"state": (tuple(obs_space.shape), torch.float32)}
+        if self._groups is None:
+            self.observation_spec = {"state": (tuple(obs_space.shape), torch.float32)}
+        else:
+            self.observation_spec = {
+                key: (tuple(obs_space[key].shape), _TORCH_DTYPES[np.dtype(obs_space[key].dtype)])
+                for key in self._groups
+            }
         self.action_dim = int(act_space.shape[0])
         self.max_episode_steps = max_episode_steps
         self.single_observation_space = obs_space
@@ -211,7 +229,7 @@ class SyncBatchedEnv(BatchedEnv):
         self._has_reset = True
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        return {"state": self._to_torch(np.stack(rows))}
+        return self._batch_obs(rows)
 
     def step(self, action: torch.Tensor) -> StepResult:
         """Step all sub-envs with one action row each; see the class and ``BatchedEnv`` docs for semantics."""
@@ -227,7 +245,7 @@ class SyncBatchedEnv(BatchedEnv):
         ep_return = np.zeros(n, dtype=np.float32)
         ep_length = np.zeros(n, dtype=np.float32)
         success: np.ndarray | None = None
-        final_rows: dict[int, np.ndarray] = {}
+        final_rows: dict[int, Any] = {}
         rows = []
         for i, env in enumerate(self._envs):
             obs, reward, term, trunc, info = env.step(actions[i])
@@ -250,19 +268,20 @@ class SyncBatchedEnv(BatchedEnv):
                 obs, _ = env.reset()
             rows.append(obs)
 
-        obs_np = np.stack(rows)
-        final_np = obs_np.copy()
-        for i, row in final_rows.items():
-            final_np[i] = row
+        obs_out = self._batch_obs(rows)
+        if final_rows:
+            final_out = self._batch_obs([final_rows.get(i, row) for i, row in enumerate(rows)])
+        else:
+            final_out = {key: value.clone() for key, value in obs_out.items()}
         out_info: dict[str, Any] = {
-            "final_obs": {"state": self._to_torch(final_np)},
+            "final_obs": final_out,
             "episode_return": self._to_torch(ep_return),
             "episode_length": self._to_torch(ep_length),
         }
         if success is not None:
             out_info["success"] = self._to_torch(success)
         return (
-            {"state": self._to_torch(obs_np)},
+            obs_out,
             self._to_torch(rewards),
             self._to_torch(terminated),
             self._to_torch(truncated),
@@ -302,8 +321,34 @@ class SyncBatchedEnv(BatchedEnv):
             )
         return action.detach().clamp(-1.0, 1.0).to(device="cpu", dtype=torch.float32).numpy()
 
+    def _batch_obs(self, rows: list[Any]) -> Obs:
+        """Stack per-env observations (flat arrays, or dicts of arrays) into the batched obs dict."""
+        if self._groups is None:
+            return {"state": self._to_torch(np.stack(rows))}
+        return {key: self._to_torch(np.stack([row[key] for row in rows])) for key in self._groups}
+
     def _to_torch(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device)
+
+
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}
+
+
+def _check_dict_space(space: gym.spaces.Dict) -> tuple[str, ...]:
+    """Validate a Dict observation space for batching; returns its group names ("state" first)."""
+    state = space.spaces.get("state")
+    if not (isinstance(state, gym.spaces.Box) and state.dtype == np.float32 and len(state.shape) == 1):
+        raise ValueError(f"a Dict observation space needs a flat float32 Box 'state' group, got {space}")
+    for key, sub in space.spaces.items():
+        if not isinstance(sub, gym.spaces.Box) or np.dtype(sub.dtype) not in _TORCH_DTYPES:
+            raise ValueError(f"observation group {key!r} must be a float32 or uint8 Box, got {sub}")
+    return ("state", *(key for key in space.spaces if key != "state"))
+
+
+def _space_shapes(space: gym.spaces.Space) -> Any:
+    if isinstance(space, gym.spaces.Dict):
+        return {key: sub.shape for key, sub in space.spaces.items()}
+    return space.shape
 
 
 def _success_flag(info: dict[str, Any]) -> bool | None:
