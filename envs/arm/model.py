@@ -38,6 +38,11 @@ FINGER_RANGE = (0.0, 0.045)
 TIMESTEP = 0.005
 ARM_JOINTS = ("j1", "j2", "j3", "j4", "j5")
 FINGER_JOINTS = ("finger_l", "finger_r")
+# Arm dimensions (m), used by the MJCF below and by the env's closed-form IK at reset.
+SHOULDER_HEIGHT = 0.12  # j2 axis above the table
+UPPER_ARM = 0.32  # j2 -> j3
+FOREARM = 0.32  # j3 -> j4
+WRIST_TO_GRIP = 0.15  # j4 -> grip site, along the hand's approach axis
 # Home configuration (radians): gripper above the middle of the workspace, pointing down.
 HOME_QPOS = (0.0, 0.35, 1.75, 1.04, 0.0)
 

@@ -72,7 +72,19 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from .model import ARM_JOINTS, CUBE_HALF, FINGER_JOINTS, FINGER_RANGE, HOME_QPOS, TIMESTEP, build_model
+from .model import (
+    ARM_JOINTS,
+    CUBE_HALF,
+    FINGER_JOINTS,
+    FINGER_RANGE,
+    FOREARM,
+    HOME_QPOS,
+    SHOULDER_HEIGHT,
+    TIMESTEP,
+    UPPER_ARM,
+    WRIST_TO_GRIP,
+    build_model,
+)
 
 TASKS = ("reach", "push", "pick_place")
 TIME_LIMITS = {"reach": 50, "push": 100, "pick_place": 100}
@@ -80,7 +92,7 @@ REWARDS = ("dense", "sparse")
 N_SUBSTEPS = 10
 CONTROL_DT = N_SUBSTEPS * TIMESTEP  # 0.05 s, i.e. 20 Hz
 MAX_DELTA = 0.025  # metres of grip-point displacement per control step at |action| = 1
-WORKSPACE_LOW = np.array([0.18, -0.28, 0.018])
+WORKSPACE_LOW = np.array([0.15, -0.28, 0.018])
 WORKSPACE_HIGH = np.array([0.6, 0.28, 0.32])
 SUCCESS_RADIUS = {"reach": 0.03, "push": 0.05, "pick_place": 0.05}
 LIFT_MARGIN = 0.015  # pick_place: the cube centre must be this far above its resting height
@@ -207,7 +219,7 @@ class ArmEnv(gym.Env):
 
         d = self.data
         mujoco.mj_resetData(self.model, d)
-        q = self._solve_ik(np.array(HOME_QPOS, dtype=np.float64), ee0, iters=40)
+        q = _analytic_ik(ee0)
         d.qpos[self._arm_qpos] = q
         d.ctrl[self._arm_act] = q
         d.qpos[self._finger_qpos] = FINGER_RANGE[1]
@@ -352,6 +364,24 @@ class ArmEnv(gym.Env):
         if self.task == "push":
             return -float(np.linalg.norm(cube[:2] - self._target[:2])) - reach
         return -float(np.linalg.norm(cube - self._target)) - reach
+
+
+def _analytic_ik(grip: np.ndarray) -> np.ndarray:
+    """Closed-form joint angles (elbow up) that put the grip point at ``grip`` with the hand pointing down.
+
+    Used at reset, where the arm jumps to a new pose; the per-step control uses the Jacobian instead.
+    """
+    x, y, z = grip
+    yaw = np.arctan2(y, x)
+    reach = np.hypot(x, y)
+    height = z + WRIST_TO_GRIP - SHOULDER_HEIGHT
+    dist2 = reach**2 + height**2
+    cos_elbow = (dist2 - UPPER_ARM**2 - FOREARM**2) / (2 * UPPER_ARM * FOREARM)
+    elbow = np.arccos(np.clip(cos_elbow, -1.0, 1.0))
+    shoulder = np.arctan2(reach, height) - np.arctan2(
+        FOREARM * np.sin(elbow), UPPER_ARM + FOREARM * np.cos(elbow)
+    )
+    return np.array([yaw, shoulder, elbow, np.pi - shoulder - elbow, yaw])
 
 
 def _sample_far(
