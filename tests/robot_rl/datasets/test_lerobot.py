@@ -1,0 +1,568 @@
+"""LeRobotDataset v3.0 writer / reader / recorder: round trips, layout, crash safety, videos, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from robot_rl.datasets import (
+    DatasetError,
+    DatasetWriter,
+    EpisodeRecorder,
+    monte_carlo_returns,
+    read_dataset,
+    repair,
+    transition_features,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+D, A = 3, 2
+
+
+def make_episode(
+    seed: int, length: int, *, terminated: bool = True, images: tuple[int, int] | None = None
+) -> dict:
+    """Deterministic episode content: a child process and the test can both rebuild it from the seed."""
+    rng = np.random.default_rng(seed)
+    last = np.arange(length) == length - 1
+    ep = {
+        "observation.state": rng.normal(size=(length, D)).astype(np.float32),
+        "action": rng.uniform(-1, 1, size=(length, A)).astype(np.float32),
+        "next.reward": rng.normal(size=length).astype(np.float32),
+        "next.done": last.copy(),
+        "next.terminated": last & terminated,
+        "next.truncated": last & (not terminated),
+        "next.success": last & terminated,
+        "next.observation.state": rng.normal(size=(length, D)).astype(np.float32),
+        "intervention": rng.uniform(size=length) < 0.3,
+    }
+    if images is not None:
+        ep["observation.images.cam"] = smooth_frames(seed, length, *images)
+    return ep
+
+
+def smooth_frames(seed: int, length: int, h: int, w: int) -> np.ndarray:
+    """Gradients plus a moving square: compressible content, so MP4 errors stay small."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    frames = np.empty((length, h, w, 3), dtype=np.uint8)
+    for t in range(length):
+        frames[t, ..., 0] = (xx * 255 // (w - 1)).astype(np.uint8)
+        frames[t, ..., 1] = (yy * 255 // (h - 1)).astype(np.uint8)
+        frames[t, ..., 2] = (40 + 20 * seed) % 256
+        y0, x0 = (2 * t) % (h - 8), (3 * t) % (w - 8)
+        frames[t, y0 : y0 + 8, x0 : x0 + 8] = 255
+    return frames
+
+
+def write(root: Path, lengths: list[int], tasks: list[str] | None = None, **kw) -> DatasetWriter:
+    w = DatasetWriter(root, fps=10, features=transition_features(D, A), task="reach", **kw)
+    for i, length in enumerate(lengths):
+        w.write_episode(make_episode(i, length, terminated=i % 2 == 0), task=tasks[i] if tasks else None)
+    return w
+
+
+# ------------------------------------------------------------------------------------------ round trip
+
+
+def test_round_trip_exact_values_stats_and_metadata(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    lengths = [5, 1, 8]
+    tasks = ["reach", "push", "reach"]
+    w = write(root, lengths, tasks)
+    assert (w.num_episodes, w.num_frames) == (3, 14)
+    eps = [make_episode(i, n, terminated=i % 2 == 0) for i, n in enumerate(lengths)]
+
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([e[key] for e in eps])
+
+    tr = read_dataset(root)
+    assert len(tr) == 14
+    torch.testing.assert_close(tr.obs, torch.from_numpy(cat("observation.state")), rtol=0, atol=0)
+    torch.testing.assert_close(tr.action, torch.from_numpy(cat("action")), rtol=0, atol=0)
+    torch.testing.assert_close(tr.reward, torch.from_numpy(cat("next.reward")), rtol=0, atol=0)
+    torch.testing.assert_close(tr.next_obs, torch.from_numpy(cat("next.observation.state")), rtol=0, atol=0)
+    assert torch.equal(tr.terminated, torch.from_numpy(cat("next.terminated")))
+    assert torch.equal(tr.truncated, torch.from_numpy(cat("next.truncated")))
+    assert torch.equal(tr.success, torch.from_numpy(cat("next.success")))
+    assert torch.equal(tr.intervention, torch.from_numpy(cat("intervention")))
+    assert tr.episode_index.tolist() == [0] * 5 + [1] + [2] * 8
+    assert tr.frame_index.tolist() == list(range(5)) + [0] + list(range(8))
+    assert tr.obs.dtype == torch.float32 and tr.terminated.dtype == torch.bool
+    assert tr.episodes.length.tolist() == lengths and tr.episodes.start.tolist() == [0, 5, 6]
+    assert tr.episodes.task == tasks and tr.tasks == ["reach", "push"]
+
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v3.0"
+    assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (3, 14, 2)
+    assert info["splits"] == {"train": "0:3"} and info["chunks_size"] == 1000
+    assert info["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+    assert info["video_path"] is None
+    assert info["features"]["observation.state"]["shape"] == [D]
+    for key in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
+        assert info["features"][key]["shape"] == [1]
+
+    # stats.json against numpy over all frames
+    stats = json.loads((root / "meta/stats.json").read_text())
+    s = cat("observation.state").astype(np.float64)
+    np.testing.assert_allclose(stats["observation.state"]["mean"], s.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["observation.state"]["std"], s.std(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["observation.state"]["min"], s.min(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["observation.state"]["max"], s.max(0), rtol=1e-6)
+    assert stats["observation.state"]["count"] == [14]
+    np.testing.assert_allclose(
+        stats["next.reward"]["mean"], [cat("next.reward").astype(np.float64).mean()], rtol=1e-6
+    )
+    assert stats["index"]["min"] == [0] and stats["index"]["max"] == [13]
+    assert set(stats) == set(info["features"])
+
+    # episodes table: indices consistent with the data files
+    rows = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [r["episode_index"] for r in rows] == [0, 1, 2]
+    start = 0
+    for e, (r, n) in enumerate(zip(rows, lengths, strict=True)):
+        assert (r["length"], r["dataset_from_index"], r["dataset_to_index"]) == (n, start, start + n)
+        assert (r["data/chunk_index"], r["data/file_index"]) == (0, e)
+        assert r["tasks"] == [tasks[e]]
+        assert (r["meta/episodes/chunk_index"], r["meta/episodes/file_index"]) == (0, 0)
+        np.testing.assert_allclose(
+            r["stats/observation.state/mean"], eps[e]["observation.state"].mean(0), rtol=1e-5
+        )
+        assert r["stats/action/count"] == [n]
+        data = pq.read_table(root / f"data/chunk-000/file-{e:03d}.parquet")
+        assert data.column("index").to_pylist() == list(range(start, start + n))
+        assert data.column("episode_index").to_pylist() == [e] * n
+        np.testing.assert_allclose(data.column("timestamp").to_numpy(), np.arange(n) / 10, rtol=1e-6)
+        start += n
+
+    # parquet column types as LeRobot's features -> HF features mapping expects
+    schema = pq.read_schema(root / "data/chunk-000/file-000.parquet")
+    assert schema.field("observation.state").type == pa.list_(pa.float32(), D)
+    assert schema.field("action").type == pa.list_(pa.float32(), A)
+    assert schema.field("next.reward").type == pa.float32()
+    assert schema.field("next.done").type == pa.bool_()
+    assert schema.field("timestamp").type == pa.float32()
+    for key in ("frame_index", "episode_index", "index", "task_index"):
+        assert schema.field(key).type == pa.int64()
+    data1 = pq.read_table(root / "data/chunk-000/file-001.parquet")
+    assert data1.column("task_index").to_pylist() == [1]
+
+
+def test_tasks_parquet_is_a_pandas_frame_indexed_by_task(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    write(root, [2, 2], ["reach", "push"])
+    table = pq.read_table(root / "meta/tasks.parquet")
+    meta = json.loads(table.schema.metadata[b"pandas"])
+    assert meta["index_columns"] == ["task"]
+    assert table.column("task").to_pylist() == ["reach", "push"]
+    assert table.column("task_index").to_pylist() == [0, 1]
+    pd = pytest.importorskip("pandas")
+    df = pd.read_parquet(root / "meta/tasks.parquet")
+    assert int(df.loc["push"].task_index) == 1 and df.iloc[0].name == "reach"
+
+
+def test_resume_appends_and_existing_dataset_needs_a_flag(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    write(root, [3, 4])
+    with pytest.raises(DatasetError, match="resume=True"):
+        DatasetWriter(root, fps=10, features=transition_features(D, A))
+    with pytest.raises(DatasetError, match="features differ"):
+        DatasetWriter(root, fps=10, features=transition_features(D + 1, A), resume=True)
+    w = DatasetWriter(root, fps=10, features=transition_features(D, A), resume=True)
+    assert w.write_episode(make_episode(2, 5)) == 2
+    tr = read_dataset(root)
+    assert tr.episodes.length.tolist() == [3, 4, 5]
+    assert tr.episode_index.unique().tolist() == [0, 1, 2]
+    torch.testing.assert_close(tr.obs[7:], torch.from_numpy(make_episode(2, 5)["observation.state"]))
+    stats = json.loads((root / "meta/stats.json").read_text())
+    assert stats["observation.state"]["count"] == [12]
+    w2 = DatasetWriter(root, fps=10, features=transition_features(D, A), overwrite=True)
+    assert w2.num_episodes == 0 and not (root / "data/chunk-000/file-000.parquet").exists()
+
+
+def test_chunking_follows_chunks_size(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    write(root, [2, 2, 2], chunks_size=2)
+    assert (root / "data/chunk-000/file-001.parquet").is_file()
+    assert (root / "data/chunk-001/file-000.parquet").is_file()
+    assert read_dataset(root).episodes.length.tolist() == [2, 2, 2]
+
+
+# ------------------------------------------------------------------------------------------ crash safety
+
+CHILD = """
+import sys, time
+sys.path.insert(0, {repo!r})
+sys.path.insert(0, {testdir!r})
+import numpy as np
+from robot_rl.datasets import DatasetWriter, transition_features
+import robot_rl.datasets.lerobot as lr
+from test_lerobot import make_episode
+
+mode = sys.argv[1]
+w = DatasetWriter(sys.argv[2], fps=10, features=transition_features(3, 2), task="reach")
+if mode == "mid_episode":
+    for i in range(3):
+        w.write_episode(make_episode(i, 4 + i))
+    partial = make_episode(3, 50)          # an episode being recorded frame by frame, never finished
+    print("READY", flush=True)
+    time.sleep(60)
+elif mode == "in_commit":
+    real = lr._write_table
+    def slow(path, table, fsync):
+        if "meta/episodes" in str(path) and table.num_rows == 4:
+            print("READY", flush=True)     # data file of episode 3 is on disk, its commit is not
+            time.sleep(60)
+        real(path, table, fsync)
+    lr._write_table = slow
+    for i in range(5):
+        w.write_episode(make_episode(i, 4 + i))
+elif mode == "loop":
+    i = 0
+    while True:
+        w.write_episode(make_episode(i, 3 + i % 5))
+        i += 1
+        print("DONE", i, flush=True)
+"""
+
+
+def spawn(tmp_path: Path, mode: str, root: Path) -> subprocess.Popen:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(repo=str(REPO), testdir=str(Path(__file__).parent)))
+    return subprocess.Popen(
+        [sys.executable, str(script), mode, str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def wait_line(proc: subprocess.Popen, prefix: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(prefix):
+            return line
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"child exited with {proc.returncode} before printing {prefix}")
+    raise AssertionError(f"child did not print {prefix} in {timeout}s")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def check_episodes(root: Path, lengths: list[int]) -> None:
+    tr = read_dataset(root)
+    assert tr.episodes.length.tolist() == lengths
+    for i, n in enumerate(lengths):
+        sel = tr.episode_index == i
+        torch.testing.assert_close(tr.obs[sel], torch.from_numpy(make_episode(i, n)["observation.state"]))
+        torch.testing.assert_close(tr.action[sel], torch.from_numpy(make_episode(i, n)["action"]))
+
+
+def test_sigkill_mid_episode_keeps_every_finished_episode(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    proc = spawn(tmp_path, "mid_episode", root)
+    wait_line(proc, "READY")
+    kill(proc)
+    check_episodes(root, [4, 5, 6])
+    info = json.loads((root / "meta/info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"]) == (3, 15)
+
+
+def test_sigkill_during_commit_reads_back_and_repairs(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    proc = spawn(tmp_path, "in_commit", root)
+    wait_line(proc, "READY")
+    kill(proc)
+    # episode 3's data file is complete on disk but was never committed: the reader ignores it
+    assert (root / "data/chunk-000/file-003.parquet").is_file()
+    check_episodes(root, [4, 5, 6])
+    removed = repair(root)
+    assert root / "data/chunk-000/file-003.parquet" in removed
+    assert sorted(p.name for p in (root / "data/chunk-000").iterdir()) == [
+        f"file-00{i}.parquet" for i in range(3)
+    ]
+    info = json.loads((root / "meta/info.json").read_text())
+    stats = json.loads((root / "meta/stats.json").read_text())
+    assert (info["total_episodes"], info["total_frames"], stats["index"]["count"]) == (3, 15, [15])
+    w = DatasetWriter(root, fps=10, features=transition_features(D, A), resume=True)
+    assert w.write_episode(make_episode(3, 7)) == 3
+    check_episodes(root, [4, 5, 6, 7])
+
+
+def test_sigkill_at_arbitrary_moments_leaves_a_readable_prefix(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(2):
+        root = tmp_path / f"ds{trial}"
+        proc = spawn(tmp_path, "loop", root)
+        done = int(wait_line(proc, "DONE 3").split()[1])
+        time.sleep(float(rng.uniform(0.0, 0.05)))
+        kill(proc)
+        assert proc.stdout is not None
+        for line in proc.stdout.read().splitlines():
+            if line.startswith("DONE"):
+                done = int(line.split()[1])
+        tr = read_dataset(root)
+        n = len(tr.episodes)
+        assert n in (done, done + 1)  # killed after a commit but before its print: one more
+        check_episodes(root, [3 + i % 5 for i in range(n)])
+        assert not [p for p in root.rglob("*.parquet") if p.name.startswith(".")]
+
+
+# ------------------------------------------------------------------------------------------ recorder
+
+
+class FakeBatchedStream:
+    """3 envs whose episodes end at different steps; state = [env, episode-of-env, t]."""
+
+    ends = {0: {3: "term"}, 1: {5: "trunc"}, 2: {2: "term", 6: "trunc"}}  # env -> {step: how} (1-based t)
+
+    def __init__(self) -> None:
+        self.ep = [0, 0, 0]
+        self.t = [0, 0, 0]
+
+    def obs(self) -> dict[str, torch.Tensor]:
+        return {"state": torch.tensor([[i, self.ep[i], self.t[i]] for i in range(3)], dtype=torch.float32)}
+
+    def step(self, step: int, action: torch.Tensor):
+        n = 3
+        term, trunc = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+        final = []
+        for i in range(n):
+            self.t[i] += 1
+            how = self.ends[i].get(step)
+            term[i], trunc[i] = how == "term", how == "trunc"
+            # the true last observation carries a marker (+100) so the test can tell it from a reset obs
+            final.append([i, self.ep[i], self.t[i] + (100 if how else 0)])
+            if how:
+                self.ep[i] += 1
+                self.t[i] = 0
+        reward = action[:, 0] * 10
+        info = {"final_obs": {"state": torch.tensor(final, dtype=torch.float32)}, "success": term.clone()}
+        return self.obs(), reward, term, trunc, info
+
+
+def test_recorder_separates_envs_and_uses_final_obs(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    writer = DatasetWriter(root, fps=10, features=transition_features(D, A), task="reach")
+    rec = EpisodeRecorder(writer, num_envs=3, task="reach")
+    env = FakeBatchedStream()
+    obs = env.obs()
+    written = []
+    for step in range(1, 8):
+        action = torch.tensor([[0.1 * step + i, -0.1 * i] for i in range(3)], dtype=torch.float32)
+        next_obs, reward, term, trunc, info = env.step(step, action)
+        written += rec.record(obs, action, reward, term, trunc, info)
+        obs = next_obs
+    assert written == [0, 1, 2, 3]
+    assert rec.pending_frames == [4, 2, 1]
+    assert rec.close() == 7
+    tr = read_dataset(root)
+    # write order: env2 ends at step 2, env0 at 3, env1 at 5, env2 again at 6
+    assert tr.episodes.length.tolist() == [2, 3, 5, 4]
+    env_of_episode = [2, 0, 1, 2]
+    for e, env_id in enumerate(env_of_episode):
+        sel = tr.episode_index == e
+        s, ns = tr.obs[sel], tr.next_obs[sel]
+        assert (s[:, 0] == env_id).all() and (s[:, 2] == torch.arange(len(s))).all()
+        assert len(s[:, 1].unique()) == 1  # a single episode of that env
+        torch.testing.assert_close(ns[:-1], s[1:])  # next obs = following obs inside the episode
+        assert ns[-1, 2] == len(s) + 100 and ns[-1, 0] == env_id  # final_obs, not the reset obs
+        assert tr.terminated[sel][:-1].sum() == 0 and tr.truncated[sel][:-1].sum() == 0
+    assert tr.terminated[tr.episode_index == 1][-1] and not tr.truncated[tr.episode_index == 1][-1]
+    assert tr.truncated[tr.episode_index == 2][-1] and not tr.terminated[tr.episode_index == 2][-1]
+    assert tr.success.sum() == 2  # env2's first episode and env0's terminated with success
+    torch.testing.assert_close(tr.reward, tr.action[:, 0] * 10)
+    data = pq.read_table(root / "data/chunk-000/file-001.parquet")
+    assert data.column("next.done").to_pylist() == [False, False, True]
+
+
+def test_recorder_accepts_next_obs_and_complains_without_final_obs(tmp_path: Path) -> None:
+    writer = DatasetWriter(tmp_path / "ds", fps=10, features=transition_features(D, A))
+    rec = EpisodeRecorder(writer, num_envs=1)
+    o = {"state": torch.zeros(1, D)}
+    o2 = {"state": torch.ones(1, D)}
+    done = torch.ones(1, dtype=torch.bool)
+    rec.record(o, torch.zeros(1, A), torch.zeros(1), ~done, ~done, {}, next_obs=o2)
+    with pytest.raises(ValueError, match="final_obs"):
+        rec.record(o2, torch.zeros(1, A), torch.zeros(1), done, ~done, {})
+
+
+# ------------------------------------------------------------------------------------------ videos
+
+
+def test_video_round_trip(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    h, w = 32, 48
+    feats = transition_features(D, A, images={"cam": (h, w)})
+    writer = DatasetWriter(root, fps=10, features=feats, task="look")
+    eps = [make_episode(i, n, images=(h, w)) for i, n in enumerate([6, 9])]
+    for ep in eps:
+        writer.write_episode(ep)
+    info = json.loads((root / "meta/info.json").read_text())
+    ft = info["features"]["observation.images.cam"]
+    assert (
+        ft["dtype"] == "video" and ft["shape"] == [h, w, 3] and ft["names"] == ["height", "width", "channels"]
+    )
+    assert ft["info"]["video.codec"] == "h264" and ft["info"]["video.pix_fmt"] == "yuv420p"
+    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    for e in range(2):
+        assert (root / f"videos/observation.images.cam/chunk-000/file-{e:03d}.mp4").is_file()
+    rows = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert rows[1]["videos/observation.images.cam/from_timestamp"] == 0.0
+    assert rows[1]["videos/observation.images.cam/to_timestamp"] == pytest.approx(0.9)
+    stats = json.loads((root / "meta/stats.json").read_text())["observation.images.cam"]
+    assert np.asarray(stats["mean"]).shape == (3, 1, 1) and stats["count"] == [15]
+    frames = np.concatenate([e["observation.images.cam"] for e in eps]).astype(np.float64) / 255
+    np.testing.assert_allclose(np.asarray(stats["mean"]).reshape(3), frames.mean((0, 1, 2)), atol=1e-9)
+
+    assert "observation.images.cam" not in read_dataset(root).images
+    tr = read_dataset(root, load_images=True)
+    img = tr.images["observation.images.cam"]
+    assert img.shape == (15, h, w, 3) and img.dtype == torch.uint8
+    original = np.concatenate([e["observation.images.cam"] for e in eps]).astype(np.float64)
+    err = np.abs(img.numpy().astype(np.float64) - original)
+    assert err.mean() < 4.0, err.mean()
+    per_frame = err.mean(axis=(1, 2, 3))
+    assert per_frame.max() < 8.0  # frames are in order (a shifted frame would miss the square by far)
+
+
+def test_odd_video_size_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="even"):
+        DatasetWriter(tmp_path / "ds", fps=10, features=transition_features(D, A, images={"cam": (31, 48)}))
+
+
+# ------------------------------------------------------------------------------------------ foreign data
+
+
+def test_reads_dataset_without_rl_columns_and_multi_episode_files(tmp_path: Path) -> None:
+    """Like a LeRobot-recorded dataset: no next.* columns, several episodes in one data file."""
+    root = tmp_path / "ds"
+    feats = transition_features(D, A, rl_columns=False)
+    writer = DatasetWriter(root, fps=10, features=feats)
+    lengths = [3, 4]
+    eps = [{k: make_episode(i, n)[k] for k in ("observation.state", "action")} for i, n in enumerate(lengths)]
+    for ep in eps:
+        writer.write_episode(ep)
+    # pack both episodes into data file 0, LeRobot style, and point the episodes table at it
+    t0 = pq.read_table(root / "data/chunk-000/file-000.parquet")
+    t1 = pq.read_table(root / "data/chunk-000/file-001.parquet")
+    pq.write_table(pa.concat_tables([t1, t0]), root / "data/chunk-000/file-000.parquet")  # order shuffled
+    (root / "data/chunk-000/file-001.parquet").unlink()
+    ep_path = root / "meta/episodes/chunk-000/file-000.parquet"
+    rows = pq.read_table(ep_path).to_pylist()
+    rows[1]["data/file_index"] = 0
+    pq.write_table(pa.Table.from_pylist(rows), ep_path)
+
+    tr = read_dataset(root)
+    obs = np.concatenate([e["observation.state"] for e in eps])
+    torch.testing.assert_close(tr.obs, torch.from_numpy(obs))
+    expected_next = obs.copy()
+    expected_next[0:2] = obs[1:3]
+    expected_next[3:6] = obs[4:7]  # last frames (2 and 6) keep their own state
+    torch.testing.assert_close(tr.next_obs, torch.from_numpy(expected_next))
+    assert tr.truncated.tolist() == [False, False, True, False, False, False, True]
+    assert not tr.terminated.any() and not tr.success.any() and not tr.intervention.any()
+    assert torch.equal(tr.reward, torch.zeros(7))
+
+
+def test_next_done_marks_termination_when_no_terminated_column(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    feats = transition_features(D, A, rl_columns=False)
+    feats["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
+    feats["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
+    writer = DatasetWriter(root, fps=10, features=feats)
+    ep = make_episode(0, 4)
+    writer.write_episode({k: ep[k] for k in ("observation.state", "action", "next.done", "next.reward")})
+    tr = read_dataset(root)
+    assert tr.terminated.tolist() == [False, False, False, True]
+    assert not tr.truncated.any()
+    torch.testing.assert_close(tr.reward, torch.from_numpy(ep["next.reward"]))
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="no such directory"):
+        read_dataset(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match=r"info.json missing"):
+        read_dataset(tmp_path / "empty")
+
+    root = tmp_path / "ds"
+    write(root, [3, 2])
+    info_path = root / "meta/info.json"
+    good = info_path.read_text()
+    info_path.write_text(good[:40])
+    with pytest.raises(DatasetError, match="not valid JSON") as exc:
+        read_dataset(root)
+    assert str(info_path) in str(exc.value) and "\n" not in str(exc.value)
+    info_path.write_text(good.replace('"v3.0"', '"v2.1"'))
+    with pytest.raises(DatasetError, match="convert_dataset_v21_to_v30"):
+        read_dataset(root)
+    info_path.write_text(good)
+    (root / "data/chunk-000/file-001.parquet").unlink()
+    with pytest.raises(DatasetError, match="file-001.parquet: listed in meta/episodes but missing"):
+        read_dataset(root)
+    (root / "data/chunk-000/file-000.parquet").write_bytes(b"PAR1 garbage")
+    with pytest.raises(DatasetError, match="unreadable"):
+        read_dataset(root)
+    assert issubclass(DatasetError, ValueError)
+
+
+def test_write_episode_validates(tmp_path: Path) -> None:
+    w = DatasetWriter(tmp_path / "ds", fps=10, features=transition_features(D, A))
+    ep = make_episode(0, 3)
+    with pytest.raises(ValueError, match="lacks declared"):
+        w.write_episode({k: v for k, v in ep.items() if k != "action"})
+    with pytest.raises(ValueError, match="undeclared"):
+        w.write_episode({**ep, "other": np.zeros(3)})
+    with pytest.raises(ValueError, match="frames"):
+        w.write_episode({**ep, "action": ep["action"][:2]})
+    with pytest.raises(ValueError, match="NaN"):
+        w.write_episode({**ep, "next.reward": np.full(3, np.nan, np.float32)})
+    assert w.num_episodes == 0 and read_dataset(tmp_path / "ds").obs.shape == (0, D)
+
+
+# ------------------------------------------------------------------------------------------ returns
+
+
+def test_monte_carlo_returns_match_python_reference() -> None:
+    rng = np.random.default_rng(0)
+    lengths = [1, 4, 7, 3]
+    reward = rng.normal(size=sum(lengths)).astype(np.float32)
+    episode = np.repeat(np.arange(len(lengths)), lengths)
+    terminated = np.zeros(len(reward), dtype=bool)
+    terminated[np.cumsum(lengths)[[0, 2]] - 1] = True
+    gamma = 0.9
+    expected = []
+    start = 0
+    for n in lengths:
+        r = reward[start : start + n].astype(np.float64)
+        expected += [sum(gamma**k * r[t + k] for k in range(n - t)) for t in range(n)]
+        start += n
+    got = monte_carlo_returns(
+        torch.from_numpy(reward), torch.from_numpy(episode), torch.from_numpy(terminated), gamma
+    )
+    assert got.dtype == torch.float32 and got.shape == (len(reward),)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
+    # a terminated frame inside an episode cuts the recursion
+    cut = monte_carlo_returns(np.ones(3), np.zeros(3), np.array([False, True, False]), 0.5)
+    assert cut.tolist() == [1.5, 1.0, 1.0]
+    assert monte_carlo_returns(np.ones(3), np.zeros(3), None, 1.0).tolist() == [3.0, 2.0, 1.0]
