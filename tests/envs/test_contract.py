@@ -22,15 +22,20 @@ SPECS = [
     "dmc:cartpole-swingup",
     "mujoco:HalfCheetah-v5",
     "mujoco:Hopper-v5",
+    "arm:reach",
+    "arm:push-sparse",
 ]
-RENDER_SPECS = ["gym:Hopper-v5", "dmc:cartpole-swingup", "mujoco:Hopper-v5"]
+RENDER_SPECS = ["gym:Hopper-v5", "dmc:cartpole-swingup", "mujoco:Hopper-v5", "arm:reach"]
 DEFAULT_LIMITS = {
     "gym:Pendulum-v1": 200,
     "gym:Hopper-v5": 1000,
     "dmc:cartpole-swingup": 1000,
     "mujoco:HalfCheetah-v5": 1000,
     "mujoco:Hopper-v5": 1000,
+    "arm:reach": 50,
+    "arm:push-sparse": 100,
 }
+SUCCESS_SPECS = {"arm:reach", "arm:push-sparse"}  # tasks that report info["success"]
 N = 3
 
 
@@ -66,7 +71,10 @@ def test_shapes_dtypes_device(make, spec: str) -> None:
     for key in ("episode_return", "episode_length"):
         assert info[key].shape == (N,) and info[key].dtype == torch.float32
         assert torch.all(info[key] == 0)
-    assert "success" not in info
+    if spec in SUCCESS_SPECS:
+        assert info["success"].shape == (N,) and info["success"].dtype == torch.bool
+    else:
+        assert "success" not in info
     assert all(t.device == env.device for t in (reward, terminated, truncated))
 
 

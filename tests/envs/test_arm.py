@@ -1,0 +1,190 @@
+"""Tests for the tabletop arm tasks (envs.arm, ``arm:`` specs) and their scripted experts.
+
+The contract tests (test_contract.py) also cover ``arm:reach`` and ``arm:push-sparse``; here: task specifics,
+pixels, and expert quality. Batches are small and episodes short so the module runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs.arm import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
+from envs.arm.experts import ScriptedExpert, make_expert
+from envs.arm.tasks import _analytic_ik
+
+L = STATE_LAYOUT
+
+
+def run_expert(env: envs.BatchedEnv, expert: ScriptedExpert, episodes_per_env: int) -> list[bool]:
+    """Roll the expert until every env finished ``episodes_per_env`` episodes; returns their success flags."""
+    obs = env.reset()
+    finished = torch.zeros(env.num_envs, dtype=torch.long)
+    results: list[bool] = []
+    for _ in range(episodes_per_env * (env.max_episode_steps or 1000) + 1):
+        obs, reward, terminated, truncated, info = env.step(expert.act(obs))
+        done = terminated | truncated
+        expert.reset(done)
+        for i in torch.nonzero(done).flatten().tolist():
+            if finished[i] < episodes_per_env:
+                results.append(bool(terminated[i]))
+            finished[i] += 1
+        if bool((finished >= episodes_per_env).all()):
+            break
+    return results
+
+
+def test_layout_covers_state_once() -> None:
+    covered = sorted(i for s in L.values() for i in range(STATE_DIM)[s])
+    assert covered == list(range(STATE_DIM))
+
+
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place"])
+def test_spaces_limits_and_layout(make, task: str) -> None:
+    env = make(f"arm:{task}", num_envs=2, seed=0)
+    assert env.observation_spec == {"state": ((STATE_DIM,), torch.float32)}
+    assert env.action_dim == 4
+    assert env.max_episode_steps == TIME_LIMITS[task]
+    obs = env.reset()
+    for _ in range(3):
+        obs, reward, terminated, truncated, info = env.step(torch.rand(2, 4) * 2 - 1)
+    s = obs["state"]
+    torch.testing.assert_close(s[:, L["cube_rel_ee"]], s[:, L["cube_pos"]] - s[:, L["ee_pos"]])
+    torch.testing.assert_close(s[:, L["target_rel_cube"]], s[:, L["target_pos"]] - s[:, L["cube_pos"]])
+    torch.testing.assert_close(s[:, L["target_rel_ee"]], s[:, L["target_pos"]] - s[:, L["ee_pos"]])
+    assert torch.all(reward <= 0)  # dense rewards are negative distances
+    assert info["success"].dtype == torch.bool
+    half = envs.make(f"arm:{task}", num_envs=1, action_repeat=2)
+    assert half.max_episode_steps == TIME_LIMITS[task] // 2
+    half.close()
+
+
+def test_analytic_ik_matches_the_model() -> None:
+    env = ArmEnv("reach")
+    data = mujoco.MjData(env.model)
+    grip = env.model.site("grip").id
+    for point in ([0.3, 0.0, 0.1], [0.5, -0.2, 0.03], [0.2, 0.25, 0.3]):
+        data.qpos[:5] = _analytic_ik(np.array(point))
+        mujoco.mj_kinematics(env.model, data)
+        np.testing.assert_allclose(data.site_xpos[grip], point, atol=1e-9)
+        np.testing.assert_allclose(data.site_xmat[grip].reshape(3, 3), np.diag([-1.0, 1.0, -1.0]), atol=1e-9)
+    env.close()
+
+
+def test_sparse_reward_is_success_and_success_terminates(make) -> None:
+    env = make("arm:reach-sparse", num_envs=4, seed=1)
+    expert = make_expert("arm:reach-sparse", 4, seed=0)
+    obs = env.reset()
+    successes = 0
+    for _ in range(30):
+        obs, reward, terminated, truncated, info = env.step(expert.act(obs))
+        expert.reset(terminated | truncated)
+        assert torch.equal(reward, info["success"].float())
+        assert torch.equal(terminated, info["success"])
+        successes += int(terminated.sum())
+        # the first observation of the next episode is not a success
+        final = info["final_obs"]["state"][terminated]
+        assert torch.all(final[:, L["target_rel_ee"]].norm(dim=1) < 0.03)
+    assert successes >= 8
+
+
+def test_dense_and_sparse_share_dynamics(make) -> None:
+    dense, sparse = (
+        make("arm:pick_place", num_envs=2, seed=4),
+        make("arm:pick_place-sparse", num_envs=2, seed=4),
+    )
+    obs_d, obs_s = dense.reset(), sparse.reset()
+    assert torch.equal(obs_d["state"], obs_s["state"])
+    for action in torch.rand(5, 2, 4) * 2 - 1:
+        obs_d, r_d, *_ = dense.step(action)
+        obs_s, r_s, *_ = sparse.step(action)
+        assert torch.equal(obs_d["state"], obs_s["state"])
+        assert torch.all(r_d < 0) and torch.all(r_s == 0)
+
+
+def test_seeded_runs_are_identical(make) -> None:
+    a, b = make("arm:pick_place", num_envs=2, seed=3), make("arm:pick_place", num_envs=2, seed=3)
+    ea, eb = (
+        make_expert("arm:pick_place", 2, noise=0.5, seed=1),
+        make_expert("arm:pick_place", 2, noise=0.5, seed=1),
+    )
+    obs_a, obs_b = a.reset(), b.reset()
+    for _ in range(20):
+        act_a, act_b = ea.act(obs_a), eb.act(obs_b)
+        assert torch.equal(act_a, act_b)
+        obs_a, rew_a, *_ = a.step(act_a)
+        obs_b, rew_b, *_ = b.step(act_b)
+        assert torch.equal(obs_a["state"], obs_b["state"]) and torch.equal(rew_a, rew_b)
+    other = make("arm:pick_place", num_envs=2, seed=4).reset()
+    assert not torch.equal(other["state"], a.reset(seed=3)["state"][[1, 0]])
+
+
+def test_make_single_passes_env_checker() -> None:
+    env = envs.make_single("arm:pick_place-sparse", seed=0)
+    assert env.observation_space == gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env, skip_render_check=True)
+    env.close()
+
+
+def test_pixels(make) -> None:
+    env = make("arm:push-sparse-pixels", num_envs=2, seed=0, max_episode_steps=2)
+    assert env.observation_spec == {
+        "state": ((STATE_DIM,), torch.float32),
+        "pixels": ((84, 84, 3), torch.uint8),
+    }
+    obs = env.reset()
+    assert obs["pixels"].shape == (2, 84, 84, 3) and obs["pixels"].dtype == torch.uint8
+    assert obs["pixels"].float().std() > 10  # a real image, not a blank frame
+    env.step(torch.zeros(2, 4))
+    obs, _, _, truncated, info = env.step(torch.ones(2, 4))
+    assert truncated.all()
+    assert set(info["final_obs"]) == {"state", "pixels"}
+    assert info["final_obs"]["pixels"].shape == (2, 84, 84, 3)
+    # the last frame of the ended episode, not the first of the new one
+    assert not torch.equal(info["final_obs"]["pixels"], obs["pixels"])
+
+    small = make("arm:reach-pixels", num_envs=1, seed=0, render_size=(48, 64))
+    assert small.reset()["pixels"].shape == (1, 48, 64, 3)
+    single = envs.make_single("arm:reach-pixels", seed=0)
+    assert isinstance(single.observation_space, gym.spaces.Dict)
+    first, _ = single.reset()
+    assert single.observation_space.contains(first)
+    single.close()
+
+
+def test_render_frames(make) -> None:
+    env = make("arm:pick_place", num_envs=2, seed=0, render=True, render_size=(60, 80), camera_id=1)
+    env.reset()
+    frame = env.render(1)
+    assert frame.shape == (60, 80, 3) and frame.dtype == np.uint8 and frame.std() > 10
+
+
+@pytest.mark.parametrize("spec", ["arm:lift", "arm:push-dense", "arm:push-pixels-sparse", "arm:reach-"])
+def test_unknown_spec(spec: str) -> None:
+    with pytest.raises(envs.UnknownEnvError, match="arm:pick_place-sparse-pixels"):
+        envs.make(spec)
+    with pytest.raises(ValueError):
+        make_expert("gym:Hopper-v5", 1)
+
+
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place"])
+def test_expert_succeeds(make, task: str) -> None:
+    env = make(f"arm:{task}-sparse", num_envs=10, seed=123)
+    results = run_expert(env, ScriptedExpert(task, 10, seed=0), episodes_per_env=3)
+    assert len(results) == 30
+    assert sum(results) / len(results) >= 0.95
+
+
+def test_noisy_expert_is_worse(make) -> None:
+    env = make("arm:pick_place", num_envs=10, seed=5)
+    results = run_expert(env, make_expert("arm:pick_place", 10, noise=1.0, seed=0), episodes_per_env=1)
+    assert sum(results) / len(results) <= 0.6
