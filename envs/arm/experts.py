@@ -20,16 +20,22 @@ Episode boundaries: call ``reset(env_ids)`` for envs whose episode ended (e.g. `
 after ``env.step``). As a safety net the expert also resets an env's phase by itself when that env's target
 moves, which happens on every env reset.
 
-Measured success rates (``envs.make("arm:<task>", num_envs=25, seed=0)``, the experts' first 100 episodes
-per task, i.e. the first four episodes of each env; expert seed 0):
+Measured success rates (harness: ``envs.make("arm:<task>", num_envs=25, seed=0)``, expert
+``seed=0``, the first 4 episodes of each env = 100 episodes per cell; ``reset(done)`` after every step):
 
-==========  =========  ===========  ===========  ===========
-task        noise 0    noise 0.3    noise 0.5    noise 1.0
-==========  =========  ===========  ===========  ===========
-reach       100 %      100 %        100 %        97 %
-push        99 %       91 %         82 %         36 %
-pick_place  100 %      82 %         51 %         13 %
-==========  =========  ===========  ===========  ===========
+==========  =======  =========  =========  =========  =========
+task        noise 0  noise 0.3  noise 0.4  noise 0.5  noise 1.0
+==========  =======  =========  =========  =========  =========
+reach       100 %    100 %      --         100 %      100 %
+push        100 %    93 %       66 %       37 %       21 %
+pick_place  100 %    99 %       92 %       81 %       5 %
+==========  =======  =========  =========  =========  =========
+
+Without noise, a second run (env seed 1, 200 episodes per task) also gave 100 % on all three tasks; mean
+episode lengths are about 5 (reach), 19 (push) and 15 (pick_place) control steps. Reach is closed-loop and
+far from its 50-step limit, so noise only makes its episodes longer (5.3 steps at noise 0, 6.9 at 0.5, 9.7
+at 1.0), not less successful; push and pick_place degrade steadily, which makes them the tasks for
+mixed-quality datasets.
 """
 
 from __future__ import annotations

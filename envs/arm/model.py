@@ -59,7 +59,7 @@ _XML = """
   <asset>
     <texture name="grid" type="2d" builtin="checker" rgb1="0.55 0.45 0.35" rgb2="0.5 0.4 0.3"
              width="256" height="256" mark="edge" markrgb="0.45 0.35 0.25"/>
-    <material name="table" texture="grid" texrepeat="6 6" reflectance="0.05"/>
+    <material name="table" texture="grid" texrepeat="6 6"/>
     <material name="link" rgba="0.85 0.85 0.88 1"/>
     <material name="joint" rgba="0.25 0.25 0.3 1"/>
     <material name="pad" rgba="0.15 0.15 0.15 1"/>
@@ -79,7 +79,7 @@ _XML = """
     <geom name="table" type="box" pos="0.3 0 -0.025" size="0.45 0.55 0.025" material="table"
           contype="1" conaffinity="1" friction="0.6 0.005 0.0001"/>
     <geom name="table_leg" type="box" pos="0.3 0 -0.39" size="0.05 0.05 0.34" material="joint"/>
-    <camera name="front" pos="1.05 0 0.62" xyaxes="0 1 0 -0.6 0 0.8" fovy="45"/>
+    <camera name="front" pos="0.95 0 0.5" xyaxes="0 1 0 -0.573 0 0.819" fovy="45"/>
     <camera name="side" pos="0.35 -0.9 0.45" xyaxes="1 0 0 0 0.45 0.9" fovy="50"/>
     <geom name="base" type="cylinder" pos="0 0 0.02" size="0.07 0.02" material="joint"/>
     <body name="link1" pos="0 0 0.04" gravcomp="1">
