@@ -1,8 +1,11 @@
 """Simulated tabletop arm: scene (``model``), gymnasium tasks (``tasks``) and scripted experts (``experts``).
 
-Use through ``envs.make("arm:<task>[-sparse][-pixels]", ...)``; see ``envs.arm_backend`` for the spec names.
+Use through ``envs.make("arm:<task>[-sparse][-pixels]", ...)``; see ``envs.arm_backend`` for the spec names,
+``envs.arm.tasks`` for control, observation layout (``STATE_LAYOUT``) and rewards, and ``envs.arm.experts``
+for the batched scripted experts (``make_expert("arm:push", num_envs)``).
 """
 
+from .experts import ScriptedExpert, make_expert
 from .tasks import STATE_DIM, STATE_LAYOUT, TASKS, TIME_LIMITS, ArmEnv
 
-__all__ = ["STATE_DIM", "STATE_LAYOUT", "TASKS", "TIME_LIMITS", "ArmEnv"]
+__all__ = ["STATE_DIM", "STATE_LAYOUT", "TASKS", "TIME_LIMITS", "ArmEnv", "ScriptedExpert", "make_expert"]
