@@ -1,4 +1,4 @@
-"""`robot-rl` command line: `robot-rl train ...`, `robot-rl eval run=<dir>`.
+"""`robot-rl` command line: `train`, `finetune`, `eval` and `collect`.
 
 Arguments after the command are Hydra overrides (`key=value`, `group=preset`). User mistakes end with one line
 on stderr and exit status 2; no stack trace.
@@ -18,8 +18,10 @@ USAGE = """\
 usage: robot-rl <command> [key=value ...]
 
 Commands:
-  train   train an agent:            robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
-  eval    evaluate a run's policy:   robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
+  train     train an agent:              robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
+  finetune  offline-to-online from data: robot-rl finetune experiment=wsrl_push
+  eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
+  collect   record episodes to a dataset: robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push
 
 `robot-rl <command> --help` lists every key that can be set.
 """
@@ -35,19 +37,21 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, end="")
         return 0
     command, args = argv[0], argv[1:]
-    commands = {"train": _train, "eval": _eval}
+    commands = {"train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect}
+    helps = {"train": _train_help, "finetune": _finetune_help, "eval": _eval_help, "collect": _collect_help}
     if command not in commands:
         return _fail(f"unknown command '{command}'; choose one of: {', '.join(commands)}")
     if any(a in {"-h", "--help"} for a in args):
-        print(_train_help() if command == "train" else _eval_help(), end="")
+        print(helps[command](), end="")
         return 0
     from envs import UnknownEnvError
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.config import ConfigError
+    from robot_rl.datasets import DatasetError
 
     try:
         return commands[command](args)
-    except (UserError, ConfigError, UnknownEnvError, CheckpointError) as e:
+    except (UserError, ConfigError, UnknownEnvError, CheckpointError, DatasetError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
@@ -59,7 +63,11 @@ def _fail(message: str) -> int:
 
 
 # -- train --------------------------------------------------------------------------------------------------
-def _train(overrides: list[str]) -> int:
+def _finetune(overrides: list[str]) -> int:
+    return _train(overrides, finetune=True)
+
+
+def _train(overrides: list[str], finetune: bool = False) -> int:
     from robot_rl.config import compose_train_config, load_run_config
     from robot_rl.trainer import Trainer
 
@@ -77,6 +85,11 @@ def _train(overrides: list[str]) -> int:
         if (run_dir / "checkpoints" / "latest.pt").exists():
             raise UserError(f"{run_dir} already holds a run; resume it with resume={run_dir} or pick another run_dir")
         cfg.run_dir = str(run_dir)
+    if finetune and not (cfg.data.path or cfg.offline.init):
+        raise UserError(
+            "finetune starts from data or a pretrained agent: pick an experiment (e.g. experiment=wsrl_push) or set "
+            "data.path=<dataset> offline.steps=N, or offline.init=<checkpoint.pt>"
+        )
 
     trainer = Trainer(cfg, run_dir, resume=bool(resume))
     if not cfg.quiet:
@@ -115,14 +128,31 @@ def _default_run_dir(name: str) -> Path:
     return Path("runs") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{name}"
 
 
-def _train_help() -> str:
+def _finetune_help() -> str:
+    return _train_help(
+        "finetune",
+        [
+            "Offline-to-online RL from a dataset (`robot-rl collect` writes one). The same keys as `train`; the",
+            "data.* and offline.* keys choose the recipe:",
+            "  WSRL:   data.path=D offline.steps=N data.mix_online=false train.learning_starts=5000",
+            "          (pretrain with Cal-QL, warm up with the pretrained policy, then SAC on online data only)",
+            "  naive:  the same with train.learning_starts=0 (online updates start at once)",
+            "  RLPD:   data.path=D (no pretraining; every batch half prior data, half online data)",
+            "Outputs as for train, plus offline_metrics.csv and checkpoints/pretrained.pt.",
+        ],
+    )
+
+
+def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
     from robot_rl.config import describe, presets
 
     lines = [
-        "usage: robot-rl train [group=preset ...] [key=value ...]",
+        f"usage: robot-rl {command} [group=preset ...] [key=value ...]",
         "",
-        "Trains SAC (with the RLPD options) on a batched environment and writes a run directory:",
-        "config.yaml, metrics.csv, tensorboard/, checkpoints/{latest,best}.pt, learning_curve.png, videos/.",
+        *(intro or [
+            "Trains SAC (with the RLPD options) on a batched environment and writes a run directory:",
+            "config.yaml, metrics.csv, tensorboard/, checkpoints/{latest,best}.pt, learning_curve.png, videos/.",
+        ]),
         "",
         "Presets:",
         f"  env=        {', '.join(presets('env'))}",
@@ -142,6 +172,61 @@ def _train_help() -> str:
     for key, default, text in rows:
         lines.append(f"  {(key + '=' + default):<{width}} {text}")
     return "\n".join(lines) + "\n"
+
+
+# -- collect ------------------------------------------------------------------------------------------------
+def _collect_help() -> str:
+    from robot_rl.collect import CollectArgs
+    from robot_rl.config import describe
+
+    lines = [
+        "usage: robot-rl collect env=<spec> out=<dataset dir> [policy=expert|random|<checkpoint.pt>] [key=value ...]",
+        "",
+        "Records finished episodes to a dataset in the LeRobotDataset v3 layout (parquet + meta/, MP4 for cameras).",
+        "Episodes are written as they finish; an interrupted recording keeps every finished episode.",
+        "",
+        "Examples:",
+        "  robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push_demos",
+        "  robot-rl collect env=arm:push-sparse policy=expert noise=0.6 episodes=30 out=data/push_mixed append=true",
+        "  robot-rl collect env=arm:reach policy=runs/<run>/checkpoints/best.pt episodes=50 out=data/reach_sac",
+        "",
+        "Keys (default):",
+    ]
+    rows = describe(CollectArgs)
+    width = max(len(k) + len(d) for k, d, _ in rows) + 4
+    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _collect(args: list[str]) -> int:
+    from robot_rl.collect import CollectArgs, collect
+
+    a = _parse_args(CollectArgs, args, "collect")
+    if not a.out:
+        raise UserError("collect needs out=<dataset dir>")
+    if a.episodes < 1 or a.num_envs < 1:
+        raise UserError("episodes and num_envs must be >= 1")
+    if a.noise < 0:
+        raise UserError("noise must be >= 0")
+    if a.policy not in {"expert", "random"} and not Path(a.policy).is_file():
+        raise UserError(f"policy must be expert, random or a checkpoint file; {a.policy} does not exist")
+    result = collect(a)
+    print(f"done: {result['episodes']} episodes in {result['out']} | success rate {result['success_rate']:.0%}")
+    return 0
+
+
+def _parse_args(cls: type, args: list[str], command: str):
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    _check_overrides(args)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.from_dotlist(args)))
+    except Exception as e:
+        first = str(e).splitlines()[0]
+        keys = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise UserError(f"{first}; valid keys of {command}: {keys}") from e
 
 
 # -- eval ---------------------------------------------------------------------------------------------------
@@ -165,16 +250,7 @@ def _eval_help() -> str:
 
 
 def _parse_eval_args(args: list[str]) -> EvalArgs:
-    from omegaconf import OmegaConf
-
-    _check_overrides(args)
-    try:
-        parsed: EvalArgs = OmegaConf.to_object(
-            OmegaConf.merge(OmegaConf.structured(EvalArgs), OmegaConf.from_dotlist(args))
-        )  # type: ignore[assignment]
-    except Exception as e:
-        first = str(e).splitlines()[0]
-        raise UserError(f"{first}; valid keys: run, checkpoint, episodes, video, seed, device") from e
+    parsed: EvalArgs = _parse_args(EvalArgs, args, "eval")
     if not parsed.run:
         raise UserError("eval needs run=<run dir>")
     if parsed.checkpoint not in {"best", "latest"}:

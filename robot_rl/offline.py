@@ -78,8 +78,10 @@ class OfflineData:
         return int(self.action.shape[0])
 
     def check_fits(self, obs_dim: int, action_dim: int, where: str) -> None:
+        from robot_rl.datasets import DatasetError
+
         if self.obs.shape[1] != obs_dim or self.action.shape[1] != action_dim:
-            raise ValueError(
+            raise DatasetError(
                 f"{where} has observations of size {self.obs.shape[1]} and actions of size {self.action.shape[1]}, "
                 f"but the env has {obs_dim} and {action_dim}: record the dataset on the same task"
             )

@@ -86,8 +86,13 @@ class EpisodeRecorder:
         truncated: Tensor,
         info: Mapping[str, Any],
         next_obs: Mapping[str, Tensor] | None = None,
+        active: Tensor | np.ndarray | None = None,
     ) -> list[int]:
-        """Add one batched step; return the dataset indices of the episodes this step finished and wrote."""
+        """Add one batched step; return the dataset indices of the episodes this step finished and wrote.
+
+        ``active`` (bool [N], default all) leaves out sub-envs whose current episode is not to be recorded, e.g.
+        when only a fixed number of episodes is wanted; switch an env's flag only at its episode boundaries.
+        """
         if self._closed:
             raise RuntimeError("recorder is closed")
         n = self.num_envs
@@ -129,8 +134,11 @@ class EpisodeRecorder:
                     next_state = np.zeros_like(final_np)
                 next_state[done] = final_np[done]
 
+        keep = np.ones(n, bool) if active is None else _np(active, n, bool, "active")
         written: list[int] = []
         for i in range(n):
+            if not keep[i]:
+                continue
             buf = self._buffers[i]
             if NEXT_STATE in feats and self._state_group is not None:
                 # this env's previous frame is still waiting for its next state: it is this step's obs

@@ -1,0 +1,128 @@
+"""`robot-rl collect`: record episodes of a scripted expert, a random policy or a trained checkpoint to a dataset.
+
+Episodes are written as they finish (LeRobotDataset v3 layout, see `robot_rl.datasets`), so an interrupted
+recording keeps every finished episode; `append=true` adds to an existing dataset, which is how a
+mixed-quality dataset is built (expert, noisy and failed episodes, one `collect` each).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+import envs
+from robot_rl.fields import help_field as _help
+
+Policy = Callable[[dict[str, Tensor]], Tensor]
+
+
+@dataclass
+class CollectArgs:
+    env: str = _help("arm:push", "env spec to record in")
+    out: str = _help("", "dataset directory to write")
+    episodes: int = _help(20, "finished episodes to record")
+    policy: str = _help("expert", "expert (the task's scripted expert), random, or a checkpoint file (.pt)")
+    noise: float = _help(0.0, "std of Gaussian noise added to the policy's actions (clipped to [-1, 1])")
+    num_envs: int = _help(4, "parallel envs recording at once")
+    seed: int = _help(0, "seed of the envs and the noise")
+    append: bool = _help(False, "add episodes to an existing dataset instead of refusing to overwrite it")
+    task: str = _help("", "task description stored with each episode (default: derived from the env spec)")
+    max_episode_steps: int | None = _help(None, "time limit in env steps (default: the task's)")
+    device: str = _help("cpu", "device of a checkpoint policy")
+
+
+def checkpoint_policy(path: Path, env: envs.BatchedEnv, device: str = "cpu") -> Policy:
+    """The stochastic SAC policy of a training checkpoint (latest.pt, best.pt or pretrained.pt)."""
+    from robot_rl import checkpoint
+    from robot_rl.agents.sac import SAC, SACConfig
+
+    state = checkpoint.load(path)
+    if "agent" not in state or "config" not in state:
+        raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint (no agent/config in it)")
+    (obs_dim,) = env.observation_spec["state"][0]
+    agent = SAC(obs_dim, env.action_dim, SACConfig(**state["config"]["agent"]), device=device)
+    try:
+        agent.load_state_dict(state["agent"])
+    except RuntimeError as e:
+        raise checkpoint.CheckpointError(f"{path} was trained on a different task than {env.spec} ({e})") from e
+    return lambda obs: agent.act(obs).to(env.device)
+
+
+def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callable[[Tensor], None]]:
+    """(policy, reset(done_mask)) for `args.policy`, with `args.noise` added."""
+    reset: Callable[[Tensor], None] = lambda done: None  # noqa: E731
+    if args.policy == "expert":
+        from envs.arm.experts import make_expert
+
+        expert = make_expert(args.env, env.num_envs, noise=0.0, seed=args.seed, device=env.device)
+        base, reset = expert.act, expert.reset
+    elif args.policy == "random":
+        base = lambda obs: torch.rand(env.num_envs, env.action_dim, device=env.device) * 2 - 1  # noqa: E731
+    else:
+        base = checkpoint_policy(Path(args.policy), env, args.device)
+    if args.noise <= 0:
+        return base, reset
+    g = torch.Generator(device=env.device).manual_seed(args.seed + 7919)
+
+    def noisy(obs: dict[str, Tensor]) -> Tensor:
+        action = base(obs)
+        noise = torch.randn(action.shape, generator=g, device=action.device) * args.noise
+        return (action + noise).clamp(-1.0, 1.0)
+
+    return noisy, reset
+
+
+def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
+    """Record `args.episodes` finished episodes into `args.out`; returns counts and the success rate."""
+    from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
+
+    env = envs.make(args.env, num_envs=args.num_envs, seed=args.seed, max_episode_steps=args.max_episode_steps)
+    task = args.task or args.env.split(":", 1)[-1]
+    try:
+        policy, reset_policy = make_policy(args, env)
+        (state_dim,) = env.observation_spec["state"][0]
+        images = {k: tuple(shape[:2]) for k, (shape, _) in env.observation_spec.items() if k != "state"}
+        fps = round(1.0 / env.control_dt) if getattr(env, "control_dt", None) else 20
+        writer = DatasetWriter(
+            Path(args.out), fps=fps, features=transition_features(state_dim, env.action_dim, images=images or None),
+            robot_type=args.env.split(":", 1)[0], task=task, resume=args.append,
+        )
+        recorder = EpisodeRecorder(writer, env.num_envs, task=task)
+        obs = env.reset(seed=args.seed)
+        reset_policy(torch.ones(env.num_envs, dtype=torch.bool, device=env.device))
+        # Exactly `episodes` episodes: each env records only episodes that were assigned when they started.
+        active = torch.arange(env.num_envs) < args.episodes
+        assigned, finished, successes = int(active.sum()), 0, 0
+        t0, last_print = time.monotonic(), 0.0
+        try:
+            while finished < args.episodes:
+                action = policy(obs)
+                next_obs, reward, terminated, truncated, info = env.step(action)
+                recorder.record(obs, action, reward, terminated, truncated, info, active=active)
+                done = (terminated | truncated).cpu()
+                ended = done & active
+                finished += int(ended.sum())
+                if "success" in info:
+                    successes += int((info["success"].cpu().bool() & ended).sum())
+                for i in torch.nonzero(ended).flatten().tolist():
+                    active[i] = assigned < args.episodes
+                    assigned += int(active[i])
+                obs = next_obs
+                if bool(done.any()):
+                    reset_policy(done.to(env.device))
+                now = time.monotonic()
+                if now - last_print > 5.0 or finished >= args.episodes:
+                    last_print = now
+                    message(f"[collect] {finished}/{args.episodes} episodes | success {successes / max(finished, 1):.0%} "
+                            f"| {now - t0:.0f}s")
+        finally:
+            recorder.close()
+            writer.close()
+    finally:
+        env.close()
+    return {"episodes": finished, "success_rate": successes / max(finished, 1), "out": args.out}

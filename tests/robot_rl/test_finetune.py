@@ -1,0 +1,128 @@
+"""`robot-rl collect` and the data-driven recipes of the trainer: RLPD mixing, offline pretraining, WSRL warm-up."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from robot_rl.cli import main
+from robot_rl.config import compose_train_config
+from robot_rl.datasets import read_dataset
+from robot_rl.trainer import Trainer
+
+TINY = ["agent.hidden_dims=[32,32]", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def reach_data(tmp_path_factory) -> Path:
+    """A small mixed dataset: 4 expert and 3 random episodes of the sparse reach task."""
+    out = tmp_path_factory.mktemp("data") / "reach"
+    assert main(["collect", "env=arm:reach-sparse", "episodes=4", "num_envs=3", f"out={out}"]) == 0
+    assert main(["collect", "env=arm:reach-sparse", "policy=random", "episodes=3", "num_envs=2", f"out={out}",
+                 "append=true", "seed=1"]) == 0
+    return out
+
+
+def test_collect_writes_exactly_the_requested_episodes(reach_data: Path, capsys) -> None:
+    t = read_dataset(reach_data)
+    assert len(t.episodes) == 7  # 4 + 3, though more envs than remaining episodes were running
+    per_episode_success = [bool(t.success[t.episode_index == e].any()) for e in range(7)]
+    assert per_episode_success[:4] == [True] * 4  # the expert solves reach
+    assert not any(per_episode_success[4:]) or sum(per_episode_success[4:]) < 3
+    # Episodes end exactly where the env ended them: the last frame of each is terminated or truncated.
+    ends = torch.nonzero(t.terminated | t.truncated).flatten()
+    assert ends.numel() == 7
+
+
+def test_collect_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["collect", "env=arm:reach"]) == 2
+    assert "out=" in capsys.readouterr().err
+    assert main(["collect", "env=arm:reach", f"out={tmp_path}/d", "policy=nope.pt"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["collect", "env=arm:reach", f"out={tmp_path}/d", "bogus=1"]) == 2
+    assert "valid keys of collect" in capsys.readouterr().err
+
+
+def test_rlpd_batches_mix_prior_and_online_data(reach_data: Path, tmp_path: Path) -> None:
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"data.path={reach_data}", "agent.utd=2",
+                                "agent.batch_size=8", "data.prior_fraction=0.25", *TINY])
+    trainer = Trainer(cfg, tmp_path / "run")
+    prior = trainer.prior
+    assert prior is not None and trainer.prior_replay is not None and len(trainer.prior_replay) == len(prior)
+    obs = trainer.env.reset(seed=12345)  # initial states the dataset does not hold
+    for _ in range(5):
+        action = torch.rand(1, trainer.env.action_dim) * 2 - 1
+        nxt, r, term, trunc, info = trainer.env.step(action)
+        trainer.replay.add(obs, action, r, info["final_obs"], term, trunc)
+        obs = nxt
+    batch = trainer._sample(8, 2)
+    assert batch.action.shape == (2, 8, trainer.env.action_dim)
+    prior_rows = {tuple(row.tolist()) for row in prior.obs}
+    for i in range(2):  # every one of the utd minibatches: 2 prior rows, then 6 online rows
+        from_prior = [tuple(row.tolist()) in prior_rows for row in batch.obs["state"][i]]
+        assert from_prior == [True] * 2 + [False] * 6
+
+
+def test_wsrl_pretrains_warms_up_without_updates_then_learns_online(reach_data: Path, tmp_path: Path) -> None:
+    run = tmp_path / "wsrl"
+    code = main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=40",
+                 "offline.eval_every=20", "data.mix_online=false", "train.learning_starts=100", "train.steps=200",
+                 "train.eval_every=100", "agent.batch_size=32", f"run_dir={run}", "seed=3", *TINY])
+    assert code == 0
+    assert (run / "checkpoints" / "pretrained.pt").is_file()
+    offline = _rows(run / "offline_metrics.csv")
+    assert [int(r["offline_step"]) for r in offline] == [20, 40]
+    assert all(r["cql_gap"] for r in offline)
+    rows = _rows(run / "metrics.csv")
+    assert [int(r["env_step"]) for r in rows] == [0, 100, 200]  # step 0 is the pretrained policy
+    # The warm-up made no updates: the first one comes once learning_starts transitions are stored.
+    assert [int(r["updates"]) for r in rows] == [0, 1, 101]
+
+    # Naive fine-tuning from the same pretrained agent: updates start at once.
+    naive = tmp_path / "naive"
+    code = main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}",
+                 f"offline.init={run / 'checkpoints' / 'pretrained.pt'}", "data.mix_online=false",
+                 "train.learning_starts=0", "train.steps=100", "train.eval_every=100", "agent.batch_size=32",
+                 f"run_dir={naive}", *TINY])
+    assert code == 0
+    rows = _rows(naive / "metrics.csv")
+    assert rows[0]["env_step"] == "0" and int(rows[-1]["updates"]) > 50
+    assert rows[0]["success_rate"] == _rows(run / "metrics.csv")[0]["success_rate"]  # same starting policy
+
+
+@pytest.mark.parametrize("algorithm", ["cql", "iql"])
+def test_other_offline_algorithms_run(reach_data: Path, tmp_path: Path, algorithm: str) -> None:
+    code = main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=10",
+                 "offline.eval_every=10", f"offline.algorithm={algorithm}", "train.steps=20", "train.eval_every=20",
+                 "train.learning_starts=10", "agent.batch_size=16", f"run_dir={tmp_path / algorithm}", *TINY])
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["offline.steps=10"], "offline.steps > 0 needs a dataset"),
+        ([], "finetune starts from data"),
+        (["offline.algorithm=bc"], "offline.algorithm must be one of calql, cql, iql"),
+        (["data.path=/nonexistent/dataset"], "/nonexistent/dataset"),
+    ],
+)
+def test_finetune_user_errors(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
+    code = main(["finetune", "env.spec=arm:reach-sparse", f"run_dir={tmp_path / 'r'}", *args, *TINY])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_dataset_of_another_task_is_refused(reach_data: Path, tmp_path: Path, capsys) -> None:
+    code = main(["train", "env.spec=gym:Pendulum-v1", f"data.path={reach_data}", f"run_dir={tmp_path / 'r'}", *TINY])
+    assert code == 2
+    assert "record the dataset on the same task" in capsys.readouterr().err
