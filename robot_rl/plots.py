@@ -43,3 +43,36 @@ def plot_learning_curve(csv_path: Path, png_path: Path, title: str = "") -> None
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(png_path)
+
+
+def plot_comparison(runs: dict[str, Path], png_path: Path, title: str = "", metric: str = "success_rate") -> None:
+    """One curve per run (label -> run directory) of `metric` against environment steps, e.g. WSRL against
+    naive fine-tuning and RLPD: `python -m robot_rl.plots out.png wsrl=runs/a naive=runs/b`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, run_dir in runs.items():
+        rows = [r for r in read_metrics(Path(run_dir) / "metrics.csv") if r.get(metric) is not None]
+        ax.plot([r["env_step"] for r in rows], [r[metric] for r in rows], marker="o", ms=3, label=label)
+    ax.set_xlabel("online environment steps")
+    ax.set_ylabel(metric.replace("_", " "))
+    if metric == "success_rate":
+        ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 3 or any("=" not in a for a in sys.argv[2:]):
+        sys.exit("usage: python -m robot_rl.plots <out.png> <label>=<run dir> [<label>=<run dir> ...]")
+    plot_comparison(dict(a.split("=", 1) for a in sys.argv[2:]), Path(sys.argv[1]))
