@@ -65,7 +65,7 @@ def test_train_user_errors_are_one_line(capsys, tmp_path, args, expected):
 
 def test_unknown_command(capsys):
     code, _, err = _run(capsys, "trian")
-    assert code == 2 and "choose one of: train, eval" in err
+    assert code == 2 and "choose one of: train, finetune, eval, collect" in err
 
 
 def test_train_then_eval_writes_the_run_directory(capsys, tmp_path):
