@@ -128,6 +128,21 @@ def _default_run_dir(name: str) -> Path:
     return Path("runs") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{name}"
 
 
+TRAIN_EXAMPLES = [
+    "  robot-rl train                                          # SAC on Pendulum-v1, a few minutes",
+    "  robot-rl train experiment=cartpole_swingup agent=rlpd",
+    "  robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 train.steps=100000 seed=3",
+    "  robot-rl train experiment=rlpd_push                     # SAC + 20 demos (data/push_demos), sparse push",
+    "  robot-rl train resume=runs/<run dir> [train.steps=...]   # continue from the latest checkpoint",
+]
+FINETUNE_EXAMPLES = [
+    "  robot-rl finetune experiment=wsrl_push                          # Cal-QL, warm-up, online SAC",
+    "  robot-rl finetune experiment=wsrl_push train.learning_starts=0  # naive fine-tuning",
+    "  robot-rl finetune experiment=wsrl_push offline.algorithm=iql",
+    "  robot-rl finetune experiment=wsrl_push offline.steps=0 offline.init=runs/<run>/checkpoints/pretrained.pt",
+]
+
+
 def _finetune_help() -> str:
     return _train_help(
         "finetune",
@@ -160,10 +175,7 @@ def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
         f"  experiment= {', '.join(presets('experiment'))}   (env + training length together)",
         "",
         "Examples:",
-        "  robot-rl train                                          # SAC on Pendulum-v1, a few minutes",
-        "  robot-rl train experiment=cartpole_swingup agent=rlpd",
-        "  robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 train.steps=100000 seed=3",
-        "  robot-rl train resume=runs/<run dir> [train.steps=...]   # continue from the latest checkpoint",
+        *(FINETUNE_EXAMPLES if command == "finetune" else TRAIN_EXAMPLES),
         "",
         "Keys (default):",
     ]
