@@ -44,8 +44,13 @@ class OfflineData:
     def load(
         cls, path: str | Path, gamma: float, max_episodes: int | None = None, device: str | torch.device = "cpu"
     ) -> OfflineData:
-        from robot_rl.datasets import monte_carlo_returns, read_dataset
+        from robot_rl.datasets import DatasetError, monte_carlo_returns, read_dataset
 
+        if not Path(path).exists():
+            raise DatasetError(
+                f"data.path={path} does not exist; record it first, e.g. "
+                f"robot-rl collect env=<spec> policy=expert episodes=20 out={path}"
+            )
         t = read_dataset(path)
         keep = torch.ones_like(t.reward, dtype=torch.bool)
         if max_episodes is not None:

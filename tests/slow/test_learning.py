@@ -39,3 +39,15 @@ def test_pendulum_compiled_learns_as_well_as_eager(tmp_path):
     e, c = eager[-1]["eval_return_mean"], compiled[-1]["eval_return_mean"]
     assert e >= -300 and c >= -300, (e, c)
     assert abs(e - c) < 100, (e, c)
+
+
+def test_rlpd_with_20_demos_learns_sparse_push_where_sac_from_scratch_does_not(tmp_path):
+    """The RLPD result of the tasks-and-datasets issue, shortened: 20 scripted demos, sparse reward.
+
+    Measured (seed 0, 1 thread): RLPD 10% at 10k env steps, 30% at 20k; SAC from scratch 0% throughout.
+    """
+    demos = tmp_path / "push_demos"
+    assert main(["collect", "env=arm:push-sparse", "policy=expert", "episodes=20", f"out={demos}"]) == 0
+    rows = _train(tmp_path / "rlpd", "experiment=rlpd_push", f"data.path={demos}", "seed=0", "threads=1",
+                  "train.steps=12000")
+    assert max(r["success_rate"] for r in rows) >= 0.1, [r["success_rate"] for r in rows]
