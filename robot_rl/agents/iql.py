@@ -38,6 +38,12 @@ class IQLConfig:
             raise ValueError("offline.beta and offline.max_weight must be > 0")
 
 
+def expectile_loss(diff: Tensor, expectile: float) -> Tensor:
+    """Asymmetric squared loss of `diff = target - prediction`: minimised by the `expectile` of the target."""
+    weight = torch.abs(expectile - (diff < 0).float())
+    return (weight * diff.pow(2)).mean()
+
+
 class IQL:
     """Offline IQL updates of a SAC agent's actor and critics, with a value network of its own."""
 
@@ -55,9 +61,7 @@ class IQL:
         with torch.no_grad():
             q_target = sac.critic_target(obs, action).min(dim=0).values  # [B]
         v = self.value(obs).squeeze(-1)
-        diff = q_target - v
-        weight = torch.abs(cfg.expectile - (diff < 0).float())
-        value_loss = (weight * diff.pow(2)).mean()
+        value_loss = expectile_loss(q_target - v, cfg.expectile)
         self.value_opt.zero_grad(set_to_none=True)
         value_loss.backward()
         self.value_opt.step()
