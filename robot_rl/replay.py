@@ -153,6 +153,21 @@ class ReplayBuffer:
         if tuple(t.shape) != shape:
             raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
 
+    def _check_step(self, n: int, per: str, obs, action, reward, next_obs, terminated, truncated) -> None:
+        """Keys and shapes of `n` transitions against the spec (leading dim n)."""
+        for label, group in (("obs", obs), ("next_obs", next_obs)):
+            if group.keys() != self.obs_spec.keys():
+                raise ValueError(
+                    f"{label} keys {sorted(group)} do not match obs_spec keys {sorted(self.obs_spec)}"
+                )
+            for k, (shape, _) in self.obs_spec.items():
+                self._check(f"{label}[{k!r}]", group[k], (n, *shape))
+        self._check("action", action, (n, self.action_dim))
+        # Rewards/flags are accepted as [n] or [n, 1] since vector envs differ on this.
+        for name, t in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if t.numel() != n:
+                raise ValueError(f"{name}: expected {n} elements ({per}), got shape {tuple(t.shape)}")
+
     def add(
         self,
         obs: dict[str, Tensor],
@@ -164,18 +179,7 @@ class ReplayBuffer:
     ) -> None:
         """Store one batched env step (leading dim ``num_envs``); ``next_obs`` is the true next observation."""
         E = self.num_envs
-        for label, group in (("obs", obs), ("next_obs", next_obs)):
-            if group.keys() != self.obs_spec.keys():
-                raise ValueError(
-                    f"{label} keys {sorted(group)} do not match obs_spec keys {sorted(self.obs_spec)}"
-                )
-            for k, (shape, _) in self.obs_spec.items():
-                self._check(f"{label}[{k!r}]", group[k], (E, *shape))
-        self._check("action", action, (E, self.action_dim))
-        # Rewards/flags are accepted as [E] or [E, 1] since vector envs differ on this.
-        for name, t in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
-            if t.numel() != E:
-                raise ValueError(f"{name}: expected {E} elements (one per env), got shape {tuple(t.shape)}")
+        self._check_step(E, "one per env", obs, action, reward, next_obs, terminated, truncated)
 
         p = self._pos
         for k in self.obs_spec:
@@ -207,15 +211,7 @@ class ReplayBuffer:
         if self.num_envs != 1:
             raise ValueError(f"extend needs a single-env buffer (num_envs=1), this one has {self.num_envs}")
         m = int(action.shape[0])
-        for label, group in (("obs", obs), ("next_obs", next_obs)):
-            if group.keys() != self.obs_spec.keys():
-                raise ValueError(f"{label} keys {sorted(group)} do not match obs_spec keys {sorted(self.obs_spec)}")
-            for k, (shape, _) in self.obs_spec.items():
-                self._check(f"{label}[{k!r}]", group[k], (m, *shape))
-        self._check("action", action, (m, self.action_dim))
-        for name, t in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
-            if t.numel() != m:
-                raise ValueError(f"{name}: expected {m} elements, got shape {tuple(t.shape)}")
+        self._check_step(m, "one per step", obs, action, reward, next_obs, terminated, truncated)
         keep = slice(max(0, m - self.T), m)
         n = keep.stop - keep.start
         rows = (self._pos + torch.arange(n, device=self.device)) % self.T
