@@ -59,13 +59,13 @@ class OfflineData:
         episode_index = t.episode_index[keep]
         reward, terminated = t.reward[keep].float(), t.terminated[keep].bool()
         mc = monte_carlo_returns(reward, episode_index, terminated, gamma)
-        success = t.success[keep].bool() if t.success is not None else None
-        num_episodes = int(torch.unique(episode_index).numel())
+        episodes = torch.unique(episode_index)
+        num_episodes = int(episodes.numel())
         success_rate = None
-        if success is not None and num_episodes:
+        if num_episodes:
             per_episode = torch.zeros(int(episode_index.max()) + 1, dtype=torch.bool)
-            per_episode[episode_index[success]] = True
-            success_rate = per_episode[torch.unique(episode_index)].float().mean().item()
+            per_episode[episode_index[t.success[keep].bool()]] = True
+            success_rate = per_episode[episodes].float().mean().item()
         dev = torch.device(device)
         return cls(
             obs=t.obs[keep].float().to(dev),

@@ -77,18 +77,6 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-__all__ = [
-    "CODEBASE_VERSION",
-    "DatasetError",
-    "DatasetWriter",
-    "EpisodesMeta",
-    "Transitions",
-    "monte_carlo_returns",
-    "read_dataset",
-    "repair",
-    "transition_features",
-]
-
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNKS_SIZE = 1000
 DEFAULT_DATA_FILES_SIZE_IN_MB = 100
