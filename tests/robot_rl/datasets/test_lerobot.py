@@ -317,11 +317,13 @@ def test_sigkill_at_arbitrary_moments_leaves_a_readable_prefix(tmp_path: Path) -
         for line in proc.stdout.read().splitlines():
             if line.startswith("DONE"):
                 done = int(line.split()[1])
+        files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
         tr = read_dataset(root)
         n = len(tr.episodes)
-        assert n in (done, done + 1)  # killed after a commit but before its print: one more
+        # killed after a commit but before its print: one more
+        assert n in (done, done + 1), (trial, n, done, files)
         check_episodes(root, [3 + i % 5 for i in range(n)])
-        assert not [p for p in root.rglob("*.parquet") if p.name.startswith(".")]
+        assert not [p for p in root.rglob("*.parquet") if p.name.startswith(".")], (trial, files)
 
 
 # ------------------------------------------------------------------------------------------ recorder
