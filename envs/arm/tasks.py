@@ -137,6 +137,9 @@ class ArmEnv(gym.Env):
         render_mode: None or ``"rgb_array"`` (``render()`` then returns a frame of ``render_size``).
         render_size: (height, width) of ``render()`` frames.
         camera: camera name or id for pixels and ``render()`` (default the fixed ``"front"`` camera).
+        control_hz: control rate. The default 20 Hz is the tasks' rate; another rate (one whose period is a
+            whole number of 5 ms physics steps, e.g. 50 Hz for the hardware bridge's real-time loop) scales the
+            displacement per step so that a given action is the same hand speed at any rate.
 
     The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``envs.make``.
     """
@@ -153,6 +156,7 @@ class ArmEnv(gym.Env):
         render_mode: str | None = None,
         render_size: tuple[int, int] = (240, 320),
         camera: str | int = "front",
+        control_hz: float = 1.0 / CONTROL_DT,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
@@ -161,6 +165,15 @@ class ArmEnv(gym.Env):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.task, self.reward_type, self.render_mode = task, reward, render_mode
+        substeps = 1.0 / (control_hz * TIMESTEP)
+        if control_hz <= 0 or abs(substeps - round(substeps)) > 1e-6:
+            raise ValueError(
+                f"control_hz={control_hz} is not a whole number of {TIMESTEP * 1e3:g} ms physics steps per "
+                "control step; use e.g. 10, 20, 25, 40, 50 or 100"
+            )
+        self.n_substeps = int(round(substeps))
+        self.control_dt = self.n_substeps * TIMESTEP
+        self.max_delta = MAX_DELTA * self.control_dt / CONTROL_DT
         self.model = build_model()
         self.data = mujoco.MjData(self.model)
         self._ik_data = mujoco.MjData(self.model)
@@ -248,7 +261,7 @@ class ArmEnv(gym.Env):
         return self._observation(), {"success": self._success()}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """Apply one 20 Hz control step; returns ``(obs, reward, terminated, truncated=False, info)``."""
+        """Apply one control step (20 Hz unless ``control_hz`` says otherwise); returns ``(obs, reward, terminated, truncated=False, info)``."""
         a = np.asarray(action, dtype=np.float64).reshape(-1)
         if a.shape != (4,):
             raise ValueError(f"action must have shape (4,), got {np.shape(action)}")
@@ -258,7 +271,7 @@ class ArmEnv(gym.Env):
         m, d = self.model, self.data
 
         ee = d.site_xpos[self._grip]
-        x_des = np.clip(self._x_des + a[:3] * MAX_DELTA, WORKSPACE_LOW, WORKSPACE_HIGH)
+        x_des = np.clip(self._x_des + a[:3] * self.max_delta, WORKSPACE_LOW, WORKSPACE_HIGH)
         lead = x_des - ee
         dist = float(np.linalg.norm(lead))
         if dist > _MAX_LEAD:
@@ -268,12 +281,12 @@ class ArmEnv(gym.Env):
         d.ctrl[self._arm_act] = self._q_cmd
         d.ctrl[self._finger_act] = FINGER_RANGE[1] * (1.0 - a[3]) / 2.0
 
-        mujoco.mj_step(m, d, nstep=N_SUBSTEPS)
+        mujoco.mj_step(m, d, nstep=self.n_substeps)
         # Make positions consistent with the final qpos (mj_step leaves them one substep old).
         mujoco.mj_kinematics(m, d)
 
         ee = d.site_xpos[self._grip].copy()
-        self._ee_vel = (ee - self._prev_ee) / CONTROL_DT
+        self._ee_vel = (ee - self._prev_ee) / self.control_dt
         self._prev_ee = ee
         success = self._success()
         if self.reward_type == "sparse":

@@ -1,0 +1,218 @@
+"""The learner-side client: ``RobotClient`` (the RPCs) and ``RobotEnv`` (a gymnasium env over them).
+
+Every call carries the token and a deadline. Errors come back as ``BridgeError`` with the gRPC status code and a
+message that says what to do (``EStopLatched`` and ``Unauthenticated`` are the ones callers usually handle).
+
+``RobotEnv`` is a plain gymnasium env whose ``step`` is one control tick of the remote robot: reward and success
+come from the robot side, ``terminated`` is the success flag, the task's time limit is applied on this side, and
+``info["applied_action"]`` is the action the robot really executed after the safety clamps (what a transition
+should store). ``make_env`` wraps it as a batch-of-one ``envs.BatchedEnv`` so the trainer can use it unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import gymnasium as gym
+import numpy as np
+
+from .proto import PROTOCOL, pb, pb_grpc
+from .robot import CartesianLimits, RobotObservation, RobotSpec
+from .server import TOKEN_ENV
+
+
+class BridgeError(RuntimeError):
+    """A call to the robot server failed; ``code`` is the gRPC status code."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class EStopLatched(BridgeError):
+    """The robot's e-stop is latched; an operator must clear it (``RobotClient.clear_estop``)."""
+
+
+class Unauthenticated(BridgeError):
+    """The server refused the token."""
+
+
+@dataclass
+class StepResult:
+    observation: RobotObservation
+    applied_action: np.ndarray | None  # None when the tick held
+    clamp_flags: int
+    tick: int
+    queue_s: float
+
+
+def _error(e: grpc.RpcError, what: str, address: str) -> BridgeError:
+    code, details = e.code(), e.details()
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return Unauthenticated(code, f"{what}: the robot server at {address} refused the token; pass the server's "
+                                     f"token (--token or {TOKEN_ENV})")
+    if code == grpc.StatusCode.FAILED_PRECONDITION and "e-stop" in (details or ""):
+        return EStopLatched(code, f"{what}: {details}")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return BridgeError(code, f"{what}: robot server at {address} unavailable ({details}); is serve-robot running?")
+    return BridgeError(code, f"{what}: {code.name}: {details}")
+
+
+class RobotClient:
+    """RPCs to a robot server at ``address`` (``host:port``).
+
+    Args:
+        token: the shared token (default: the ``ROBOT_RL_TOKEN`` environment variable).
+        step_timeout_s: deadline of ``step``; a tick normally answers within one control period.
+        timeout_s: deadline of the other calls except ``reset``.
+        reset_timeout_s: deadline of ``reset`` (a real arm may take seconds to move home).
+        tls_root_cert: PEM file of the CA (or self-signed server certificate) to trust; enables TLS.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        *,
+        step_timeout_s: float = 0.5,
+        timeout_s: float = 2.0,
+        reset_timeout_s: float = 30.0,
+        tls_root_cert: str | None = None,
+        tls_server_name: str | None = None,
+    ) -> None:
+        self.address = address
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.step_timeout_s, self.timeout_s, self.reset_timeout_s = step_timeout_s, timeout_s, reset_timeout_s
+        options = [("grpc.enable_retries", 0)]
+        if tls_root_cert:
+            with open(tls_root_cert, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = pb_grpc.RobotBridgeStub(self._channel)
+        self._seq = 0
+        self._spec: RobotSpec | None = None
+        self.watchdog_s = 0.0
+
+    def _call(self, what: str, method: Any, request: Any, timeout: float) -> Any:
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _error(e, what, self.address) from None
+
+    def spec(self) -> RobotSpec:
+        """The robot's spec (fetched once)."""
+        if self._spec is None:
+            m = self._call("GetSpec", self._stub.GetSpec, pb.Empty(), self.timeout_s)
+            if m.protocol != PROTOCOL:
+                raise BridgeError(grpc.StatusCode.FAILED_PRECONDITION,
+                                  f"server speaks {m.protocol!r}, this client {PROTOCOL!r}: update one of them")
+            cart = None
+            if m.cartesian:
+                cart = CartesianLimits(tuple(m.workspace_low), tuple(m.workspace_high), m.metres_per_unit,
+                                       m.max_step_m, m.max_speed_mps)
+            self._spec = RobotSpec(m.name, m.state_dim, m.action_dim, m.control_hz, tuple(m.action_low),
+                                   tuple(m.action_high), cart, m.time_limit or None)
+            self.watchdog_s = m.watchdog_s
+        return self._spec
+
+    def reset(self, seed: int | None = None) -> RobotObservation:
+        request = pb.ResetRequest(has_seed=seed is not None, seed=seed or 0)
+        return _observation(self._call("Reset", self._stub.Reset, request, self.reset_timeout_s).observation)
+
+    def step(self, action: np.ndarray | None) -> StepResult:
+        """Apply ``action`` at the next tick (``None``: hold this tick) and return what happened."""
+        self._seq += 1
+        if action is None:
+            request = pb.StepRequest(hold=True, seq=self._seq)
+        else:
+            request = pb.StepRequest(action=np.asarray(action, np.float64).reshape(-1).tolist(), seq=self._seq)
+        r = self._call("Step", self._stub.Step, request, self.step_timeout_s)
+        applied = np.asarray(r.applied_action, np.float32) if len(r.applied_action) else None
+        return StepResult(_observation(r.observation), applied, r.clamp_flags, r.tick, r.queue_s)
+
+    def heartbeat(self) -> pb.Status:
+        return self._call("Heartbeat", self._stub.Heartbeat, pb.Empty(), self.timeout_s)
+
+    def estop(self, reason: str = "client") -> pb.Status:
+        return self._call("EStop", self._stub.EStop, pb.EStopRequest(reason=reason), self.timeout_s)
+
+    def clear_estop(self) -> pb.Status:
+        return self._call("ClearEStop", self._stub.ClearEStop, pb.Empty(), self.timeout_s)
+
+    def status(self) -> pb.Status:
+        return self._call("GetStatus", self._stub.GetStatus, pb.Empty(), self.timeout_s)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> RobotClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _observation(m: pb.Observation) -> RobotObservation:
+    return RobotObservation(np.asarray(m.state, np.float32), m.reward, m.success, m.stamp)
+
+
+class RobotEnv(gym.Env):
+    """A remote robot as a gymnasium env (see the module docstring). ``terminate_on_success`` ends episodes on
+    the robot's success flag, as the simulated tasks do."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, client: RobotClient, terminate_on_success: bool = True) -> None:
+        self.client = client
+        spec = client.spec()
+        self.spec_robot = spec
+        self.terminate_on_success = terminate_on_success
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (spec.state_dim,), np.float32)
+        self.action_space = gym.spaces.Box(
+            np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
+        )
+        self.last_state: np.ndarray | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        obs = self.client.reset(seed)
+        self.last_state = obs.state
+        return obs.state, {"success": obs.success}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        r = self.client.step(np.asarray(action))
+        obs = r.observation
+        self.last_state = obs.state
+        info = {"success": obs.success, "applied_action": r.applied_action, "clamp_flags": r.clamp_flags,
+                "queue_s": r.queue_s, "tick": r.tick}
+        return obs.state, obs.reward, bool(obs.success and self.terminate_on_success), False, info
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def make_env(
+    address: str,
+    token: str | None = None,
+    *,
+    device: str = "cpu",
+    seed: int | None = None,
+    max_episode_steps: int | None = None,
+    **client_kwargs: Any,
+) -> Any:
+    """The remote robot as a batch-of-one ``envs.BatchedEnv`` (time limit: ``max_episode_steps`` or the spec's)."""
+    from envs import SyncBatchedEnv
+
+    env: gym.Env = RobotEnv(RobotClient(address, token, **client_kwargs))
+    limit = max_episode_steps or env.spec_robot.time_limit
+    if limit:
+        env = gym.wrappers.TimeLimit(env, int(limit))
+    return SyncBatchedEnv(f"bridge:{address}", [env], device=device, seed=seed, max_episode_steps=limit)

@@ -1,0 +1,149 @@
+from collections.abc import Iterable as _Iterable
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar
+
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Spec(_message.Message):
+    __slots__ = ("name", "state_dim", "action_dim", "control_hz", "action_low", "action_high", "time_limit", "cartesian", "workspace_low", "workspace_high", "metres_per_unit", "max_step_m", "max_speed_mps", "watchdog_s", "protocol")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIM_FIELD_NUMBER: _ClassVar[int]
+    ACTION_DIM_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_HZ_FIELD_NUMBER: _ClassVar[int]
+    ACTION_LOW_FIELD_NUMBER: _ClassVar[int]
+    ACTION_HIGH_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CARTESIAN_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_LOW_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_HIGH_FIELD_NUMBER: _ClassVar[int]
+    METRES_PER_UNIT_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEP_M_FIELD_NUMBER: _ClassVar[int]
+    MAX_SPEED_MPS_FIELD_NUMBER: _ClassVar[int]
+    WATCHDOG_S_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state_dim: int
+    action_dim: int
+    control_hz: float
+    action_low: _containers.RepeatedScalarFieldContainer[float]
+    action_high: _containers.RepeatedScalarFieldContainer[float]
+    time_limit: int
+    cartesian: bool
+    workspace_low: _containers.RepeatedScalarFieldContainer[float]
+    workspace_high: _containers.RepeatedScalarFieldContainer[float]
+    metres_per_unit: float
+    max_step_m: float
+    max_speed_mps: float
+    watchdog_s: float
+    protocol: str
+    def __init__(self, name: str | None = ..., state_dim: int | None = ..., action_dim: int | None = ..., control_hz: float | None = ..., action_low: _Iterable[float] | None = ..., action_high: _Iterable[float] | None = ..., time_limit: int | None = ..., cartesian: bool | None = ..., workspace_low: _Iterable[float] | None = ..., workspace_high: _Iterable[float] | None = ..., metres_per_unit: float | None = ..., max_step_m: float | None = ..., max_speed_mps: float | None = ..., watchdog_s: float | None = ..., protocol: str | None = ...) -> None: ...
+
+class ResetRequest(_message.Message):
+    __slots__ = ("has_seed", "seed")
+    HAS_SEED_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    has_seed: bool
+    seed: int
+    def __init__(self, has_seed: bool | None = ..., seed: int | None = ...) -> None: ...
+
+class StepRequest(_message.Message):
+    __slots__ = ("action", "seq", "hold")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    action: _containers.RepeatedScalarFieldContainer[float]
+    seq: int
+    hold: bool
+    def __init__(self, action: _Iterable[float] | None = ..., seq: int | None = ..., hold: bool | None = ...) -> None: ...
+
+class Observation(_message.Message):
+    __slots__ = ("state", "reward", "success", "stamp")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    state: _containers.RepeatedScalarFieldContainer[float]
+    reward: float
+    success: bool
+    stamp: float
+    def __init__(self, state: _Iterable[float] | None = ..., reward: float | None = ..., success: bool | None = ..., stamp: float | None = ...) -> None: ...
+
+class StepReply(_message.Message):
+    __slots__ = ("observation", "seq", "tick", "applied_action", "clamp_flags", "queue_s")
+    OBSERVATION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TICK_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_ACTION_FIELD_NUMBER: _ClassVar[int]
+    CLAMP_FLAGS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_S_FIELD_NUMBER: _ClassVar[int]
+    observation: Observation
+    seq: int
+    tick: int
+    applied_action: _containers.RepeatedScalarFieldContainer[float]
+    clamp_flags: int
+    queue_s: float
+    def __init__(self, observation: Observation | _Mapping | None = ..., seq: int | None = ..., tick: int | None = ..., applied_action: _Iterable[float] | None = ..., clamp_flags: int | None = ..., queue_s: float | None = ...) -> None: ...
+
+class EStopRequest(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: str | None = ...) -> None: ...
+
+class Status(_message.Message):
+    __slots__ = ("state", "ticks", "commands", "holds", "watchdog_trips", "estops", "rejected", "clamped", "jitter_p50_s", "jitter_p99_s", "jitter_max_s", "overruns", "tick_work_p99_s", "queue_p50_s", "queue_p99_s", "estop_reason")
+    class RejectedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: str | None = ..., value: int | None = ...) -> None: ...
+    class ClampedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: str | None = ..., value: int | None = ...) -> None: ...
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TICKS_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    WATCHDOG_TRIPS_FIELD_NUMBER: _ClassVar[int]
+    ESTOPS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    CLAMPED_FIELD_NUMBER: _ClassVar[int]
+    JITTER_P50_S_FIELD_NUMBER: _ClassVar[int]
+    JITTER_P99_S_FIELD_NUMBER: _ClassVar[int]
+    JITTER_MAX_S_FIELD_NUMBER: _ClassVar[int]
+    OVERRUNS_FIELD_NUMBER: _ClassVar[int]
+    TICK_WORK_P99_S_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_P50_S_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_P99_S_FIELD_NUMBER: _ClassVar[int]
+    ESTOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    ticks: int
+    commands: int
+    holds: int
+    watchdog_trips: int
+    estops: int
+    rejected: _containers.ScalarMap[str, int]
+    clamped: _containers.ScalarMap[str, int]
+    jitter_p50_s: float
+    jitter_p99_s: float
+    jitter_max_s: float
+    overruns: int
+    tick_work_p99_s: float
+    queue_p50_s: float
+    queue_p99_s: float
+    estop_reason: str
+    def __init__(self, state: str | None = ..., ticks: int | None = ..., commands: int | None = ..., holds: int | None = ..., watchdog_trips: int | None = ..., estops: int | None = ..., rejected: _Mapping[str, int] | None = ..., clamped: _Mapping[str, int] | None = ..., jitter_p50_s: float | None = ..., jitter_p99_s: float | None = ..., jitter_max_s: float | None = ..., overruns: int | None = ..., tick_work_p99_s: float | None = ..., queue_p50_s: float | None = ..., queue_p99_s: float | None = ..., estop_reason: str | None = ...) -> None: ...

@@ -1,0 +1,123 @@
+"""The ``Robot`` interface: what a driver implements so the bridge can serve it.
+
+A driver is one file in ``real/drivers/`` with one class implementing ``Robot``. The server (``real.server``)
+calls it from a single control thread, once per control period, so a driver needs no locking of its own:
+
+* ``reset(seed)`` starts an episode (a real arm moves to its home pose; the simulated arm draws a new scene);
+* ``command(action)`` applies one action for one control period. The server has already checked and clamped
+  it (``real.safety``): it is finite, the right shape, inside ``spec.action_low/high`` and inside the
+  workspace box and step limits. A driver may still refuse (raise) but must never move outside them;
+* ``hold()`` keeps the current pose for one control period (no command arrived, the watchdog fired, or the
+  e-stop is latched);
+* ``stop()`` halts at once (e-stop); the server calls ``hold()`` on later ticks until the latch is cleared;
+* ``observe()`` returns the latest ``RobotObservation``.
+
+Actions are normalised to [-1, 1] per dimension. For Cartesian robots (``spec.cartesian`` set) the first three
+action dimensions are a displacement of the end effector in the robot's base frame, ``cartesian.metres_per_unit``
+metres per control step at 1.0; the safety layer uses that to keep the commanded target inside the workspace
+box. Teleop devices produce actions in this same frame (``real.teleop``).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CartesianLimits:
+    """Where a Cartesian robot's end effector may go and how fast (all in the robot's base frame, metres).
+
+    ``ee_slice`` locates the end-effector position in the state vector; ``metres_per_unit`` converts the first
+    three action dimensions into a displacement per control step.
+    """
+
+    workspace_low: tuple[float, float, float]
+    workspace_high: tuple[float, float, float]
+    metres_per_unit: float
+    max_step_m: float
+    max_speed_mps: float
+    ee_slice: tuple[int, int] = (0, 3)
+
+    def __post_init__(self) -> None:
+        low, high = np.asarray(self.workspace_low), np.asarray(self.workspace_high)
+        if low.shape != (3,) or high.shape != (3,) or not np.all(low < high):
+            raise ValueError(f"workspace box must be 3 lows below 3 highs, got {low} and {high}")
+        for name in ("metres_per_unit", "max_step_m", "max_speed_mps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """Everything a client needs to know about a robot before it sends the first command."""
+
+    name: str
+    state_dim: int
+    action_dim: int
+    control_hz: float
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    cartesian: CartesianLimits | None = None
+    time_limit: int | None = None  # episode length in control steps, if the task has one
+    state_layout: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.action_low) != self.action_dim or len(self.action_high) != self.action_dim:
+            raise ValueError("action_low and action_high must have action_dim entries")
+        if not self.control_hz > 0:
+            raise ValueError(f"control_hz must be > 0, got {self.control_hz}")
+
+
+@dataclass
+class RobotObservation:
+    """One observation. ``reward`` and ``success`` come from the driver when it can compute them (simulation,
+    or a reward classifier on hardware); otherwise they stay 0 / False and the operator labels episodes."""
+
+    state: np.ndarray
+    reward: float = 0.0
+    success: bool = False
+    stamp: float = 0.0  # time.monotonic() of the measurement, on the robot's machine
+
+
+class Robot(abc.ABC):
+    """A robot the bridge can serve. See the module docstring for the calling contract."""
+
+    spec: RobotSpec
+
+    def connect(self) -> None:
+        """Open the connection to the controller (default: nothing to do)."""
+        return None
+
+    def disconnect(self) -> None:
+        """Close the connection; safe to call twice (default: nothing to do)."""
+        return None
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> RobotObservation:
+        """Start an episode and return its first observation."""
+
+    @abc.abstractmethod
+    def observe(self) -> RobotObservation:
+        """The latest observation."""
+
+    @abc.abstractmethod
+    def command(self, action: np.ndarray) -> None:
+        """Apply one safe action (float64, shape ``[action_dim]``) for one control period."""
+
+    @abc.abstractmethod
+    def hold(self) -> None:
+        """Keep the current pose for one control period."""
+
+    def stop(self) -> None:
+        """Emergency stop: halt now (default: hold)."""
+        self.hold()
+
+    def __enter__(self) -> Robot:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()

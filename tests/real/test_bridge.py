@@ -1,0 +1,273 @@
+"""The robot bridge end to end on loopback: a real gRPC server serving the simulated arm, real clients.
+
+What must hold whatever a client sends: nothing unsafe reaches the driver, bad messages get an error status and
+the server keeps serving at its rate, the watchdog holds the arm after a client stalls, the e-stop latches.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from functools import partial
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from real.client import BridgeError, EStopLatched, RobotClient, Unauthenticated, make_env
+from real.drivers.sim_arm import SimArm
+from real.proto import pb
+from real.safety import CLAMP_STEP, CLAMP_WORKSPACE
+from real.server import RobotServer, ServerConfig
+
+TOKEN = "test-token"
+HZ = 50.0
+
+
+class RecordingArm(SimArm):
+    """The simulated arm, remembering every command that reached it."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.commands: list[np.ndarray] = []
+        self.fail_next = False
+
+    def command(self, action: np.ndarray) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("simulated controller fault")
+        self.commands.append(np.array(action))
+        super().command(action)
+
+
+@pytest.fixture
+def served():
+    robot = RecordingArm(task="reach", control_hz=HZ, seed=0)
+    server = RobotServer(robot, ServerConfig(port=0, token=TOKEN, watchdog_s=0.2))
+    port = server.start()
+    client = RobotClient(f"127.0.0.1:{port}", TOKEN)
+    try:
+        yield server, robot, client, f"127.0.0.1:{port}"
+    finally:
+        client.close()
+        server.stop()
+
+
+def _ee(client: RobotClient) -> np.ndarray:
+    return client.step(None).observation.state[:3].astype(np.float64)
+
+
+def test_steps_move_the_arm_and_report_what_was_applied(served):
+    server, robot, client, _ = served
+    obs = client.reset(seed=3)
+    start = obs.state[:3].copy()
+    for _ in range(10):
+        r = client.step([0.0, 0.0, 1.0, -1.0])
+    assert r.applied_action is not None and r.applied_action.shape == (4,)
+    assert r.observation.state[2] > start[2] + 0.02  # went up
+    assert len(robot.commands) == 10
+    assert server.status().commands == 10
+
+
+@pytest.mark.parametrize(
+    "action, reason",
+    [([float("nan"), 0, 0, 0], "nonfinite"), ([0, float("inf"), 0, 0], "nonfinite"), ([0.1] * 3, "shape"),
+     ([0.1] * 7, "shape")],
+)
+def test_bad_actions_are_rejected_and_never_reach_the_driver(served, action, reason):
+    server, robot, client, _ = served
+    before = len(robot.commands)
+    with pytest.raises(BridgeError) as e:
+        client.step(action)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    time.sleep(3 / HZ)
+    assert len(robot.commands) == before
+    assert client.status().rejected[reason] == 1
+    client.step([0, 0, 0, 0])  # the server still serves
+    assert len(robot.commands) == before + 1
+
+
+def test_malformed_and_oversized_messages_get_errors_and_the_server_keeps_its_rate(served):
+    server, robot, client, address = served
+    channel = grpc.insecure_channel(address)
+    raw = channel.unary_unary("/robot_rl.bridge.v1.RobotBridge/Step")  # no serializer: raw bytes on the wire
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with pytest.raises(grpc.RpcError) as e:
+        raw(b"\xff\xff\xff\xff\x0f garbage", timeout=1.0, metadata=metadata)
+    assert e.value.code() in {grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT}
+    huge = pb.StepRequest(action=[0.0] * 20_000).SerializeToString()  # 160 kB > the 64 kB limit
+    with pytest.raises(grpc.RpcError) as e:
+        raw(huge, timeout=1.0, metadata=metadata)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    unknown = channel.unary_unary("/robot_rl.bridge.v1.RobotBridge/Shutdown")
+    with pytest.raises(grpc.RpcError) as e:
+        unknown(b"", timeout=1.0, metadata=metadata)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    channel.close()
+    assert robot.commands == []
+    ticks = server.status().ticks
+    time.sleep(0.5)
+    assert server.status().ticks - ticks >= 0.8 * 0.5 * HZ  # the control loop never stalled
+    client.step([0.0, 0.0, 0.0, 0.0])
+
+
+def test_unauthenticated_calls_are_refused(served):
+    server, robot, _, address = served
+    for token in (None, "wrong-token", TOKEN + "x"):
+        bad = RobotClient(address, token or "")
+        calls = (bad.spec, partial(bad.step, [0, 0, 0, 0]), bad.clear_estop, partial(bad.estop, "x"))
+        for call in calls:
+            with pytest.raises(Unauthenticated):
+                call()
+        bad.close()
+    assert robot.commands == []
+    assert server.status().rejected["unauthenticated"] == 12
+    assert server.status().state == "running"  # an unauthenticated EStop did nothing
+
+
+def test_server_refuses_to_start_without_a_token_unless_told_and_only_on_loopback():
+    with pytest.raises(ValueError, match="token"):
+        ServerConfig(token=None).validate()
+    with pytest.raises(ValueError, match="non-loopback"):
+        ServerConfig(host="0.0.0.0", token=None, allow_unauthenticated=True).validate()
+    ServerConfig(host="127.0.0.1", token=None, allow_unauthenticated=True).validate()
+
+
+def test_workspace_and_step_clamps(served):
+    server, robot, client, _ = served
+    client.reset(seed=0)
+    for _ in range(60):  # drive straight down into the table: the box floor stops it
+        r = client.step([0.0, 0.0, -1.0, 0.0])
+    assert r.clamp_flags & CLAMP_WORKSPACE
+    floor = robot.spec.cartesian.workspace_low[2]
+    assert r.observation.state[2] > floor - 0.005
+    max_step = server.safety.max_step_m
+    mpu = robot.spec.cartesian.metres_per_unit
+    for a in robot.commands:
+        assert np.linalg.norm(a[:3] * mpu) <= max_step + 1e-9
+        assert np.all(np.abs(a) <= 1.0)
+    assert server.status().clamped["workspace"] > 0
+
+
+def test_speed_limit_clamps_the_step():
+    robot = RecordingArm(task="reach", control_hz=HZ, max_speed_mps=0.2)
+    with RobotServer(robot, ServerConfig(port=0, token=TOKEN)) as server:
+        client = RobotClient(f"127.0.0.1:{server.port}", TOKEN)
+        r = client.step([1.0, 1.0, 0.0, 0.0])
+        assert r.clamp_flags & CLAMP_STEP
+        step = np.linalg.norm(r.applied_action[:3]) * robot.spec.cartesian.metres_per_unit
+        assert step == pytest.approx(0.2 / HZ, rel=1e-6)
+        client.close()
+
+
+def test_watchdog_holds_the_arm_after_the_client_stalls(served):
+    server, robot, client, _ = served
+    client.reset(seed=1)
+    for _ in range(5):
+        client.step([1.0, 0.0, 0.0, -1.0])  # moving fast
+    commands = len(robot.commands)
+    time.sleep(0.6)  # the client stalls (watchdog 0.2 s)
+    status = server.status()
+    assert status.state == "holding" and status.watchdog_trips == 1
+    ee0 = robot.observe().state[:3].copy()
+    time.sleep(0.3)
+    ee1 = robot.observe().state[:3].copy()
+    assert np.linalg.norm(ee1 - ee0) < 1e-3  # held: neither drifting on with the last command nor sagging
+    assert len(robot.commands) == commands  # holding is not commanding
+    client.step([0.0, 0.0, 0.0, -1.0])  # a new command resumes
+    assert server.status().state == "running"
+
+
+def test_heartbeats_keep_the_watchdog_quiet(served):
+    server, _, client, _ = served
+    for _ in range(8):
+        client.heartbeat()
+        time.sleep(0.1)
+    assert server.status().watchdog_trips == 0
+
+
+def test_estop_latches_until_cleared(served):
+    server, robot, client, _ = served
+    client.reset(seed=2)
+    client.step([1.0, 0.0, 0.0, 0.0])
+    client.estop("operator pressed the button")
+    commands = len(robot.commands)
+    ee0 = robot.observe().state[:3].copy()
+    for _ in range(3):
+        with pytest.raises(EStopLatched):
+            client.step([1.0, 0.0, 0.0, 0.0])
+        with pytest.raises(EStopLatched):
+            client.reset()
+        client.heartbeat()
+        time.sleep(0.3)  # longer than the watchdog: the latch must not time out by itself
+    assert server.status().state == "estop"
+    assert len(robot.commands) == commands
+    assert np.linalg.norm(robot.observe().state[:3] - ee0) < 0.01  # stopped where it was
+    client.clear_estop()
+    client.step([0.0, 0.0, 0.0, 0.0])
+    assert len(robot.commands) == commands + 1
+    status = server.status()
+    assert status.estops == 1 and status.rejected["estop"] == 6
+
+
+def test_driver_fault_latches_the_estop(served):
+    server, robot, client, _ = served
+    robot.fail_next = True
+    with pytest.raises(BridgeError, match="controller fault"):
+        client.step([0.1, 0.0, 0.0, 0.0])
+    assert server.status().state == "estop"
+    with pytest.raises(EStopLatched):
+        client.step([0.1, 0.0, 0.0, 0.0])
+
+
+def test_a_late_command_is_withdrawn_not_executed_later(served):
+    server, robot, client, address = served
+    slow = RobotClient(address, TOKEN, step_timeout_s=0.001)  # deadline shorter than a tick
+    fails = 0
+    for _ in range(20):
+        try:
+            slow.step([1.0, 0.0, 0.0, 0.0])
+        except BridgeError as e:
+            assert e.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            fails += 1
+    time.sleep(3 / HZ)
+    assert fails > 0
+    assert len(robot.commands) == 20 - fails  # every timed-out command was withdrawn
+    slow.close()
+
+
+def test_batched_env_over_the_bridge(served):
+    _, _, _, address = served
+    env = make_env(address, TOKEN, seed=0)
+    obs = env.reset()
+    assert obs["state"].shape == (1, 29)
+    for _ in range(60):  # a proportional controller: reach ends with success well inside 60 ticks
+        action = torch.zeros(1, 4)
+        action[:, :3] = (obs["state"][:, 26:29] / 0.01).clamp(-1, 1)
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated.any():
+            break
+    assert bool(terminated.all()) and bool(info["success"].all()) if "success" in info else bool(terminated.all())
+    assert float(reward) > -0.05
+    env.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_tls(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    cfg = ServerConfig(port=0, token=TOKEN, tls_cert=str(cert), tls_key=str(key))
+    with RobotServer(SimArm(task="reach", control_hz=HZ), cfg) as server:
+        client = RobotClient(f"localhost:{server.port}", TOKEN, tls_root_cert=str(cert))
+        assert client.step([0.0, 0.0, 0.0, 0.0]).applied_action is not None
+        client.close()
+        plain = RobotClient(f"localhost:{server.port}", TOKEN, timeout_s=1.0)
+        with pytest.raises(BridgeError):
+            plain.spec()
+        plain.close()
