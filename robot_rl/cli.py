@@ -1,4 +1,5 @@
-"""`robot-rl` command line: `train`, `finetune`, `eval` and `collect`.
+"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, and the robot commands (`serve-robot`, `teleop`,
+`hil-train`, `deploy`, in `robot_rl.hil.cli`).
 
 Arguments after the command are Hydra overrides (`key=value`, `group=preset`). User mistakes end with one line
 on stderr and exit status 2; no stack trace.
@@ -23,6 +24,12 @@ Commands:
   eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
   collect   record episodes to a dataset: robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push
 
+Robot commands (--flags; see docs/hardware.md):
+  serve-robot  serve a robot driver:      robot-rl serve-robot --driver sim_arm --task reach --token $ROBOT_RL_TOKEN
+  teleop       drive it, record demos:    robot-rl teleop --robot 127.0.0.1:50051 --device keyboard --out data/demos
+  hil-train    learn with interventions:  robot-rl hil-train --robot 127.0.0.1:50051 --device scripted
+  deploy       run a checkpoint safely:   robot-rl deploy --robot 127.0.0.1:50051 --checkpoint runs/<run>/learner.pt
+
 `robot-rl <command> --help` lists every key that can be set.
 """
 
@@ -37,10 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, end="")
         return 0
     command, args = argv[0], argv[1:]
+    if command in {"serve-robot", "teleop", "hil-train", "deploy"}:
+        return _robot_command(command, args)
     commands = {"train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect}
     helps = {"train": _train_help, "finetune": _finetune_help, "eval": _eval_help, "collect": _collect_help}
     if command not in commands:
-        return _fail(f"unknown command '{command}'; choose one of: {', '.join(commands)}")
+        everything = [*commands, "serve-robot", "teleop", "hil-train", "deploy"]
+        return _fail(f"unknown command '{command}'; choose one of: {', '.join(everything)}")
     if any(a in {"-h", "--help"} for a in args):
         print(helps[command](), end="")
         return 0
@@ -52,6 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[command](args)
     except (UserError, ConfigError, UnknownEnvError, CheckpointError, DatasetError) as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _robot_command(command: str, args: list[str]) -> int:
+    from real.client import BridgeError
+    from robot_rl.checkpoint import CheckpointError
+    from robot_rl.datasets import DatasetError
+    from robot_rl.hil.cli import COMMANDS, CommandError
+
+    try:
+        return COMMANDS[command](args)
+    except (CommandError, BridgeError, CheckpointError, DatasetError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130

@@ -1,0 +1,272 @@
+"""The actor's loop on a robot: policy, operator and recording, one control tick per step.
+
+``Session`` is what ``robot-rl teleop`` (operator only, recording demonstrations), ``robot-rl deploy`` (a fixed
+policy, the operator can still take over or e-stop) and ``robot-rl hil-train`` (a learning policy with a learner
+link) run. Each step:
+
+1. the policy proposes an action for the latest state (none while the learner is lost, see below);
+2. the operator's device is read; while the operator is **active** its action replaces the policy's and the step
+   is an **intervention** (HIL-SERL);
+3. the action goes to the robot (one control tick); the transition stores the action the robot *executed*, after
+   the robot-side safety clamps (``applied_action``), never the one proposed;
+4. the transition goes to the learner link: every transition to the online buffer, interventions also to the
+   prior (demo) buffer (the learner does the routing from the ``intervention`` flag);
+5. the step is recorded; episodes are written to the dataset when they end, interventions marked.
+
+Operator events: ``SUCCESS`` / ``FAILURE`` end the episode with that label (success is terminal, failure is a
+truncation, so the learner bootstraps through it); ``RERECORD`` ends it and leaves it out of the dataset;
+``ESTOP`` latches the robot's e-stop and ends the session; ``REWIND`` (with ``rewind=True``, after RaC) marks the
+operator's following active stretch as a rewind: the robot is driven back to a familiar state before the
+correction. Rewind steps are recorded (flag ``intervention``) and go to the online buffer, but not to the prior
+buffer, because driving backwards is not a demonstration of the task.
+
+Learner loss: when the link reports the learner dead, the session stops sending policy actions and holds the
+robot (one hold per tick, so the heartbeat and the control rate continue) until the link is back. The operator
+can still drive.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from real.client import RobotClient
+from real.teleop.base import Event, Teleop
+
+
+class Link(Protocol):
+    """The actor's view of a learner (``robot_rl.hil.learner.LocalLink``, ``robot_rl.hil.distributed.RayLink``)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    def push(self, transitions: dict[str, np.ndarray]) -> None: ...
+
+    def poll_weights(self) -> dict[str, Any] | None: ...
+
+
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class EpisodeStats:
+    episode: int
+    env_steps: int  # total over the session, at the end of this episode
+    length: int
+    ret: float
+    success: bool
+    interventions: int
+    intervention_rate: float
+    rewind_steps: int
+    label: str  # "success", "failure", "timeout", "rerecord", "estop"
+    held_steps: int  # ticks held because the learner was lost and the operator idle
+    wall_s: float
+
+
+@dataclass
+class _Episode:
+    states: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    next_states: list[np.ndarray] = field(default_factory=list)
+    terminated: list[bool] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    success: list[bool] = field(default_factory=list)
+    intervention: list[bool] = field(default_factory=list)
+
+
+class Session:
+    """Runs episodes on one robot. See the module docstring.
+
+    Args:
+        client: the robot.
+        policy: state -> action in [-1, 1]; None for pure teleoperation.
+        policy_loader: called with new weights from the link (hil-train).
+        teleop: the operator's device, or None.
+        link: learner link, or None (no learning).
+        writer: a ``robot_rl.datasets.DatasetWriter`` to record every episode into, or None.
+        rewind: enable RaC-style rewind segments.
+        time_limit: episode length in steps (default: the robot's).
+        metrics_path: CSV file of per-episode statistics (appended).
+        log: where the one line per episode goes.
+        task: task description stored with each recorded episode.
+    """
+
+    def __init__(
+        self,
+        client: RobotClient,
+        *,
+        policy: Policy | None = None,
+        policy_loader: Callable[[dict[str, Any]], None] | None = None,
+        teleop: Teleop | None = None,
+        link: Link | None = None,
+        writer: Any = None,
+        rewind: bool = False,
+        time_limit: int | None = None,
+        metrics_path: str | Path | None = None,
+        log: Callable[[str], None] | None = print,
+        task: str | None = None,
+    ) -> None:
+        self.client, self.policy, self.policy_loader = client, policy, policy_loader
+        self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
+        spec = client.spec()
+        self.action_dim = spec.action_dim
+        self.time_limit = time_limit or spec.time_limit or 1000
+        self.metrics_path = Path(metrics_path) if metrics_path else None
+        self.log, self.task = log, task
+        self.env_steps = 0
+        self.episodes: list[EpisodeStats] = []
+        self.estopped = False
+
+    def run(self, episodes: int | None = None, steps: int | None = None, seed: int | None = None) -> list[EpisodeStats]:
+        """Run until ``episodes`` episodes or ``steps`` env steps (whichever comes first) or an operator e-stop."""
+        if episodes is None and steps is None:
+            raise ValueError("give episodes or steps")
+        n = 0
+        while not self.estopped:
+            if episodes is not None and n >= episodes:
+                break
+            if steps is not None and self.env_steps >= steps:
+                break
+            self.run_episode(None if seed is None else seed + n)
+            n += 1
+        return self.episodes
+
+    def run_episode(self, seed: int | None = None) -> EpisodeStats:
+        t0 = time.monotonic()
+        obs = self.client.reset(seed)
+        state = obs.state
+        if self.teleop is not None:
+            self.teleop.reset()
+        ep = _Episode()
+        label, rewinding, rewind_steps, held = "timeout", False, 0, 0
+        for t in range(self.time_limit):
+            self._sync_weights()
+            cmd = self.teleop.read(state) if self.teleop is not None else None
+            events = cmd.events if cmd is not None else frozenset()
+            if Event.ESTOP in events:
+                self.client.estop("operator e-stop")
+                self.estopped, label = True, "estop"
+                break
+            if self.rewind and Event.REWIND in events:
+                rewinding = True
+            operator = cmd is not None and cmd.active
+            if operator:
+                action = np.asarray(cmd.action, np.float64)
+            elif self.policy is not None and (self.link is None or self.link.alive):
+                action = np.asarray(self.policy(state), np.float64)
+                rewinding = False  # a rewind lasts while the operator drives
+            else:
+                action = None
+                rewinding = False
+            if action is None:
+                r = self.client.step(None)  # hold this tick; the loop keeps the control rate
+                state = r.observation.state
+                held += 1
+                continue
+            r = self.client.step(action)
+            executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim, np.float32)
+            nxt = r.observation
+            success = bool(nxt.success) or Event.SUCCESS in events
+            terminated = success
+            truncated = not terminated and (t + 1 >= self.time_limit or Event.FAILURE in events
+                                            or Event.RERECORD in events)
+            rewind_step = operator and rewinding
+            rewind_steps += int(rewind_step)
+            ep.states.append(state)
+            ep.actions.append(np.asarray(executed, np.float32))
+            ep.rewards.append(float(nxt.reward))
+            ep.next_states.append(nxt.state)
+            ep.terminated.append(terminated)
+            ep.truncated.append(truncated)
+            ep.success.append(success)
+            ep.intervention.append(operator)
+            self.env_steps += 1
+            if self.link is not None:
+                self.link.push({
+                    "obs": state[None].astype(np.float32),
+                    "action": np.asarray(executed, np.float32)[None],
+                    "reward": np.array([nxt.reward], np.float32),
+                    "next_obs": nxt.state[None].astype(np.float32),
+                    "terminated": np.array([terminated]),
+                    "truncated": np.array([truncated]),
+                    # Rewind steps are real transitions (online buffer) but not demonstrations (prior buffer).
+                    "intervention": np.array([operator and not rewind_step]),
+                })
+            state = nxt.state
+            if Event.RERECORD in events:
+                label = "rerecord"
+                break
+            if terminated:
+                label = "success"
+                break
+            if Event.FAILURE in events:
+                label = "failure"
+                break
+        return self._finish(ep, label, rewind_steps, held, t0)
+
+    def _sync_weights(self) -> None:
+        if self.link is None or self.policy_loader is None:
+            return
+        weights = self.link.poll_weights()
+        if weights is not None:
+            self.policy_loader(weights)
+
+    def _finish(self, ep: _Episode, label: str, rewind_steps: int, held: int, t0: float) -> EpisodeStats:
+        length = len(ep.actions)
+        if length and self.writer is not None and label != "rerecord":
+            from robot_rl.datasets.lerobot import ACTION, NEXT_STATE, STATE
+
+            if not (ep.terminated[-1] or ep.truncated[-1]):
+                ep.truncated[-1] = True  # e-stop mid-episode: the recording still ends cleanly
+            done = np.array(ep.terminated) | np.array(ep.truncated)
+            self.writer.write_episode(
+                {
+                    STATE: np.stack(ep.states).astype(np.float32),
+                    ACTION: np.stack(ep.actions),
+                    "next.reward": np.array(ep.rewards, np.float32),
+                    "next.done": done,
+                    "next.terminated": np.array(ep.terminated),
+                    "next.truncated": np.array(ep.truncated),
+                    "next.success": np.array(ep.success),
+                    NEXT_STATE: np.stack(ep.next_states).astype(np.float32),
+                    "intervention": np.array(ep.intervention),
+                },
+                task=self.task,
+            )
+        interventions = int(sum(ep.intervention))
+        stats = EpisodeStats(
+            episode=len(self.episodes),
+            env_steps=self.env_steps,
+            length=length,
+            ret=float(sum(ep.rewards)),
+            success=bool(ep.success and ep.success[-1]),
+            interventions=interventions,
+            intervention_rate=interventions / length if length else 0.0,
+            rewind_steps=rewind_steps,
+            label=label,
+            held_steps=held,
+            wall_s=time.monotonic() - t0,
+        )
+        self.episodes.append(stats)
+        if self.metrics_path is not None:
+            new = not self.metrics_path.exists()
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.metrics_path.open("a", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(asdict(stats)))
+                if new:
+                    w.writeheader()
+                w.writerow(asdict(stats))
+        if self.log is not None:
+            self.log(
+                f"[episode {stats.episode}] steps {self.env_steps:,} | {label} | return {stats.ret:.2f} | "
+                f"length {length} | interventions {interventions} ({100 * stats.intervention_rate:.0f}%)"
+                + (f" | held {held}" if held else "")
+            )
+        return stats

@@ -1,0 +1,156 @@
+"""The actor loop (``robot_rl.hil.session``) against a real bridge server on loopback.
+
+What it must get right: the stored action is the one the robot executed (after clamps), operator steps are
+flagged as interventions, rewind steps stay out of the prior buffer, labels end episodes, a re-recorded episode
+never reaches the dataset, an e-stop latches the robot, and a lost learner means the robot holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from real.client import RobotClient
+from real.drivers.sim_arm import SimArm
+from real.server import RobotServer, ServerConfig
+from real.teleop.base import Event, Teleop, TeleopCommand
+from robot_rl.datasets import read_dataset
+from robot_rl.hil.session import Session
+
+TOKEN = "t"
+
+
+class ListLink:
+    """Records pushes; ``alive`` can be switched off to play a dead learner."""
+
+    def __init__(self) -> None:
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.alive = True
+        self.weights: dict | None = None
+
+    def push(self, transitions: dict[str, np.ndarray]) -> None:
+        self.chunks.append(transitions)
+
+    def poll_weights(self) -> dict | None:
+        w, self.weights = self.weights, None
+        return w
+
+    def cat(self, key: str) -> np.ndarray:
+        return np.concatenate([c[key] for c in self.chunks])
+
+
+class Script(Teleop):
+    """Per-step (active, action, events) from a list; inactive once it runs out."""
+
+    def __init__(self, steps: list[tuple[bool, list[float], set[Event]]]) -> None:
+        self.steps, self.i = steps, 0
+
+    def reset(self) -> None:
+        return None
+
+    def read(self, state: np.ndarray | None = None) -> TeleopCommand:
+        if self.i >= len(self.steps):
+            return TeleopCommand(np.zeros(4, np.float32), False, frozenset())
+        active, action, events = self.steps[self.i]
+        self.i += 1
+        return TeleopCommand(np.asarray(action, np.float32), active, frozenset(events))
+
+
+@pytest.fixture
+def client():
+    server = RobotServer(SimArm(task="reach", control_hz=50.0, seed=0), ServerConfig(port=0, token=TOKEN))
+    port = server.start()
+    c = RobotClient(f"127.0.0.1:{port}", TOKEN)
+    try:
+        yield c
+    finally:
+        c.close()
+        server.stop()
+
+
+def test_interventions_replace_the_policy_and_store_the_executed_action(client):
+    link = ListLink()
+    policy_action = np.array([0.0, 0.0, 0.0, -1.0])
+    operator = Script([(False, [0, 0, 0, 0], set())] * 3 + [(True, [0.0, 0.0, -1.0, 1.0], set())] * 4)
+    session = Session(client, policy=lambda s: policy_action, teleop=operator, link=link, time_limit=10, log=None)
+    stats = session.run_episode(seed=0)
+    assert stats.length == 10 and stats.interventions == 4
+    assert stats.intervention_rate == pytest.approx(0.4)
+    flags = link.cat("intervention")
+    assert flags.tolist() == [False] * 3 + [True] * 4 + [False] * 3
+    actions = link.cat("action")
+    np.testing.assert_allclose(actions[:3], np.tile(policy_action, (3, 1)))
+    np.testing.assert_allclose(actions[3:7, 2], -1.0)  # the operator's action, as executed
+    assert link.cat("truncated")[-1] and not link.cat("truncated")[:-1].any()
+
+
+def test_stored_action_is_the_clamped_one(client):
+    link = ListLink()
+    client.reset(seed=0)
+    # Straight down for long enough to reach the workspace floor: the robot clamps, the transition says so.
+    session = Session(client, policy=lambda s: np.array([0.0, 0.0, -1.0, 0.0]), link=link, time_limit=60, log=None)
+    session.run_episode(seed=0)
+    dz = link.cat("action")[:, 2]
+    assert dz.min() >= -1.0 and (dz > -0.999).any()  # clamped steps stored with their smaller displacement
+    states = link.cat("obs")
+    assert states[:, 2].min() > 0.015
+
+
+def test_labels_rerecord_and_recording(client, tmp_path):
+    from robot_rl.datasets import DatasetWriter, transition_features
+
+    writer = DatasetWriter(tmp_path / "ds", fps=50, features=transition_features(29, 4), task="t")
+    steps = [(True, [0.5, 0, 0, 0], set())] * 2 + [(True, [0, 0, 0, 0], {Event.RERECORD})]  # episode 0: dropped
+    steps += [(True, [0.5, 0, 0, 0], set())] * 3 + [(True, [0, 0, 0, 0], {Event.SUCCESS})]  # episode 1
+    steps += [(True, [0, 0.5, 0, 0], set()), (True, [0, 0, 0, 0], {Event.FAILURE})]  # episode 2
+    session = Session(client, teleop=Script(steps), writer=writer, time_limit=50, log=None)
+    session.run(episodes=3)
+    writer.close()
+    assert [e.label for e in session.episodes] == ["rerecord", "success", "failure"]
+    data = read_dataset(tmp_path / "ds")
+    assert data.action.shape[0] == 4 + 2  # the re-recorded episode is not in the dataset
+    assert data.intervention.all()
+    assert data.terminated.sum() == 1 and data.truncated.sum() == 1
+
+
+def test_rewind_steps_are_recorded_but_not_sent_as_demonstrations(client):
+    link = ListLink()
+    steps = [(False, [0, 0, 0, 0], set())] * 2
+    steps += [(True, [-0.5, 0, 0, 0], {Event.REWIND})] + [(True, [-0.5, 0, 0, 0], set())] * 2  # rewind
+    steps += [(False, [0, 0, 0, 0], set())]  # operator lets go: the rewind ends
+    steps += [(True, [0.5, 0, 0, 0], set())] * 2  # a correction
+    session = Session(client, policy=lambda s: np.zeros(4), teleop=Script(steps), link=link, rewind=True,
+                      time_limit=8, log=None)
+    stats = session.run_episode(seed=0)
+    assert stats.rewind_steps == 3 and stats.interventions == 5
+    assert link.cat("intervention").tolist() == [False] * 2 + [False] * 3 + [False] + [True] * 2
+
+
+def test_operator_estop_latches_the_robot_and_ends_the_session(client):
+    steps = [(False, [0, 0, 0, 0], set())] * 3 + [(False, [0, 0, 0, 0], {Event.ESTOP})]
+    session = Session(client, policy=lambda s: np.zeros(4), teleop=Script(steps), time_limit=50, log=None)
+    session.run(episodes=5)
+    assert session.estopped and len(session.episodes) == 1 and session.episodes[0].label == "estop"
+    assert client.status().state == "estop"
+
+
+def test_a_dead_learner_means_the_robot_holds(client):
+    link = ListLink()
+    link.alive = False
+    session = Session(client, policy=lambda s: np.array([1.0, 0.0, 0.0, 0.0]), link=link, time_limit=20, log=None)
+    before = client.status()
+    stats = session.run_episode(seed=0)
+    after = client.status()
+    assert stats.length == 0 and stats.held_steps == 20 and link.chunks == []
+    assert after.commands == before.commands  # no policy action reached the robot
+    assert after.watchdog_trips == before.watchdog_trips  # the hold steps kept the session alive
+
+
+def test_new_weights_are_loaded_between_steps(client):
+    link = ListLink()
+    loaded = []
+    session = Session(client, policy=lambda s: np.zeros(4), policy_loader=loaded.append, link=link, time_limit=3,
+                      log=None)
+    link.weights = {"w": 1}
+    session.run_episode(seed=0)
+    assert loaded == [{"w": 1}]
