@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train test test-fast test-slow bench lint clean
+.PHONY: install train test test-fast test-slow bench lint clean proto
 
 install: $(STAMP)
 
@@ -43,3 +43,9 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+## proto: regenerate the robot bridge's gRPC modules from real/proto/bridge.proto
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I real/proto --python_out=real/proto --grpc_python_out=real/proto \
+		--pyi_out=real/proto real/proto/bridge.proto
+	sed -i 's/^import bridge_pb2 as bridge__pb2/from . import bridge_pb2 as bridge__pb2/' real/proto/bridge_pb2_grpc.py

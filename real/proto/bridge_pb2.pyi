@@ -1,10 +1,8 @@
-from collections.abc import Iterable as _Iterable
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar
-
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf.internal import containers as _containers
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -44,7 +42,7 @@ class Spec(_message.Message):
     max_speed_mps: float
     watchdog_s: float
     protocol: str
-    def __init__(self, name: str | None = ..., state_dim: int | None = ..., action_dim: int | None = ..., control_hz: float | None = ..., action_low: _Iterable[float] | None = ..., action_high: _Iterable[float] | None = ..., time_limit: int | None = ..., cartesian: bool | None = ..., workspace_low: _Iterable[float] | None = ..., workspace_high: _Iterable[float] | None = ..., metres_per_unit: float | None = ..., max_step_m: float | None = ..., max_speed_mps: float | None = ..., watchdog_s: float | None = ..., protocol: str | None = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., state_dim: _Optional[int] = ..., action_dim: _Optional[int] = ..., control_hz: _Optional[float] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., time_limit: _Optional[int] = ..., cartesian: _Optional[bool] = ..., workspace_low: _Optional[_Iterable[float]] = ..., workspace_high: _Optional[_Iterable[float]] = ..., metres_per_unit: _Optional[float] = ..., max_step_m: _Optional[float] = ..., max_speed_mps: _Optional[float] = ..., watchdog_s: _Optional[float] = ..., protocol: _Optional[str] = ...) -> None: ...
 
 class ResetRequest(_message.Message):
     __slots__ = ("has_seed", "seed")
@@ -52,7 +50,7 @@ class ResetRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     has_seed: bool
     seed: int
-    def __init__(self, has_seed: bool | None = ..., seed: int | None = ...) -> None: ...
+    def __init__(self, has_seed: _Optional[bool] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class StepRequest(_message.Message):
     __slots__ = ("action", "seq", "hold")
@@ -62,7 +60,7 @@ class StepRequest(_message.Message):
     action: _containers.RepeatedScalarFieldContainer[float]
     seq: int
     hold: bool
-    def __init__(self, action: _Iterable[float] | None = ..., seq: int | None = ..., hold: bool | None = ...) -> None: ...
+    def __init__(self, action: _Optional[_Iterable[float]] = ..., seq: _Optional[int] = ..., hold: _Optional[bool] = ...) -> None: ...
 
 class Observation(_message.Message):
     __slots__ = ("state", "reward", "success", "stamp")
@@ -74,7 +72,7 @@ class Observation(_message.Message):
     reward: float
     success: bool
     stamp: float
-    def __init__(self, state: _Iterable[float] | None = ..., reward: float | None = ..., success: bool | None = ..., stamp: float | None = ...) -> None: ...
+    def __init__(self, state: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., success: _Optional[bool] = ..., stamp: _Optional[float] = ...) -> None: ...
 
 class StepReply(_message.Message):
     __slots__ = ("observation", "seq", "tick", "applied_action", "clamp_flags", "queue_s")
@@ -90,13 +88,13 @@ class StepReply(_message.Message):
     applied_action: _containers.RepeatedScalarFieldContainer[float]
     clamp_flags: int
     queue_s: float
-    def __init__(self, observation: Observation | _Mapping | None = ..., seq: int | None = ..., tick: int | None = ..., applied_action: _Iterable[float] | None = ..., clamp_flags: int | None = ..., queue_s: float | None = ...) -> None: ...
+    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., seq: _Optional[int] = ..., tick: _Optional[int] = ..., applied_action: _Optional[_Iterable[float]] = ..., clamp_flags: _Optional[int] = ..., queue_s: _Optional[float] = ...) -> None: ...
 
 class EStopRequest(_message.Message):
     __slots__ = ("reason",)
     REASON_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: str | None = ...) -> None: ...
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
     __slots__ = ("state", "ticks", "commands", "holds", "watchdog_trips", "estops", "rejected", "clamped", "jitter_p50_s", "jitter_p99_s", "jitter_max_s", "overruns", "tick_work_p99_s", "queue_p50_s", "queue_p99_s", "estop_reason")
@@ -106,14 +104,14 @@ class Status(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: int
-        def __init__(self, key: str | None = ..., value: int | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class ClampedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: int
-        def __init__(self, key: str | None = ..., value: int | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     STATE_FIELD_NUMBER: _ClassVar[int]
     TICKS_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -146,4 +144,4 @@ class Status(_message.Message):
     queue_p50_s: float
     queue_p99_s: float
     estop_reason: str
-    def __init__(self, state: str | None = ..., ticks: int | None = ..., commands: int | None = ..., holds: int | None = ..., watchdog_trips: int | None = ..., estops: int | None = ..., rejected: _Mapping[str, int] | None = ..., clamped: _Mapping[str, int] | None = ..., jitter_p50_s: float | None = ..., jitter_p99_s: float | None = ..., jitter_max_s: float | None = ..., overruns: int | None = ..., tick_work_p99_s: float | None = ..., queue_p50_s: float | None = ..., queue_p99_s: float | None = ..., estop_reason: str | None = ...) -> None: ...
+    def __init__(self, state: _Optional[str] = ..., ticks: _Optional[int] = ..., commands: _Optional[int] = ..., holds: _Optional[int] = ..., watchdog_trips: _Optional[int] = ..., estops: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., clamped: _Optional[_Mapping[str, int]] = ..., jitter_p50_s: _Optional[float] = ..., jitter_p99_s: _Optional[float] = ..., jitter_max_s: _Optional[float] = ..., overruns: _Optional[int] = ..., tick_work_p99_s: _Optional[float] = ..., queue_p50_s: _Optional[float] = ..., queue_p99_s: _Optional[float] = ..., estop_reason: _Optional[str] = ...) -> None: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import logging
 import os
 import signal
 import sys
@@ -107,6 +108,7 @@ def serve_robot(argv: list[str]) -> int:
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help="serve without a token (refused unless --host is a loopback address)")
     p.add_argument("--watchdog-s", type=float, default=0.5, help="hold after this long without commands")
+    p.add_argument("--max-message-bytes", type=int, default=64 * 1024, help="larger requests are refused")
     p.add_argument("--tls-cert", default=None, help="PEM certificate chain (with --tls-key: TLS)")
     p.add_argument("--tls-key", default=None)
     p.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines (0: none)")
@@ -116,13 +118,15 @@ def serve_robot(argv: list[str]) -> int:
     from real.drivers import make_driver
     from real.server import RobotServer, ServerConfig
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
     kwargs = _kv(args.driver_arg, "--driver-arg")
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
                   **kwargs}
     token = args.token or os.environ.get(TOKEN_ENV) or None
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
-                          watchdog_s=args.watchdog_s, tls_cert=args.tls_cert, tls_key=args.tls_key)
+                          watchdog_s=args.watchdog_s, max_message_bytes=args.max_message_bytes, tls_cert=args.tls_cert, tls_key=args.tls_key)
     try:
         config.validate()
         robot = make_driver(args.driver, **kwargs)
