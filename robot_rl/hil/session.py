@@ -20,6 +20,10 @@ operator's following active stretch as a rewind: the robot is driven back to a f
 correction. Rewind steps are recorded (flag ``intervention``) and go to the online buffer, but not to the prior
 buffer, because driving backwards is not a demonstration of the task.
 
+Transport errors: a step that misses its deadline or finds the server unreachable ends the episode (label
+``comm_error``; its last transition is marked as truncated) and the session goes on with a new one; a reset is
+retried ``max_retries`` times before the error is raised. An e-stop latched on the robot ends the session.
+
 Learner loss: when the link reports the learner dead, the session stops sending policy actions and holds the
 robot (one hold per tick, so the heartbeat and the control rate continue) until the link is back. The operator
 can still drive.
@@ -34,9 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import grpc
 import numpy as np
 
-from real.client import RobotClient
+from real.client import BridgeError, EStopLatched, RobotClient
 from real.teleop.base import Event, Teleop
 
 
@@ -52,6 +57,7 @@ class Link(Protocol):
 
 
 Policy = Callable[[np.ndarray], np.ndarray]
+_TRANSIENT = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
 
 
 @dataclass
@@ -96,6 +102,7 @@ class Session:
         metrics_path: CSV file of per-episode statistics (appended).
         log: where the one line per episode goes.
         task: task description stored with each recorded episode.
+        max_retries: attempts to reset the robot again after a transient transport error.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class Session:
         metrics_path: str | Path | None = None,
         log: Callable[[str], None] | None = print,
         task: str | None = None,
+        max_retries: int = 5,
     ) -> None:
         self.client, self.policy, self.policy_loader = client, policy, policy_loader
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
@@ -123,6 +131,8 @@ class Session:
         self.env_steps = 0
         self.episodes: list[EpisodeStats] = []
         self.estopped = False
+        self.comm_errors = 0
+        self.max_retries = max_retries
 
     def run(self, episodes: int | None = None, steps: int | None = None, seed: int | None = None) -> list[EpisodeStats]:
         """Run until ``episodes`` episodes or ``steps`` env steps (whichever comes first) or an operator e-stop."""
@@ -140,12 +150,14 @@ class Session:
 
     def run_episode(self, seed: int | None = None) -> EpisodeStats:
         t0 = time.monotonic()
-        obs = self.client.reset(seed)
-        state = obs.state
+        state = self._reset(seed)
         if self.teleop is not None:
             self.teleop.reset()
         ep = _Episode()
         label, rewinding, rewind_steps, held = "timeout", False, 0, 0
+        # Each transition is handed to the learner one step late, so that the last one of an episode cut short
+        # (e-stop, lost connection) can still be marked as the end of its episode.
+        pending: dict[str, np.ndarray] | None = None
         for t in range(self.time_limit):
             self._sync_weights()
             cmd = self.teleop.read(state) if self.teleop is not None else None
@@ -165,12 +177,22 @@ class Session:
             else:
                 action = None
                 rewinding = False
+            try:
+                r = self.client.step(action)  # None: hold this tick; the loop keeps the control rate
+            except EStopLatched:
+                self.estopped, label = True, "estop"
+                break
+            except BridgeError as e:
+                if e.code not in _TRANSIENT:
+                    raise
+                self.comm_errors += 1
+                self._say(f"warning: {e}; ending the episode and starting a new one")
+                label = "comm_error"
+                break
             if action is None:
-                r = self.client.step(None)  # hold this tick; the loop keeps the control rate
                 state = r.observation.state
                 held += 1
                 continue
-            r = self.client.step(action)
             executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim, np.float32)
             nxt = r.observation
             success = bool(nxt.success) or Event.SUCCESS in events
@@ -189,7 +211,9 @@ class Session:
             ep.intervention.append(operator)
             self.env_steps += 1
             if self.link is not None:
-                self.link.push({
+                if pending is not None:
+                    self.link.push(pending)
+                pending = {
                     "obs": state[None].astype(np.float32),
                     "action": np.asarray(executed, np.float32)[None],
                     "reward": np.array([nxt.reward], np.float32),
@@ -198,7 +222,7 @@ class Session:
                     "truncated": np.array([truncated]),
                     # Rewind steps are real transitions (online buffer) but not demonstrations (prior buffer).
                     "intervention": np.array([operator and not rewind_step]),
-                })
+                }
             state = nxt.state
             if Event.RERECORD in events:
                 label = "rerecord"
@@ -209,7 +233,28 @@ class Session:
             if Event.FAILURE in events:
                 label = "failure"
                 break
+        if pending is not None:
+            if not (pending["terminated"][0] or pending["truncated"][0]):
+                pending["truncated"][0] = True
+            self.link.push(pending)
         return self._finish(ep, label, rewind_steps, held, t0)
+
+    def _reset(self, seed: int | None) -> np.ndarray:
+        """Reset the robot, retrying transient transport errors a few times (a hiccup must not end a long run)."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self.client.reset(seed).state
+            except BridgeError as e:
+                if e.code not in _TRANSIENT or attempt == self.max_retries:
+                    raise
+                self.comm_errors += 1
+                self._say(f"warning: {e}; retrying the reset ({attempt + 1}/{self.max_retries})")
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _say(self, message: str) -> None:
+        if self.log is not None:
+            self.log(message)
 
     def _sync_weights(self) -> None:
         if self.link is None or self.policy_loader is None:

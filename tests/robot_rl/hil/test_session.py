@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from real.client import RobotClient
+from real.client import BridgeError, RobotClient
 from real.drivers.sim_arm import SimArm
 from real.server import RobotServer, ServerConfig
 from real.teleop.base import Event, Teleop, TeleopCommand
@@ -154,3 +154,24 @@ def test_new_weights_are_loaded_between_steps(client):
     link.weights = {"w": 1}
     session.run_episode(seed=0)
     assert loaded == [{"w": 1}]
+
+
+def test_a_lost_connection_ends_the_episode_cleanly_and_a_dead_server_is_reported():
+    server = RobotServer(SimArm(task="reach", control_hz=50.0, seed=0), ServerConfig(port=0, token=TOKEN))
+    port = server.start()
+    client = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=0.3, timeout_s=0.3, reset_timeout_s=0.3)
+    link, calls = ListLink(), []
+
+    def policy(state: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 4:
+            server.stop()  # the robot machine goes away mid-episode
+        return np.zeros(4)
+
+    session = Session(client, policy=policy, link=link, time_limit=50, log=None, max_retries=1)
+    stats = session.run_episode(seed=0)
+    assert stats.label == "comm_error" and stats.length == 3 and session.comm_errors == 1
+    assert link.cat("truncated").tolist() == [False, False, True]  # the cut episode still ends in the buffer
+    with pytest.raises(BridgeError):
+        session.run_episode(seed=1)  # the reset is retried, then the error is raised
+    client.close()
