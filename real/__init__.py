@@ -1,5 +1,11 @@
-"""The hardware bridge: robot and teleop interfaces, transport, safety, interventions, recording.
+"""The hardware bridge, robot side: interfaces, drivers, safety, the gRPC server and its client, teleop devices.
 
-Not built yet: it lands with the hardware-bridge issue. The package exists so the distribution's layout is
-the one DESIGN.md gives and the import direction (real may import envs and policies) is fixed from the start.
+* ``real.robot``: the ``Robot`` interface a driver implements (``real/drivers/``: ``sim_arm``, ``ur_rtde``);
+* ``real.teleop``: the ``Teleop`` interface and devices (keyboard, gamepad, SpaceMouse, scripted, replay);
+* ``real.safety``: the robot-side filter every command passes (rejections and clamps, counted);
+* ``real.server`` / ``real.client``: the wire protocol (``real/proto/bridge.proto``), the fixed-rate control
+  loop with watchdog and e-stop latch, and the learner-side client, also as a gymnasium env.
+
+The human-in-the-loop training on top (actor loop, learner, Ray) is ``robot_rl.hil``; ``docs/hardware.md`` is
+the guide. ``real`` imports ``envs`` (the simulated arm) and nothing of ``robot_rl``.
 """

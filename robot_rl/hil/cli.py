@@ -118,7 +118,8 @@ def serve_robot(argv: list[str]) -> int:
     from real.drivers import make_driver
     from real.server import RobotServer, ServerConfig
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("real").setLevel(logging.INFO)
 
     kwargs = _kv(args.driver_arg, "--driver-arg")
     if args.driver == "sim_arm":
@@ -268,11 +269,15 @@ def hil_train(argv: list[str]) -> int:
     if args.distributed:
         import ray
 
-        from robot_rl.hil.distributed import RayLink, start_learner
+        from robot_rl.hil.distributed import RayLink, connect_learner, start_learner
 
         ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False,
                  ignore_reinit_error=True, namespace="robot-rl")
+        # Keep this handle for the whole run: a non-detached Ray actor dies when its last handle goes away.
         handle = start_learner(args.learner_name, cfg, run_dir / "learner", namespace="robot-rl")
+        # Wait for it to answer before the control loop starts: a learner takes seconds to come up, longer
+        # than the link's call deadline.
+        connect_learner(args.learner_name, "robot-rl", timeout_s=120.0)
         link: Any = RayLink(args.learner_name, "robot-rl", handle=handle)
         mode = f"learner on Ray ({args.learner_name}, {args.learner_device})"
     else:
@@ -325,6 +330,7 @@ def _stop_ray_learner(link: Any, handle: Any) -> None:
         ray.get(handle.stop.remote(save=True), timeout=60)
     except Exception as e:  # the learner may already be gone; its last periodic checkpoint stands
         print(f"warning: could not stop the learner cleanly: {e}", file=sys.stderr)
+    ray.shutdown()
 
 
 def _summary(episodes: list[Any], wall_s: float, run_dir: Path) -> None:
@@ -351,7 +357,8 @@ def deploy(argv: list[str]) -> int:
     _robot_args(p)
     _teleop_args(p, None)
     p.add_argument("--checkpoint", required=True,
-                   help="a training checkpoint (runs/<run>/checkpoints/best.pt) or a hil-train learner.pt")
+                   help="a training checkpoint (runs/<run>/checkpoints/best.pt) or a hil-train learner.pt "
+                        "(<run-dir>/learner.pt, or <run-dir>/learner/checkpoints/learner.pt with --distributed)")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
     p.add_argument("--record", default=None, help="dataset directory to record the episodes into")
@@ -398,6 +405,8 @@ def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
     from robot_rl.agents.sac import SACConfig
 
     state = checkpoint.load(path)
+    if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
+        state = state["learner"]
     config = state.get("config") if isinstance(state.get("config"), dict) else {}
     if "agent" in state and "agent" in config:  # robot-rl train / finetune
         sac = SACConfig(**config["agent"])

@@ -1,0 +1,400 @@
+"""The learner side of human-in-the-loop RL (HIL-SERL): SAC with RLPD-mixed replay, fed by robot actors.
+
+Actors (beside the robot, at a fixed control rate) send chunks of consecutive transitions; the learner keeps two
+single-env replay buffers:
+
+* the **online** buffer gets every transition;
+* the **prior** buffer gets the demonstrations (optionally pre-filled from a dataset, ``LearnerConfig.demo_path``)
+  and, as HIL-SERL prescribes, every transition in which a human intervened, so the prior half of each RLPD
+  batch grows with the corrections.
+
+Training is paid for in transitions: ``LearnerConfig.utd`` agent updates per received transition once the online
+buffer holds ``learning_starts`` of them (the same rule as ``robot_rl.trainer``), each update doing
+``sac.utd`` critic steps and one actor/temperature step. ``HILLearner.add`` accrues that credit and
+``train_due`` spends it, so a synchronous link (``LocalLink``) and a background training thread
+(``robot_rl.hil.distributed``) follow the same schedule.
+
+A chunk on the wire is a dict of numpy arrays with leading dim n (see ``TRANSITION_KEYS``); ``check_transitions``
+validates one, so an actor can reject a malformed chunk locally before it ever reaches the learner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.fields import help_field as _help
+from robot_rl.replay import Batch, ReplayBuffer
+
+__all__ = ["TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "check_transitions"]
+
+# key -> (dtype, trailing dims); "obs"/"action" are [n, D] / [n, A], the rest [n].
+TRANSITION_KEYS: dict[str, tuple[np.dtype, int]] = {
+    "obs": (np.dtype(np.float32), 1),
+    "action": (np.dtype(np.float32), 1),
+    "reward": (np.dtype(np.float32), 0),
+    "next_obs": (np.dtype(np.float32), 1),
+    "terminated": (np.dtype(np.bool_), 0),
+    "truncated": (np.dtype(np.bool_), 0),
+    "intervention": (np.dtype(np.bool_), 0),
+}
+
+LEARNER_STATE_FORMAT = 1
+
+
+def check_transitions(
+    transitions: Any, obs_dim: int | None = None, action_dim: int | None = None
+) -> int:
+    """Validate a chunk of transitions and return its length n; raise ValueError naming the offending key.
+
+    Strict on purpose (exact key set, exact dtypes, finite floats): a float64 observation or a NaN reward that is
+    silently accepted ends up in every later batch, and a typo'd key would otherwise drop a column. With
+    ``obs_dim``/``action_dim`` left None only the structure is checked (what an actor can check without knowing
+    the learner's dimensions).
+    """
+    if not isinstance(transitions, dict):
+        raise ValueError(f"transitions must be a dict of numpy arrays, got {type(transitions).__name__}")
+    missing = [k for k in TRANSITION_KEYS if k not in transitions]
+    if missing:
+        raise ValueError(f"transitions: missing key {missing[0]!r} (needs {sorted(TRANSITION_KEYS)})")
+    unknown = [k for k in transitions if k not in TRANSITION_KEYS]
+    if unknown:
+        raise ValueError(f"transitions: unknown key {unknown[0]!r} (expects exactly {sorted(TRANSITION_KEYS)})")
+    n: int | None = None
+    widths = {"obs": obs_dim, "next_obs": obs_dim, "action": action_dim}
+    for key, (dtype, trailing) in TRANSITION_KEYS.items():
+        value = transitions[key]
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"transitions[{key!r}]: expected a numpy array, got {type(value).__name__}")
+        if value.dtype != dtype:
+            raise ValueError(f"transitions[{key!r}]: expected dtype {dtype}, got {value.dtype}")
+        if value.ndim != 1 + trailing:
+            raise ValueError(f"transitions[{key!r}]: expected {1 + trailing} dims, got shape {value.shape}")
+        if n is None:
+            n = int(value.shape[0])
+        elif value.shape[0] != n:
+            raise ValueError(f"transitions[{key!r}]: leading dim {value.shape[0]} != {n} (from 'obs')")
+        width = widths.get(key)
+        if trailing and width is not None and value.shape[1] != width:
+            raise ValueError(f"transitions[{key!r}]: expected shape ({n}, {width}), got {value.shape}")
+        if dtype.kind == "f" and not np.isfinite(value).all():
+            raise ValueError(f"transitions[{key!r}]: contains NaN or infinite values")
+    if transitions["obs"].shape[1] != transitions["next_obs"].shape[1]:
+        raise ValueError(
+            f"transitions['next_obs']: width {transitions['next_obs'].shape[1]} != obs width "
+            f"{transitions['obs'].shape[1]}"
+        )
+    assert n is not None
+    return n
+
+
+@dataclass
+class LearnerConfig:
+    """Everything that fixes a learner: its networks, buffers, data mixing and update schedule.
+
+    A checkpoint only fits a learner built from the same dimensions, SAC networks and buffer capacities.
+    """
+
+    obs_dim: int = field(metadata={"help": "size of the flat state observation the actor sends"})
+    action_dim: int = field(metadata={"help": "size of the action vector (normalised to [-1, 1])"})
+    sac: SACConfig = field(
+        default_factory=SACConfig, metadata={"help": "SAC/RLPD networks, optimisers, batch size, n-step, gamma"}
+    )
+    capacity: int = _help(1_000_000, "online replay capacity (transitions); oldest are overwritten")
+    prior_capacity: int = _help(
+        200_000, "prior (demo + intervention) replay capacity; must hold the whole demo dataset"
+    )
+    prior_fraction: float = _help(
+        0.5, "share of each minibatch drawn from the prior buffer when it has data (RLPD: 0.5; 0 disables)"
+    )
+    learning_starts: int = _help(100, "online transitions received before the first update")
+    utd: float = _help(
+        1.0,
+        "agent updates per received transition (each does sac.utd critic steps); may be fractional, e.g. 0.5",
+    )
+    seed: int = _help(0, "seeds network initialisation and minibatch sampling")
+    device: str = _help("cpu", "torch device of the networks and replay buffers, e.g. 'cuda'")
+    demo_path: str | None = _help(None, "dataset directory (LeRobot v3.0) to pre-fill the prior buffer with")
+    demo_max_episodes: int | None = _help(None, "use only the first N episodes of demo_path")
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field (before any memory is allocated)."""
+        self.sac.validate()
+        checks = [
+            (self.obs_dim >= 1, "obs_dim must be >= 1"),
+            (self.action_dim >= 1, "action_dim must be >= 1"),
+            (self.capacity >= 1, "capacity must be >= 1"),
+            (self.prior_capacity >= 1, "prior_capacity must be >= 1"),
+            (0.0 <= self.prior_fraction < 1.0, "prior_fraction must be in [0, 1)"),
+            (self.learning_starts >= 0, "learning_starts must be >= 0"),
+            (self.learning_starts <= self.capacity, "learning_starts must be <= capacity"),
+            (math.isfinite(self.utd) and self.utd > 0, "utd must be > 0"),
+            (self.demo_max_episodes is None or self.demo_max_episodes >= 1, "demo_max_episodes must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"LearnerConfig.{message}")
+
+
+def _as_tensors(transitions: dict[str, np.ndarray]) -> dict[str, Tensor]:
+    # Copies: arrays that arrive through Ray are read-only views of its object store, which torch.from_numpy
+    # warns about; a chunk is small, so the copy costs microseconds.
+    return {k: torch.tensor(v) for k, v in transitions.items()}
+
+
+def _cut(truncated: Tensor, terminated: Tensor, ends: np.ndarray) -> Tensor:
+    """The stored truncation flags: also True where a run of stored rows ends without terminating."""
+    return truncated | (torch.from_numpy(ends) & ~terminated)
+
+
+def _segment_ends(mask: np.ndarray) -> np.ndarray:
+    """True at the last row of every maximal run of True in `mask` (the row after it is False or absent)."""
+    after = np.append(mask[1:], False)
+    return mask & ~after
+
+
+class HILLearner:
+    """SAC agent plus the online and prior replay buffers of one HIL-SERL run. Not thread-safe: one caller at a
+    time (``robot_rl.hil.distributed.LearnerActor`` serialises its threads with a lock).
+
+    ``version`` increases whenever the weights change (an update or a ``load_state_dict``), so an actor can ask
+    for weights only when they are newer than its own.
+    """
+
+    def __init__(self, cfg: LearnerConfig, *, load_demos: bool = True) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        sac = cfg.sac
+        # Seeded initialisation without reseeding the caller's global RNG (SAC's updates still draw from it).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.agent = SAC(cfg.obs_dim, cfg.action_dim, sac, device=self.device)
+        spec = {"state": ((cfg.obs_dim,), torch.float32)}
+
+        def buffer(capacity: int) -> ReplayBuffer:
+            return ReplayBuffer(
+                capacity, 1, spec, cfg.action_dim, device=self.device, gamma=sac.gamma, n_step=sac.n_step
+            )
+
+        self.online = buffer(cfg.capacity)
+        self.prior = buffer(cfg.prior_capacity)
+        self._gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.version = 0
+        self.transitions = 0  # received through add()
+        self.interventions = 0
+        self.episodes = 0  # terminated or truncated rows received
+        self.updates = 0  # agent.update calls
+        self.demo_transitions = 0  # put into the prior buffer by load_demos/add_prior
+        self._credit = 0.0  # updates owed under the utd schedule, spent by train_due
+        if load_demos and cfg.demo_path:
+            self.load_demos(cfg.demo_path, cfg.demo_max_episodes)
+
+    # -- data -----------------------------------------------------------------------------------------------
+    def load_demos(self, path: str | Path, max_episodes: int | None = None) -> int:
+        """Append a dataset's transitions to the prior buffer (via ``OfflineData``); returns how many."""
+        from robot_rl.offline import OfflineData
+
+        data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device)
+        data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}")
+        if len(data) > self.prior.capacity:
+            raise ValueError(
+                f"demo dataset {path} has {len(data):,} transitions but prior_capacity is "
+                f"{self.prior.capacity:,}: raise prior_capacity or set demo_max_episodes"
+            )
+        self.prior.extend(
+            {"state": data.obs}, data.action, data.reward, {"state": data.next_obs}, data.terminated, data.truncated
+        )
+        self.demo_transitions += len(data)
+        return len(data)
+
+    def add(self, transitions: dict[str, np.ndarray]) -> None:
+        """Store a chunk of consecutive transitions from one actor: all rows online, intervention rows also prior.
+
+        Stored copies get ``truncated`` set on the last row of the chunk and of each intervention run (unless it
+        terminates): the buffers are single-env, so without that an n-step window could run from the end of this
+        chunk into the next chunk (another actor's, or after a gap) or across the autonomous steps between two
+        interventions. Truncation makes the window stop there and bootstrap from that row's own ``next_obs``,
+        which is always correct; with ``sac.n_step == 1`` it changes nothing.
+        """
+        n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim)
+        if n == 0:
+            return
+        t = _as_tensors(transitions)
+        terminated, truncated, intervention = t["terminated"], t["truncated"], transitions["intervention"]
+        self._extend(self.online, t, _cut(truncated, terminated, np.arange(n) == n - 1))
+        if intervention.any():
+            rows = torch.from_numpy(np.flatnonzero(intervention))
+            cut_prior = _cut(truncated, terminated, _segment_ends(intervention))
+            self._extend(self.prior, {k: v[rows] for k, v in t.items()}, cut_prior[rows])
+
+        # Only transitions from the `learning_starts`-th on earn updates, as in robot_rl.trainer (no catch-up for
+        # the warm-up). Counted on transitions received, which equals the online buffer's fill until it is full.
+        before, after = self.transitions, self.transitions + n
+        self._credit += self.cfg.utd * max(0, after - max(before, self.cfg.learning_starts))
+        self.transitions = after
+        self.interventions += int(intervention.sum())
+        self.episodes += int((terminated | truncated).sum())
+
+    def add_prior(self, transitions: dict[str, np.ndarray]) -> None:
+        """Store demonstrations (same chunk format) in the prior buffer only; they earn no updates."""
+        n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim)
+        if n == 0:
+            return
+        t = _as_tensors(transitions)
+        self._extend(self.prior, t, _cut(t["truncated"], t["terminated"], np.arange(n) == n - 1))
+        self.demo_transitions += n
+
+    def _extend(self, buffer: ReplayBuffer, t: dict[str, Tensor], truncated: Tensor) -> None:
+        buffer.extend(
+            {"state": t["obs"]}, t["action"], t["reward"], {"state": t["next_obs"]}, t["terminated"], truncated
+        )
+
+    # -- training -------------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """Whether the online buffer holds `learning_starts` transitions (and at least one)."""
+        return len(self.online) >= max(1, self.cfg.learning_starts)
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates owed under the utd schedule and not yet made."""
+        return int(self._credit + 1e-9)  # 0.1 * 10 must give 1, not 0
+
+    def sample(self) -> Batch:
+        """One update's batch, [sac.utd, batch_size]; with prior data each minibatch mixes both buffers (RLPD)."""
+        batch_size, utd = self.cfg.sac.batch_size, self.cfg.sac.utd
+        if len(self.prior) == 0 or self.cfg.prior_fraction == 0.0:
+            return self.online.sample(batch_size * utd, self._gen).reshape(utd, batch_size)
+        n_prior = max(1, round(batch_size * self.cfg.prior_fraction))
+        n_online = batch_size - n_prior
+        prior = self.prior.sample(n_prior * utd, self._gen).reshape(utd, n_prior)
+        if n_online == 0:
+            return prior
+        online = self.online.sample(n_online * utd, self._gen).reshape(utd, n_online)
+        return Batch.cat([prior, online], dim=1)
+
+    def train(self, num_updates: int) -> dict[str, float]:
+        """Make `num_updates` agent updates (none before `ready`) and return their mean metrics ({} if none).
+
+        Metrics are summed on the device and read back once at the end, so the updates never wait on the host.
+        """
+        if num_updates <= 0 or not self.ready:
+            return {}
+        sums: dict[str, Tensor] = {}
+        for _ in range(num_updates):
+            metrics = self.agent.update(self.sample())
+            for k, v in metrics.items():
+                sums[k] = sums[k] + v.detach().float() if k in sums else v.detach().float().clone()
+            self.updates += 1
+        self.version += 1
+        return {k: (v / num_updates).item() for k, v in sums.items()}
+
+    def train_due(self, max_updates: int | None = None) -> dict[str, float]:
+        """Make the updates owed under the utd schedule (at most `max_updates`) and return their mean metrics."""
+        n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
+        if n <= 0 or not self.ready:
+            return {}
+        metrics = self.train(n)
+        self._credit -= n
+        return metrics
+
+    # -- weights and checkpoints ----------------------------------------------------------------------------
+    def actor_state(self) -> dict[str, Tensor]:
+        """CPU copies of the actor's weights: all an actor process needs, safe to ship while training goes on."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.agent.actor.state_dict().items()}
+
+    def counters(self) -> dict[str, int]:
+        """Progress counters (what a dashboard or a restarted learner needs to know)."""
+        return {
+            "version": self.version,
+            "transitions": self.transitions,
+            "interventions": self.interventions,
+            "episodes": self.episodes,
+            "updates": self.updates,
+            "pending_updates": self.pending_updates,
+            "online_size": len(self.online),
+            "prior_size": len(self.prior),
+            "demo_transitions": self.demo_transitions,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Agent, both buffers, sampling RNG and counters (CPU tensors and plain types), for a checkpoint."""
+        return {
+            "format": LEARNER_STATE_FORMAT,
+            "config": asdict(self.cfg),
+            "agent": self.agent.state_dict(),
+            "online": self.online.state_dict(),
+            "prior": self.prior.state_dict(),
+            "rng": self._gen.get_state(),
+            "credit": self._credit,
+            "counters": {
+                "version": self.version,
+                "transitions": self.transitions,
+                "interventions": self.interventions,
+                "episodes": self.episodes,
+                "updates": self.updates,
+                "demo_transitions": self.demo_transitions,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict`; the version ends up above the saved one, since the weights changed."""
+        if state.get("format") != LEARNER_STATE_FORMAT:
+            raise ValueError(f"learner state format {state.get('format')!r} is not {LEARNER_STATE_FORMAT}")
+        self.agent.load_state_dict(state["agent"])
+        self.online.load_state_dict(state["online"])
+        self.prior.load_state_dict(state["prior"])
+        self._gen.set_state(state["rng"])
+        self._credit = float(state["credit"])
+        c = state["counters"]
+        self.transitions, self.interventions, self.episodes = c["transitions"], c["interventions"], c["episodes"]
+        self.updates, self.demo_transitions = c["updates"], c["demo_transitions"]
+        self.version = max(self.version, int(c["version"])) + 1
+
+
+class LocalLink:
+    """The actor-learner link within one process (single-process mode, the default in simulation).
+
+    Same interface as ``robot_rl.hil.distributed.RayLink``: ``push`` hands over a chunk, ``poll_weights`` returns new
+    actor weights or None, ``alive`` says whether the learner is reachable, plus ``stats`` and ``flush``. Here
+    ``push`` trains synchronously, so the control loop pays for the updates; that is the point of running
+    everything in one process.
+    """
+
+    def __init__(self, learner: HILLearner) -> None:
+        self.learner = learner
+        self.weights_version = -1  # the learner version last handed out by poll_weights
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def alive(self) -> bool:
+        return True
+
+    def push(self, transitions: dict[str, np.ndarray]) -> None:
+        """Add the chunk, then make the updates it earned (utd * n once learning has started)."""
+        self.learner.add(transitions)
+        metrics = self.learner.train_due()
+        if metrics:
+            self.last_metrics = metrics
+
+    def poll_weights(self) -> dict[str, Tensor] | None:
+        """The learner's actor weights if they changed since the last call, else None."""
+        if self.learner.version <= self.weights_version:
+            return None
+        self.weights_version = self.learner.version
+        return self.learner.actor_state()
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Nothing is ever pending here (``RayLink.flush`` waits for its queue); True."""
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        return {"alive": True, "weights_version": self.weights_version, **self.learner.counters()}

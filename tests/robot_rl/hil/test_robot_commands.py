@@ -1,0 +1,127 @@
+"""The robot commands end to end on loopback: ``serve-robot`` in its own process, the others against it."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from robot_rl.cli import main
+from robot_rl.datasets import read_dataset
+
+TOKEN = "cli-test-token"
+CLI = [sys.executable, "-c", "import sys; from robot_rl.cli import main; sys.exit(main())"]
+
+
+@pytest.fixture
+def robot_server():
+    """``robot-rl serve-robot`` (simulated reach at 50 Hz) in a subprocess; yields its address."""
+    env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
+    proc = subprocess.Popen(
+        [*CLI, "serve-robot", "--port", "0", "--task", "reach", "--control-hz", "50", "--status-every", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        line = ""
+        while "serving" not in line and proc.poll() is None:
+            line = proc.stdout.readline()
+        match = re.search(r"on 127\.0\.0\.1:(\d+)", line)
+        assert match, f"serve-robot did not start: {line}{proc.stdout.read() if proc.poll() is not None else ''}"
+        yield f"127.0.0.1:{match.group(1)}"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+        assert "server stopped; robot held" in out, out
+
+
+def test_serve_robot_refuses_to_start_without_a_token(capsys, monkeypatch):
+    monkeypatch.delenv("ROBOT_RL_TOKEN", raising=False)
+    assert main(["serve-robot", "--port", "0"]) == 2
+    assert "no token" in capsys.readouterr().err
+    assert main(["serve-robot", "--host", "0.0.0.0", "--allow-unauthenticated", "--port", "0"]) == 2
+    assert "non-loopback" in capsys.readouterr().err
+
+
+def test_wrong_token_is_one_clear_line(robot_server, capsys):
+    code = main(["teleop", "--robot", robot_server, "--token", "nope", "--device", "scripted", "--episodes", "1"])
+    assert code == 2
+    assert "refused the token" in capsys.readouterr().err
+
+
+def test_teleop_records_demonstrations(robot_server, tmp_path, capsys):
+    out = tmp_path / "demos"
+    args = ["teleop", "--robot", robot_server, "--token", TOKEN, "--device", "scripted", "--episodes", "3",
+            "--out", str(out), "--seed", "0"]
+    assert main(args) == 0
+    assert "3 episodes (3 successful)" in capsys.readouterr().out
+    data = read_dataset(out)
+    assert len(data.episodes) == 3
+    assert bool(data.intervention.all()) and int(data.terminated.sum()) == 3
+    assert main(args) == 2  # the dataset exists: refuse to overwrite ...
+    assert "--append" in capsys.readouterr().err
+    assert main([*args, "--append", "--episodes", "1"]) == 0  # ... unless told to append
+    assert len(read_dataset(out).episodes) == 4
+
+
+def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
+    run = tmp_path / "hil"
+    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--steps", "150", "--run-dir", str(run),
+                 "--learning-starts", "50", "--batch-size", "32", "--agent", "hidden_dims=[32,32]",
+                 "--device-arg", "patience=3", "--device-arg", "takeover_steps=5"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "intervention rate" in out
+    rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
+    assert rows and int(rows[-1]["env_steps"]) >= 150
+    assert sum(int(r["interventions"]) for r in rows) > 0  # the scripted operator took over at least once
+    data = read_dataset(run / "episodes")
+    assert data.action.shape[0] == int(rows[-1]["env_steps"])
+    assert int(data.intervention.sum()) == sum(int(r["interventions"]) for r in rows)
+    assert (run / "learner.pt").is_file()
+
+    code = main(["deploy", "--robot", robot_server, "--token", TOKEN, "--checkpoint", str(run / "learner.pt"),
+                 "--episodes", "1"])
+    assert code == 0
+    assert "done: 1 episodes" in capsys.readouterr().out
+
+
+def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
+    pytest.importorskip("ray")
+    run = tmp_path / "hil_ray"
+    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--steps", "120", "--run-dir", str(run),
+                 "--learning-starts", "40", "--batch-size", "32", "--agent", "hidden_dims=[32,32]", "--distributed",
+                 "--learner-name", "test-learner"])
+    assert code == 0
+    assert "learner on Ray" in capsys.readouterr().out
+    rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
+    assert int(rows[-1]["env_steps"]) >= 120
+    ckpt = run / "learner" / "checkpoints" / "learner.pt"
+    assert ckpt.is_file()
+    from robot_rl import checkpoint
+
+    state = checkpoint.load(ckpt)["learner"]
+    assert state["counters"]["transitions"] >= 100  # the learner got (nearly) everything the actor sent
+    assert state["counters"]["updates"] > 0
+    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--checkpoint", str(ckpt), "--episodes", "1"]) == 0
+
+
+def test_deploy_rejects_a_foreign_checkpoint(robot_server, tmp_path, capsys):
+    bad = tmp_path / "x.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--checkpoint", str(bad)]) == 2
+    assert "corrupt or not a robot_rl checkpoint" in capsys.readouterr().err
+
+
+def test_serve_robot_runs_for_a_set_time():
+    env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
+    t = time.monotonic()
+    out = subprocess.run([*CLI, "serve-robot", "--port", "0", "--run-for", "1.5", "--status-every", "0.5"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "[status]" in out.stdout and "server stopped" in out.stdout
+    assert time.monotonic() - t < 30
