@@ -64,6 +64,22 @@ def _start(target, *args) -> tuple[mp.Process, mp.Event, int]:
     return p, stop, q.get(timeout=60)
 
 
+def _cpu_times() -> list[int] | None:
+    """The aggregate ``cpu`` line of /proc/stat (Linux), to tell how much CPU the hypervisor stole meanwhile."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def _steal_fraction(before: list[int] | None, after: list[int] | None) -> float | None:
+    if before is None or after is None or len(before) < 8:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return delta[7] / max(1, sum(delta[:8]))  # user nice system idle iowait irq softirq steal
+
+
 def _pct(xs: list[float]) -> dict[str, float]:
     a = np.asarray(xs) * 1e3
     return {"n": len(xs), "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)),
@@ -106,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
             bare.append(time.perf_counter() - t)
 
         status0 = client.status()
+        cpu0 = _cpu_times()
         rng = np.random.default_rng(0)
         step_rtt, queue, tick_to_client, periods = [], [], [], []
         errors = 0
@@ -133,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{np.percentile(step_rtt, 99) * 1e3:.1f} ms", flush=True)
                 next_report += 30.0
         status = client.status()
+        cpu1 = _cpu_times()
         client.close()
         bare_channel.close()
     finally:
@@ -163,6 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
             "watchdog_trips": status.watchdog_trips,
         },
         "step_errors": errors,
+        # A shared VM's host can take CPU time away (steal); tens of percent ruins any timing figure.
+        "cpu_steal_fraction": _steal_fraction(cpu0, cpu1),
+        "load_average_after": os.getloadavg(),
     }
     path = write_json(results_path(args.name), result)
     s, h, b, loop = result["step_round_trip"], result["heartbeat_round_trip"], result["bare_grpc_round_trip"], \
@@ -175,6 +196,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"(heartbeat / bare = {result['heartbeat_over_bare_p50']:.2f})")
     print(f"loop jitter       p50 {loop['jitter_p50_ms']:.3f} ms  p99 {loop['jitter_p99_ms']:.3f} ms  "
           f"max {loop['jitter_max_ms']:.2f} ms  overruns {loop['overruns']} of {loop['ticks']} ticks")
+    steal = result["cpu_steal_fraction"]
+    if steal is not None:
+        print(f"CPU stolen by the hypervisor during the run: {100 * steal:.0f}% (timings are only meaningful near 0)")
     print(f"results: {path}")
     return result
 
