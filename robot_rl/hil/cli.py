@@ -47,6 +47,8 @@ def _robot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robot", default="127.0.0.1:50051", help="address of serve-robot (host:port)")
     _token_args(p)
     p.add_argument("--tls-root-cert", default=None, help="PEM certificate to trust; enables TLS")
+    p.add_argument("--step-timeout-s", type=float, default=0.5,
+                   help="deadline of one step; a step that misses it ends the episode (the run goes on)")
 
 
 def _teleop_args(p: argparse.ArgumentParser, default: str | None) -> None:
@@ -60,7 +62,7 @@ def _teleop_args(p: argparse.ArgumentParser, default: str | None) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from real.client import RobotClient
 
-    return RobotClient(args.robot, args.token, tls_root_cert=args.tls_root_cert)
+    return RobotClient(args.robot, args.token, tls_root_cert=args.tls_root_cert, step_timeout_s=args.step_timeout_s)
 
 
 def _teleop(args: argparse.Namespace, spec_name: str, defaults: dict[str, Any] | None = None) -> Any:

@@ -47,7 +47,7 @@ def served():
     robot = RecordingArm(task="reach", control_hz=HZ, seed=0)
     server = RobotServer(robot, ServerConfig(port=0, token=TOKEN, watchdog_s=0.2))
     port = server.start()
-    client = RobotClient(f"127.0.0.1:{port}", TOKEN)
+    client = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0)  # a shared VM can stall longer than 0.5 s
     try:
         yield server, robot, client, f"127.0.0.1:{port}"
     finally:
@@ -156,7 +156,7 @@ def test_workspace_and_step_clamps(served):
 def test_speed_limit_clamps_the_step():
     robot = RecordingArm(task="reach", control_hz=HZ, max_speed_mps=0.2)
     with RobotServer(robot, ServerConfig(port=0, token=TOKEN)) as server:
-        client = RobotClient(f"127.0.0.1:{server.port}", TOKEN)
+        client = RobotClient(f"127.0.0.1:{server.port}", TOKEN, step_timeout_s=5.0)
         r = client.step([1.0, 1.0, 0.0, 0.0])
         assert r.clamp_flags & CLAMP_STEP
         step = np.linalg.norm(r.applied_action[:3]) * robot.spec.cartesian.metres_per_unit
@@ -253,7 +253,7 @@ def test_a_late_command_is_withdrawn_not_executed_later(served):
 
 def test_batched_env_over_the_bridge(served):
     _, _, _, address = served
-    env = make_env(address, TOKEN, seed=0)
+    env = make_env(address, TOKEN, seed=0, step_timeout_s=5.0)
     obs = env.reset()
     assert obs["state"].shape == (1, 29)
     for _ in range(60):  # a proportional controller: reach ends with success well inside 60 ticks
@@ -277,7 +277,7 @@ def test_tls(tmp_path):
     )
     cfg = ServerConfig(port=0, token=TOKEN, tls_cert=str(cert), tls_key=str(key))
     with RobotServer(SimArm(task="reach", control_hz=HZ), cfg) as server:
-        client = RobotClient(f"localhost:{server.port}", TOKEN, tls_root_cert=str(cert))
+        client = RobotClient(f"localhost:{server.port}", TOKEN, tls_root_cert=str(cert), step_timeout_s=5.0)
         assert client.step([0.0, 0.0, 0.0, 0.0]).applied_action is not None
         client.close()
         plain = RobotClient(f"localhost:{server.port}", TOKEN, timeout_s=1.0)

@@ -55,7 +55,7 @@ def test_wrong_token_is_one_clear_line(robot_server, capsys):
 
 def test_teleop_records_demonstrations(robot_server, tmp_path, capsys):
     out = tmp_path / "demos"
-    args = ["teleop", "--robot", robot_server, "--token", TOKEN, "--device", "scripted", "--episodes", "3",
+    args = ["teleop", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--device", "scripted", "--episodes", "3",
             "--out", str(out), "--seed", "0"]
     assert main(args) == 0
     assert "3 episodes (3 successful)" in capsys.readouterr().out
@@ -70,7 +70,7 @@ def test_teleop_records_demonstrations(robot_server, tmp_path, capsys):
 
 def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     run = tmp_path / "hil"
-    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--steps", "150", "--run-dir", str(run),
+    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "150", "--run-dir", str(run),
                  "--learning-starts", "50", "--batch-size", "32", "--agent", "hidden_dims=[32,32]",
                  "--device-arg", "patience=3", "--device-arg", "takeover_steps=5"])
     assert code == 0
@@ -84,7 +84,7 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     assert int(data.intervention.sum()) == sum(int(r["interventions"]) for r in rows)
     assert (run / "learner.pt").is_file()
 
-    code = main(["deploy", "--robot", robot_server, "--token", TOKEN, "--checkpoint", str(run / "learner.pt"),
+    code = main(["deploy", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(run / "learner.pt"),
                  "--episodes", "1"])
     assert code == 0
     assert "done: 1 episodes" in capsys.readouterr().out
@@ -93,7 +93,7 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
 def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     pytest.importorskip("ray")
     run = tmp_path / "hil_ray"
-    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--steps", "120", "--run-dir", str(run),
+    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "120", "--run-dir", str(run),
                  "--learning-starts", "40", "--batch-size", "32", "--agent", "hidden_dims=[32,32]", "--distributed",
                  "--learner-name", "test-learner"])
     assert code == 0
@@ -107,13 +107,13 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     state = checkpoint.load(ckpt)["learner"]
     assert state["counters"]["transitions"] >= 100  # the learner got (nearly) everything the actor sent
     assert state["counters"]["updates"] > 0
-    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--checkpoint", str(ckpt), "--episodes", "1"]) == 0
+    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(ckpt), "--episodes", "1"]) == 0
 
 
 def test_deploy_rejects_a_foreign_checkpoint(robot_server, tmp_path, capsys):
     bad = tmp_path / "x.pt"
     bad.write_bytes(b"not a checkpoint")
-    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--checkpoint", str(bad)]) == 2
+    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(bad)]) == 2
     assert "corrupt or not a robot_rl checkpoint" in capsys.readouterr().err
 
 
