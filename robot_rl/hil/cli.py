@@ -273,8 +273,11 @@ def hil_train(argv: list[str]) -> int:
 
         from robot_rl.hil.distributed import RayLink, connect_learner, start_learner
 
-        ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False,
-                 ignore_reinit_error=True, namespace="robot-rl")
+        try:
+            ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True, namespace="robot-rl")
+        except Exception as e:  # Ray raises a bare Exception when its node does not come up
+            raise CommandError(f"could not start or join Ray ({args.ray_address or 'local'}): {e}") from None
         # Keep this handle for the whole run: a non-detached Ray actor dies when its last handle goes away.
         handle = start_learner(args.learner_name, cfg, run_dir / "learner", namespace="robot-rl")
         # Wait for it to answer before the control loop starts: a learner takes seconds to come up, longer

@@ -28,6 +28,8 @@ import torch
 
 ray = pytest.importorskip("ray")
 
+from ray_support import init_ray_or_skip  # noqa: E402
+
 from policies import TanhGaussianActor  # noqa: E402
 from robot_rl.agents.sac import SACConfig  # noqa: E402
 from robot_rl.hil.distributed import CHECKPOINT_FILE, RayLink, connect_learner, start_learner  # noqa: E402
@@ -49,7 +51,7 @@ _started: list = []  # actors to kill after each test
 def ray_session():
     # Workers cannot import this test module, so what the Pusher actor below uses from it travels by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE)
+    init_ray_or_skip(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE)
     yield
     ray.shutdown()
 

@@ -96,8 +96,11 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "120", "--run-dir", str(run),
                  "--learning-starts", "40", "--batch-size", "32", "--agent", "hidden_dims=[32,32]", "--distributed",
                  "--learner-name", "test-learner"])
-    assert code == 0
-    assert "learner on Ray" in capsys.readouterr().out
+    out = capsys.readouterr()
+    if code == 2 and "could not start or join Ray" in out.err:
+        pytest.skip(f"Ray could not start on this machine: {out.err.strip()}")
+    assert code == 0, out.err
+    assert "learner on Ray" in out.out
     rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
     assert int(rows[-1]["env_steps"]) >= 120
     ckpt = run / "learner" / "checkpoints" / "learner.pt"
