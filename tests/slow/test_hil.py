@@ -21,7 +21,7 @@ def test_hil_train_learns_reach_and_the_intervention_rate_falls(tmp_path, capsys
     address = f"127.0.0.1:{server.start()}"
     try:
         run = tmp_path / "hil"
-        assert main(["hil-train", "--robot", address, "--token", TOKEN, "--steps", "3500", "--run-dir", str(run),
+        assert main(["hil-train", "--robot", address, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "3500", "--run-dir", str(run),
                      "--seed", "0"]) == 0
         rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
 
@@ -31,7 +31,7 @@ def test_hil_train_learns_reach_and_the_intervention_rate_falls(tmp_path, capsys
         first, last = rate(rows[:20]), rate(rows[-20:])
         assert first > 0.2 and last < 0.05, (first, last)
         capsys.readouterr()
-        assert main(["deploy", "--robot", address, "--token", TOKEN, "--checkpoint", str(run / "learner.pt"),
+        assert main(["deploy", "--robot", address, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(run / "learner.pt"),
                      "--episodes", "20", "--seed", "5000"]) == 0
         out = capsys.readouterr().out
         successes = int(out.split("success ")[1].split("/")[0])
