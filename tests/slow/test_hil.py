@@ -5,6 +5,7 @@ Marked slow (about 5 minutes: the robot runs in real time at 20 Hz); `make test-
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_hil_train_learns_reach_and_the_intervention_rate_falls(tmp_path, capsys
         assert main(["deploy", "--robot", address, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(run / "learner.pt"),
                      "--episodes", "20", "--seed", "5000"]) == 0
         out = capsys.readouterr().out
-        successes = int(out.split("success ")[1].split("/")[0])
+        successes = int(re.search(r"done: .* success (\d+)/20", out).group(1))
         assert successes >= 18, out
     finally:
         server.stop()
