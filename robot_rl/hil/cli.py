@@ -94,6 +94,22 @@ def _writer(path: str | None, spec: Any, append: bool, task: str) -> Any:
     return DatasetWriter(path, fps=fps, features=features, robot_type=spec.name, task=task, resume=exists)
 
 
+def _run_episodes(session: Any, client: Any, device: Any, writer: Any, episodes: int, seed: int | None) -> None:
+    """Run ``episodes`` of ``session``; on Ctrl-C hold the robot; always release the device, dataset and channel."""
+    try:
+        if device is not None:
+            device.connect()
+        session.run(episodes=episodes, seed=seed)
+    except KeyboardInterrupt:
+        client.step(None)
+    finally:
+        if device is not None:
+            device.disconnect()
+        if writer is not None:
+            writer.close()
+        client.close()
+
+
 # -- serve-robot --------------------------------------------------------------------------------------------
 def serve_robot(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl serve-robot", description="Serve a robot driver over the bridge.")
@@ -183,15 +199,7 @@ def teleop(argv: list[str]) -> int:
     if device is None:
         raise CommandError("teleop needs a --device")
     session = Session(client, teleop=device, writer=writer, task=args.task_text or spec.name)
-    try:
-        with device:
-            session.run(episodes=args.episodes, seed=args.seed)
-    except KeyboardInterrupt:
-        client.step(None)
-    finally:
-        if writer is not None:
-            writer.close()
-        client.close()
+    _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
     ok = sum(e.success for e in eps)
     where = f" in {args.out}" if args.out else ""
@@ -385,18 +393,7 @@ def deploy(argv: list[str]) -> int:
     device = _teleop(args, spec.name, {"mode": "takeover"})
     writer = _writer(args.record, spec, args.append, spec.name)
     session = Session(client, policy=policy, teleop=device, writer=writer, task=spec.name)
-    try:
-        if device is not None:
-            device.connect()
-        session.run(episodes=args.episodes, seed=args.seed)
-    except KeyboardInterrupt:
-        client.step(None)
-    finally:
-        if device is not None:
-            device.disconnect()
-        if writer is not None:
-            writer.close()
-        client.close()
+    _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
     print(f"done: {len(eps)} episodes | success {sum(e.success for e in eps)}/{len(eps)} | mean return "
           f"{sum(e.ret for e in eps) / max(1, len(eps)):.2f}")
