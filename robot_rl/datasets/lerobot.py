@@ -66,6 +66,7 @@ import json
 import math
 import os
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -769,6 +770,23 @@ def _to_table(columns: Mapping[str, np.ndarray], features: Mapping[str, dict], s
 
 
 def _encode_video(path: Path, frames: np.ndarray, fps: int, crf: int, gop: int, fsync: bool) -> None:
+    """Encode ``frames`` to ``path`` (atomically); one retry, since an episode's frames exist only here.
+
+    An ffmpeg child can die under machine pressure (seen once in CI: a broken pipe mid-episode). The frames
+    are still in memory, so a second attempt costs little and keeps the episode; a second failure raises
+    with both errors.
+    """
+    try:
+        _encode_video_once(path, frames, fps, crf, gop, fsync)
+    except OSError as first:
+        warnings.warn(f"ffmpeg failed while encoding {path.name}; retrying once ({first})", stacklevel=2)
+        try:
+            _encode_video_once(path, frames, fps, crf, gop, fsync)
+        except OSError as second:
+            raise OSError(f"could not encode {path} after a retry: {second} (first failure: {first})") from second
+
+
+def _encode_video_once(path: Path, frames: np.ndarray, fps: int, crf: int, gop: int, fsync: bool) -> None:
     import imageio_ffmpeg
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -785,12 +803,15 @@ def _encode_video(path: Path, frames: np.ndarray, fps: int, crf: int, gop: int, 
         macro_block_size=1,
         output_params=["-crf", str(crf), "-g", str(gop), "-f", "mp4"],
     )
-    writer.send(None)
     try:
+        writer.send(None)
         for frame in frames:
             writer.send(np.ascontiguousarray(frame))
-    finally:
+    except BaseException:
         writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    writer.close()
     _commit(tmp, path, fsync)
 
 

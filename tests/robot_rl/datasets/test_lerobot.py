@@ -444,6 +444,43 @@ def test_video_round_trip(tmp_path: Path) -> None:
     assert per_frame.max() < 8.0  # frames are in order (a shifted frame would miss the square by far)
 
 
+def test_video_encode_survives_one_ffmpeg_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ffmpeg child that dies mid-episode (a broken pipe, seen once in CI) costs a retry, not the episode."""
+    import imageio_ffmpeg
+
+    real = imageio_ffmpeg.write_frames
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        gen = real(*args, **kwargs)
+        if calls["n"] > 1:
+            return gen
+
+        def broken():  # primes the real writer, then fails on the first frame as a dead ffmpeg would
+            try:
+                gen.send(None)
+                yield
+                raise OSError("[Errno 32] Broken pipe")
+            finally:
+                gen.close()
+
+        return broken()
+
+    monkeypatch.setattr(imageio_ffmpeg, "write_frames", flaky)
+    root = tmp_path / "ds"
+    h, w = 32, 48
+    writer = DatasetWriter(root, fps=10, features=transition_features(D, A, images={"cam": (h, w)}), task="t")
+    ep = make_episode(0, 5, images=(h, w))
+    with pytest.warns(UserWarning, match="retrying once"):
+        writer.write_episode(ep)
+    assert calls["n"] == 2
+    video_dir = root / "videos/observation.images.cam/chunk-000"
+    assert sorted(p.name for p in video_dir.iterdir()) == ["file-000.mp4"]  # no temp file left behind
+    img = read_dataset(root, load_images=True).images["observation.images.cam"]
+    assert img.shape == (5, h, w, 3)
+
+
 def test_odd_video_size_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="even"):
         DatasetWriter(tmp_path / "ds", fps=10, features=transition_features(D, A, images={"cam": (31, 48)}))
