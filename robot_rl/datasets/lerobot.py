@@ -783,7 +783,9 @@ def _encode_video(path: Path, frames: np.ndarray, fps: int, crf: int, gop: int, 
         try:
             _encode_video_once(path, frames, fps, crf, gop, fsync)
         except OSError as second:
-            raise OSError(f"could not encode {path} after a retry: {second} (first failure: {first})") from second
+            raise OSError(
+                f"could not encode {path} after a retry: {second} (first failure: {first})"
+            ) from second
 
 
 def _encode_video_once(path: Path, frames: np.ndarray, fps: int, crf: int, gop: int, fsync: bool) -> None:
