@@ -33,6 +33,9 @@ _BACKENDS = {
     "dmc:": ".dmc_backend",
     "mujoco:": ".mujoco_backend",
     "arm:": ".arm_backend",
+    "mjx:": ".sim.backend:mjx",
+    "warp:": ".sim.backend:warp",
+    "isaaclab:": ".isaaclab_backend",
 }
 
 
@@ -40,7 +43,9 @@ def _backend(spec: str) -> tuple[Any, str]:
     if isinstance(spec, str):
         for prefix, module in _BACKENDS.items():
             if spec.startswith(prefix) and len(spec) > len(prefix):
-                return importlib.import_module(module, __name__), spec[len(prefix) :]
+                module, _, attr = module.partition(":")  # "module:attr" names an object in the module
+                found = importlib.import_module(module, __name__)
+                return (getattr(found, attr) if attr else found), spec[len(prefix) :]
     choices = ", ".join(repr(p) for p in _BACKENDS)
     raise UnknownEnvError(
         f"unknown env spec {spec!r}: it must start with a backend prefix, one of {choices} "

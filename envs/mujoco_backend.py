@@ -113,25 +113,44 @@ def lookup(name: str) -> Task:
     """The task for ``name`` or ``UnknownEnvError`` naming the supported tasks (or the close matches)."""
     if name in TASKS:
         return TASKS[name]
-    by_lower = {t.lower(): t for t in TASKS}
+    known = [*TASKS, *(t for t in _sim_task_names() if t not in TASKS)]
+    by_lower = {t.lower(): t for t in known}
     close = [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)]
-    choices = ", ".join(PREFIX + t for t in (close or sorted(TASKS)))
+    choices = ", ".join(PREFIX + t for t in (close or known))
     hint = f"close matches: {choices}" if close else f"valid choices: {choices}"
     if not close and name in gym.registry:
         hint += f" (use 'gym:{name}' for the gymnasium env)"
     raise UnknownEnvError(f"unknown env spec {PREFIX + name!r}: no native batched MuJoCo task; {hint}")
 
 
+def _sim_task_names() -> list[str]:
+    from .sim import task_names  # the tasks defined once for CPU MuJoCo, MJX and Warp (envs.sim)
+
+    return task_names()
+
+
 def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
     """The single-env form of a ``mujoco:`` task: gymnasium's own env, normalised like ``gym:`` envs."""
+    if name not in TASKS and name in _sim_task_names():
+        from .sim.backend import cpu
+
+        return cpu.make_env(name, options)
     lookup(name)
     return gym_backend.make_env(name, options)
 
 
 def make_batched(
     spec: str, name: str, num_envs: int, device: str | torch.device, seed: int | None, options: EnvOptions
-) -> MujocoBatchedEnv:
-    """Entry point used by ``envs.make`` for ``mujoco:`` specs."""
+) -> BatchedEnv:
+    """Entry point used by ``envs.make`` for ``mujoco:`` specs.
+
+    gymnasium's locomotion tasks get the native stepper of this module (bit-identical to gymnasium); the other
+    tasks of ``envs.sim`` (cartpole-swingup, the arm tasks) run there on CPU MuJoCo, as on MJX and Warp.
+    """
+    if name not in TASKS and name in _sim_task_names():
+        from .sim.backend import cpu
+
+        return cpu.make_batched(spec, name, num_envs, device, seed, options)
     return MujocoBatchedEnv(name, num_envs, device=device, seed=seed, options=options, spec=spec)
 
 

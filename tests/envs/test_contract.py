@@ -270,7 +270,10 @@ def test_make_single_passes_env_checker(spec: str) -> None:
     ("spec", "expected"),
     [
         ("Hopper-v5", "'gym:', 'dmc:', 'mujoco:'"),
-        ("mjx:Hopper-v5", "'gym:', 'dmc:', 'mujoco:'"),
+        ("jaxsim:Hopper-v5", "'gym:', 'dmc:', 'mujoco:'"),
+        ("mjx:hoper-v5", "mjx:Hopper-v5"),
+        ("warp:cartpole-swingupp", "warp:cartpole-swingup"),
+        ("mujoco:cartpole-swingupp", "mujoco:cartpole-swingup"),
         ("gym:", "'gym:', 'dmc:', 'mujoco:'"),
         ("gym:Hoper-v5", "gym:Hopper-v5"),
         ("gym:halfcheetah-v5", "gym:HalfCheetah-v5"),

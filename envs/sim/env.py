@@ -1,0 +1,210 @@
+"""``SimEnv``: a ``SimTask`` on a ``Physics`` backend, as a ``BatchedEnv`` that never leaves the device.
+
+Everything per step is a fixed sequence of tensor operations on ``env.device``: no per-env Python, and one
+host synchronisation only, the finiteness check that keeps NaN actions out of the simulator (the contract
+requires a ``ValueError`` before anything is sent). Finished envs are reset in the same step under a mask:
+the task draws fresh starts for every env from per-env counter-based streams (``envs.sim.rng``), and the
+physics applies them only where the mask is set, so no ``nonzero`` or branching on device values is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import torch
+
+from ..core import BatchedEnv, EnvOptions, Obs, StepResult
+from ..wrappers import default_time_limit
+from .physics import make_physics
+from .rng import CounterRNG
+from .task import SimTask
+
+
+class SimEnv(BatchedEnv):
+    """``num_envs`` copies of ``task`` simulated by the ``physics`` backend ("cpu", "mjx" or "warp").
+
+    Semantics are ``BatchedEnv``'s: actions in [-1, 1] (clipped; NaN/inf raise ``ValueError``), same-step
+    autoreset with ``info["final_obs"]``, ``terminated`` apart from ``truncated``, episode statistics,
+    ``info["success"]`` for tasks that report it, ``reset(seed=s)`` seeding sub-env i with s + i. With action
+    repeat, an env that terminates during the repeat stops accumulating reward and keeps the observation it
+    terminated in as its final observation (the physics of all envs still steps, which keeps the batch whole).
+    """
+
+    def __init__(
+        self,
+        task: SimTask,
+        physics: str = "cpu",
+        num_envs: int = 1,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        options: EnvOptions | None = None,
+        spec: str | None = None,
+    ) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        options = options or EnvOptions()
+        self.task = task
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.spec = spec or f"{physics}:{task.name}"
+        model = task.build_model()
+        height, width = options.render_size
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+        if options.camera_id is not None and not -1 <= options.camera_id < model.ncam:
+            raise ValueError(
+                f"camera_id {options.camera_id} out of range for {task.name} (-1..{model.ncam - 1})"
+            )
+        self._model = model
+        self.physics = make_physics(physics, model, num_envs, self.device)
+        self.backend = physics
+        task.setup(model, num_envs, self.device, self.physics.dtype)
+        self.action_dim = task.action_dim
+        self.observation_spec = {"state": ((task.obs_dim,), torch.float32)}
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (task.obs_dim,), np.float32)
+        self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
+        limit = options.max_episode_steps
+        if limit is None:
+            limit = default_time_limit(task.time_limit, options.action_repeat)
+        self.max_episode_steps = limit
+        self._action_repeat = options.action_repeat
+        self._action_shape = torch.Size((num_envs, self.action_dim))
+
+        self._rng = CounterRNG(num_envs, self.device)
+        self._initial_seed = seed
+        self._has_reset = False
+        self._closed = False
+        self._render = options.render
+        self._render_size = options.render_size
+        self._camera_id = options.camera_id
+        self._renderer: mujoco.Renderer | None = None
+        self._render_data: mujoco.MjData | None = None
+        zeros = torch.zeros(num_envs, device=self.device)
+        self._elapsed = zeros.to(torch.int64)
+        self._ep_return = zeros.to(torch.float64)
+        self._ep_length = zeros.to(torch.int64)
+        self._all = torch.ones(num_envs, dtype=torch.bool, device=self.device)
+
+    # -- public API ------------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> Obs:
+        """Reset every sub-env; the seed given to ``make`` applies to the first reset that has none."""
+        self._check_open()
+        if seed is None and not self._has_reset:
+            seed = self._initial_seed
+        if seed is not None:
+            self._rng.seed(int(seed))
+        self._reset_where(self._all)
+        self._has_reset = True
+        self._elapsed.zero_()
+        self._ep_return.zero_()
+        self._ep_length.zero_()
+        return {"state": self.task.observe(*self.physics.state())}
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Step all sub-envs one agent step; see the class and ``BatchedEnv`` docs for semantics."""
+        self._check_open()
+        if not self._has_reset:
+            raise RuntimeError("call reset() before step()")
+        action = self._check_action(action)
+        task, physics = self.task, self.physics
+        qpos, qvel = physics.state()
+        reward = terminated = success = final = None
+        for k in range(self._action_repeat):
+            ctrl = task.control(action, qpos, qvel)
+            physics.step(ctrl, task.frame_skip)
+            qpos_before, (qpos, qvel) = qpos, physics.state()
+            r, term, succ = task.evaluate(qpos_before, qpos, qvel, ctrl)
+            if k == 0:
+                reward, terminated, success = r.to(torch.float64), term, succ
+                if self._action_repeat > 1:
+                    final = task.observe(qpos, qvel)
+                continue
+            # Envs that already terminated in this repeat keep their reward, flag and final observation.
+            alive = ~terminated
+            reward = reward + torch.where(alive, r.to(torch.float64), 0.0)
+            obs_k = task.observe(qpos, qvel)
+            final = torch.where(alive[:, None], obs_k, final)
+            if success is not None and succ is not None:
+                success = torch.where(alive, succ, success)
+            terminated = terminated | term
+        if final is None:
+            final = task.observe(qpos, qvel)
+
+        self._elapsed += 1
+        truncated = self._elapsed >= self.max_episode_steps
+        self._ep_return += reward
+        self._ep_length += 1
+        done = terminated | truncated
+        ep_return = torch.where(done, self._ep_return, 0.0).to(torch.float32)
+        ep_length = torch.where(done, self._ep_length, 0).to(torch.float32)
+        keep = ~done
+        self._ep_return *= keep
+        self._ep_length *= keep
+        self._elapsed *= keep
+        self._reset_where(done)
+        obs = torch.where(done[:, None], task.observe(*physics.state()), final)
+
+        info: dict[str, Any] = {
+            "final_obs": {"state": final},
+            "episode_return": ep_return,
+            "episode_length": ep_length,
+        }
+        if task.reports_success:
+            assert success is not None
+            info["success"] = success
+        return {"state": obs}, reward.to(torch.float32), terminated, truncated, info
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Frame (H, W, 3) uint8 of sub-env ``index``; only when made with ``render=True``."""
+        self._check_render(index)
+        if self._renderer is None:
+            height, width = self._render_size
+            self._renderer = mujoco.Renderer(self._model, height, width)
+            self._render_data = mujoco.MjData(self._model)
+        data = self._render_data
+        assert data is not None
+        self.physics.get_data(index, data)
+        mocap = self.task.mocap_pos(index)
+        if mocap is not None:
+            data.mocap_pos[:] = mocap
+        mujoco.mj_forward(self._model, data)
+        camera = -1 if self._camera_id is None else self._camera_id
+        self._renderer.update_scene(data, camera=camera)
+        return np.ascontiguousarray(self._renderer.render(), dtype=np.uint8)
+
+    def close(self) -> None:
+        """Release the simulator and the renderer (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self.physics.close()
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _reset_where(self, mask: torch.Tensor) -> None:
+        qpos, qvel, ctrl = self.task.initial_state(self._rng)
+        self.physics.reset(mask, qpos, qvel, ctrl)
+        self.task.commit_reset(mask)
+        self._rng.advance(mask)
+
+    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
+        if not isinstance(action, torch.Tensor):
+            action = torch.as_tensor(action)
+        if action.shape != self._action_shape:
+            raise ValueError(f"action must have shape {tuple(self._action_shape)}, got {tuple(action.shape)}")
+        if not action.is_floating_point():
+            raise TypeError(f"action must be a floating point tensor, got {action.dtype}")
+        a = action.detach().to(self.device)
+        finite = torch.isfinite(a).all(dim=1)
+        if not bool(finite.all()):  # the step's one host sync: a NaN must never reach the simulator
+            bad = torch.nonzero(~finite).flatten().tolist()
+            raise ValueError(
+                f"action contains NaN or inf for sub-env(s) {bad}; refusing to send it to the simulator"
+            )
+        return a.to(self.physics.dtype).clamp(-1.0, 1.0)

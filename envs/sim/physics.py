@@ -1,0 +1,117 @@
+"""Physics backends for ``SimEnv``: N copies of one MuJoCo model, spoken to in torch tensors.
+
+A backend only integrates: it takes controls, steps, and exposes joint positions and velocities; everything
+task-specific lives in ``envs.sim.task``. Three implementations share this interface:
+
+* ``CpuPhysics`` (here): ``mujoco.batch.Batch`` (MuJoCo >= 3.17) stepping all states on a thread pool, in
+  float64; its qpos/qvel arrays are shared with torch without a copy.
+* ``MjxPhysics`` (``envs.sim.mjx_physics``): MJX under ``jit(vmap(...))``, arrays exchanged with torch through
+  DLPack.
+* ``WarpPhysics`` (``envs.sim.warp_physics``): MuJoCo Warp, arrays shared through Warp's torch interop.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+import mujoco
+import numpy as np
+import torch
+
+BACKENDS = ("cpu", "mjx", "warp")
+
+
+class Physics(Protocol):
+    """What ``SimEnv`` needs from a simulator (see the module docstring)."""
+
+    model: mujoco.MjModel
+    num_envs: int
+    device: torch.device
+    dtype: torch.dtype
+
+    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(qpos [N, nq], qvel [N, nv])``; valid until the next ``step`` or ``reset``; do not modify."""
+        ...
+
+    def step(self, ctrl: torch.Tensor, nstep: int) -> None:
+        """Set the controls ``[N, nu]`` and advance every env ``nstep`` physics steps."""
+        ...
+
+    def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> None:
+        """For envs in ``mask``: reset all simulation state (``mj_resetData``), then set qpos, qvel and ctrl."""
+        ...
+
+    def get_data(self, index: int, data: mujoco.MjData) -> None:
+        """Copy env ``index``'s qpos/qvel/ctrl into ``data`` (for rendering)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def make_physics(kind: str, model: mujoco.MjModel, num_envs: int, device: torch.device) -> Physics:
+    """The ``kind`` backend ("cpu", "mjx" or "warp") for ``num_envs`` copies of ``model`` on ``device``."""
+    if kind == "cpu":
+        return CpuPhysics(model, num_envs, device)
+    if kind == "mjx":
+        from .mjx_physics import MjxPhysics
+
+        return MjxPhysics(model, num_envs, device)
+    if kind == "warp":
+        from .warp_physics import WarpPhysics
+
+        return WarpPhysics(model, num_envs, device)
+    raise ValueError(f"unknown physics backend {kind!r}; choose one of {BACKENDS}")
+
+
+class CpuPhysics:
+    """``mujoco.batch.Batch`` in float64 on the host; see the module docstring."""
+
+    dtype = torch.float64
+
+    def __init__(
+        self, model: mujoco.MjModel, num_envs: int, device: torch.device, nthread: int | None = None
+    ):
+        try:
+            from mujoco import batch
+        except ImportError as err:  # pragma: no cover - depends on the installed mujoco
+            raise ImportError(
+                f"the CPU physics backend needs mujoco.batch (MuJoCo >= 3.17), not mujoco {mujoco.__version__}"
+            ) from err
+        self.model, self.num_envs, self.device = model, num_envs, torch.device(device)
+        threads = nthread or max(1, min(os.cpu_count() or 1, num_envs))
+        self._batch = batch.Batch(model, num_envs, threads)
+        self._qpos = self._batch.bind("qpos")  # live views of the state rows
+        self._qvel = self._batch.bind("qvel")
+        self._ctrl = self._batch.bind("ctrl")
+        self._batch.reset(None, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self._on_host = self.device.type == "cpu"
+
+    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        # Copies: the views change in place at the next step, and callers keep qpos_before across it.
+        qpos, qvel = torch.from_numpy(self._qpos.copy()), torch.from_numpy(self._qvel.copy())
+        if self._on_host:
+            return qpos, qvel
+        return qpos.to(self.device), qvel.to(self.device)
+
+    def step(self, ctrl: torch.Tensor, nstep: int) -> None:
+        self._ctrl[:] = ctrl.detach().to("cpu", torch.float64).numpy()
+        self._batch.step(None, nstep)
+
+    def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> None:
+        ids = np.flatnonzero(mask.cpu().numpy()).astype(np.int32)
+        if ids.size == 0:
+            return
+        self._batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        rows = torch.from_numpy(ids.astype(np.int64))
+        if not self._on_host:
+            rows = rows.to(self.device)
+        self._qpos[ids] = qpos[rows].cpu().numpy()
+        self._qvel[ids] = qvel[rows].cpu().numpy()
+        self._ctrl[ids] = ctrl[rows].cpu().numpy()
+
+    def get_data(self, index: int, data: mujoco.MjData) -> None:
+        self._batch.get_data(index, data)
+
+    def close(self) -> None:
+        self._batch = None

@@ -1,0 +1,1 @@
+"""Tasks defined once for every physics backend (see ``envs.sim.task.SimTask``)."""
