@@ -35,6 +35,11 @@ class LoopConfig:
     eval_every: int = _help(1_000, "evaluate (and checkpoint) every this many environment steps")
     checkpoint_every: int | None = _help(None, "checkpoint every this many env steps (default: eval_every)")
     replay_capacity: int = _help(1_000_000, "replay buffer size in transitions")
+    updates_per_step: int | None = _help(
+        None,
+        "agent updates (each of agent.utd critic steps) per batched env step; default num_envs, i.e. one per "
+        "transition. With hundreds of envs (experiment=gpu_fast) a few large-batch updates per step instead",
+    )
     video: bool = _help(True, "record an MP4 of one evaluation episode at the end of training")
     video_size: list[int] = _help([240, 320], "video height and width")
 
@@ -96,6 +101,8 @@ class TrainConfig:
             (self.train.checkpoint_every is None or self.train.checkpoint_every >= 1,
              "train.checkpoint_every must be >= 1 or null"),
             (self.train.replay_capacity >= self.env.num_envs, "train.replay_capacity must be >= env.num_envs"),
+            (self.train.updates_per_step is None or self.train.updates_per_step >= 0,
+             "train.updates_per_step must be >= 0 or null"),
             (len(self.train.video_size) == 2 and min(self.train.video_size) >= 16,
              "train.video_size must be [height, width], each >= 16"),
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),

@@ -39,6 +39,7 @@ def make_env(cfg: TrainConfig, num_envs: int, **options) -> envs.BatchedEnv:
     return envs.make(
         cfg.env.spec,
         num_envs=num_envs,
+        device=cfg.device,  # GPU backends (mjx:, warp:, isaaclab:) then simulate where the learner is
         action_repeat=cfg.env.action_repeat,
         max_episode_steps=cfg.env.max_episode_steps,
         **options,
@@ -213,6 +214,7 @@ class Trainer:
         cfg, env, agent = self.cfg, self.env, self.agent
         n = env.num_envs
         batch_size, utd = cfg.agent.batch_size, cfg.agent.utd
+        updates_per_step = n if cfg.train.updates_per_step is None else cfg.train.updates_per_step
         checkpoint_every = cfg.train.checkpoint_every or cfg.train.eval_every
         next_eval = (self.env_steps // cfg.train.eval_every + 1) * cfg.train.eval_every
         next_ckpt = (self.env_steps // checkpoint_every + 1) * checkpoint_every
@@ -248,7 +250,7 @@ class Trainer:
                 episode_count += done.sum()
 
                 if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
-                    for _ in range(n):
+                    for _ in range(updates_per_step):
                         metrics = agent.update(self._sample(batch_size, utd))
                         for k, v in metrics.items():
                             metric_sums[k] = metric_sums[k] + v if k in metric_sums else v.clone()

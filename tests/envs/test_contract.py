@@ -24,8 +24,23 @@ SPECS = [
     "mujoco:Hopper-v5",
     "arm:reach",
     "arm:push-sparse",
+    # envs.sim: tasks defined once in torch, on CPU MuJoCo, MJX and MuJoCo Warp (both run on the CPU here)
+    "mujoco:cartpole-swingup",
+    "mujoco:push-sparse",
+    "mjx:cartpole-swingup",
+    "warp:cartpole-swingup",
 ]
-RENDER_SPECS = ["gym:Hopper-v5", "dmc:cartpole-swingup", "mujoco:Hopper-v5", "arm:reach"]
+# Specs without a single-env gymnasium form (envs.make_single raises and says what to use instead).
+BATCHED_ONLY = {"mujoco:cartpole-swingup", "mujoco:push-sparse", "mjx:cartpole-swingup", "warp:cartpole-swingup"}
+RENDER_SPECS = [
+    "gym:Hopper-v5",
+    "dmc:cartpole-swingup",
+    "mujoco:Hopper-v5",
+    "arm:reach",
+    "mujoco:push-sparse",
+    "mjx:cartpole-swingup",
+    "warp:cartpole-swingup",
+]
 DEFAULT_LIMITS = {
     "gym:Pendulum-v1": 200,
     "gym:Hopper-v5": 1000,
@@ -34,8 +49,12 @@ DEFAULT_LIMITS = {
     "mujoco:Hopper-v5": 1000,
     "arm:reach": 50,
     "arm:push-sparse": 100,
+    "mujoco:cartpole-swingup": 1000,
+    "mujoco:push-sparse": 100,
+    "mjx:cartpole-swingup": 1000,
+    "warp:cartpole-swingup": 1000,
 }
-SUCCESS_SPECS = {"arm:reach", "arm:push-sparse"}  # tasks that report info["success"]
+SUCCESS_SPECS = {"arm:reach", "arm:push-sparse", "mujoco:push-sparse"}  # tasks that report info["success"]
 N = 3
 
 
@@ -112,6 +131,8 @@ def test_non_finite_action_raises_before_simulation(make, spec: str) -> None:
         ref_obs, *_ = ref.step(action)
         assert torch.equal(obs["state"], ref_obs["state"])
 
+    if spec in BATCHED_ONLY:
+        return
     single = envs.make_single(spec, seed=0)
     with pytest.raises(ValueError, match="NaN or inf"):
         single.step(np.full(single.action_space.shape, np.nan, dtype=np.float32))
@@ -257,6 +278,10 @@ def test_render(make, spec: str) -> None:
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_make_single_passes_env_checker(spec: str) -> None:
+    if spec in BATCHED_ONLY:
+        with pytest.raises(ValueError, match=r"num_envs=1"):
+            envs.make_single(spec, seed=0)
+        return
     env = envs.make_single(spec, seed=0)
     assert env.action_space == gym.spaces.Box(-1.0, 1.0, env.action_space.shape, np.float32)
     assert env.observation_space.dtype == np.float32
