@@ -23,7 +23,12 @@ class EnvConfig:
         "gym:Pendulum-v1", "environment spec: gym:<gymnasium id>, dmc:<domain>-<task> or mujoco:<task>-v5"
     )
     num_envs: int = _help(1, "parallel training environments")
-    num_eval_envs: int = _help(10, "evaluation environments; each evaluation runs one episode in each")
+    num_eval_envs: int = _help(
+        10,
+        "evaluation environments; each evaluation runs one episode in each. 0: no separate evaluation env, the "
+        "training episodes' mean return stands in, and no final video (for simulators that allow one env per "
+        "process, such as Isaac Lab)",
+    )
     action_repeat: int = _help(1, "repeat each action this many times (dm_control convention: 2-8)")
     max_episode_steps: int | None = _help(None, "time limit in agent steps (default: the task's own)")
 
@@ -91,7 +96,7 @@ class TrainConfig:
         self.agent.validate()
         checks = [
             (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
-            (self.env.num_eval_envs >= 1, "env.num_eval_envs must be >= 1"),
+            (self.env.num_eval_envs >= 0, "env.num_eval_envs must be >= 0"),
             (self.env.action_repeat >= 1, "env.action_repeat must be >= 1"),
             (self.env.max_episode_steps is None or self.env.max_episode_steps >= 1,
              "env.max_episode_steps must be >= 1 or null"),

@@ -82,7 +82,7 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         seed_everything(cfg.seed)
         self.env = make_env(cfg, cfg.env.num_envs)
-        self.eval_env = make_env(cfg, cfg.env.num_eval_envs)
+        self.eval_env = make_env(cfg, cfg.env.num_eval_envs) if cfg.env.num_eval_envs > 0 else None
         if "state" not in self.env.observation_spec:
             raise ValueError(f"{cfg.env.spec} has no 'state' observation group; SAC needs state observations")
         self.agent = build_agent(cfg, self.env)
@@ -296,7 +296,7 @@ class Trainer:
         self, metric_sums: dict[str, torch.Tensor], metric_count: int, train_return: float | None, rate: float
     ) -> None:
         cfg = self.cfg
-        result = self._eval_policy()
+        result = self._eval_policy(train_return)
         self.evals += 1
         self.last_eval_return = result["eval_return_mean"]
         row: dict[str, float | None] = {
@@ -320,7 +320,11 @@ class Trainer:
             f"± {result['eval_return_std']:.1f}{success} | {self._wall_time():.0f}s"
         )
 
-    def _eval_policy(self) -> dict[str, float | None]:
+    def _eval_policy(self, train_return: float | None = None) -> dict[str, float | None]:
+        if self.eval_env is None:  # env.num_eval_envs=0: the training episodes stand in for an evaluation
+            mean = float("nan") if train_return is None else train_return
+            return {"eval_return_mean": mean, "eval_return_std": float("nan"), "eval_length_mean": None,
+                    "success_rate": None}
         return evaluate(
             lambda o: self.agent.act(o, deterministic=True).to(self.eval_env.device),
             self.eval_env,
@@ -328,6 +332,9 @@ class Trainer:
         )
 
     def _record_final_video(self) -> None:
+        if self.eval_env is None:
+            self.progress.message("no video: env.num_eval_envs=0 (one env per process)")
+            return
         height, width = self.cfg.train.video_size
         try:
             with make_env(self.cfg, 1, render=True, render_size=(height, width)) as video_env:

@@ -60,7 +60,7 @@ class SimEnv(BatchedEnv):
                 f"camera_id {options.camera_id} out of range for {task.name} (-1..{model.ncam - 1})"
             )
         self._model = model
-        self.physics = make_physics(physics, model, num_envs, self.device)
+        self.physics = make_physics(physics, model, num_envs, self.device, task.contact_capacity)
         self.backend = physics
         task.setup(model, num_envs, self.device, self.physics.dtype)
         self.action_dim = task.action_dim

@@ -49,8 +49,17 @@ class Physics(Protocol):
     def close(self) -> None: ...
 
 
-def make_physics(kind: str, model: mujoco.MjModel, num_envs: int, device: torch.device) -> Physics:
-    """The ``kind`` backend ("cpu", "mjx" or "warp") for ``num_envs`` copies of ``model`` on ``device``."""
+def make_physics(
+    kind: str,
+    model: mujoco.MjModel,
+    num_envs: int,
+    device: torch.device,
+    contact_capacity: tuple[int, int] | None = None,
+) -> Physics:
+    """The ``kind`` backend ("cpu", "mjx" or "warp") for ``num_envs`` copies of ``model`` on ``device``.
+
+    ``contact_capacity`` is (contacts, constraint rows) per env for backends that preallocate them (Warp).
+    """
     if kind == "cpu":
         return CpuPhysics(model, num_envs, device)
     if kind == "mjx":
@@ -60,7 +69,7 @@ def make_physics(kind: str, model: mujoco.MjModel, num_envs: int, device: torch.
     if kind == "warp":
         from .warp_physics import WarpPhysics
 
-        return WarpPhysics(model, num_envs, device)
+        return WarpPhysics(model, num_envs, device, contact_capacity)
     raise ValueError(f"unknown physics backend {kind!r}; choose one of {BACKENDS}")
 
 

@@ -34,6 +34,9 @@ class SimTask(abc.ABC):
     obs_dim: int
     action_dim: int
     reports_success: bool = False
+    # (contacts, constraint rows) per env that MuJoCo Warp preallocates; None keeps its defaults, which are
+    # too small for scenes with several simultaneous contacts (it then drops constraints and warns).
+    contact_capacity: tuple[int, int] | None = None
 
     num_envs: int
     device: torch.device

@@ -30,7 +30,13 @@ class WarpPhysics:
 
     dtype = torch.float32
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        device: torch.device,
+        contact_capacity: tuple[int, int] | None = None,
+    ) -> None:
         self.model, self.num_envs, self.device = model, num_envs, torch.device(device)
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"the warp backend supports cpu and cuda devices, not {self.device}")
@@ -38,7 +44,8 @@ class WarpPhysics:
         self._wdev = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index or 0}"
         with wp.ScopedDevice(self._wdev):
             self._m = mjw.put_model(model)
-            self._d = mjw.make_data(model, nworld=num_envs)
+            nconmax, njmax = contact_capacity or (None, None)
+            self._d = mjw.make_data(model, nworld=num_envs, nconmax=nconmax, njmax=njmax)
             self._mask = wp.zeros(num_envs, dtype=bool)
         self._qpos = wp.to_torch(self._d.qpos)  # views: writes go straight into the simulator
         self._qvel = wp.to_torch(self._d.qvel)
