@@ -65,4 +65,5 @@ def test_same_trajectory_as_cpu_mujoco(task: str, physics: str, cpu_reference) -
     assert worst.max() <= obs_tol, f"observation error per step: {worst.tolist()}"
     torch.testing.assert_close(rew, ref_rew, atol=reward_tol, rtol=0)
     assert torch.equal(done, ref_done)
-    assert ref_obs.std(dim=0).max() > 0.01  # the trajectory moved: the comparison is not of two resting states
+    # The trajectory moved: the comparison is not one of two resting states.
+    assert ref_obs.std(dim=0).max() > 0.01

@@ -45,10 +45,13 @@ def test_cartpole_swingup_matches_dm_control() -> None:
         step = ref.step(action[0].numpy())
         obs = obs["state"]
         torch.testing.assert_close(obs[0], flat(step.observation), atol=1e-6, rtol=0)
-        torch.testing.assert_close(reward[0], torch.tensor(step.reward, dtype=torch.float32), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            reward[0], torch.tensor(step.reward, dtype=torch.float32), atol=1e-6, rtol=0
+        )
         assert not terminated.any() and not truncated.any()
         rewards.append(step.reward)
-    assert max(rewards) > 0.3  # the pole swung up high: every reward term was exercised  # the comparison covered more than one reward level
+    # The pole swung up high, so every term of the reward was exercised.
+    assert max(rewards) > 0.3
 
 
 def test_hopper_matches_native_mujoco_backend() -> None:
@@ -62,7 +65,9 @@ def test_hopper_matches_native_mujoco_backend() -> None:
     for action in _actions(200, 3, env.action_dim, seed=1):
         obs, reward, terminated, truncated, info = env.step(action)
         ref_obs, ref_reward, ref_term, ref_trunc, ref_info = native.step(action)
-        torch.testing.assert_close(info["final_obs"]["state"], ref_info["final_obs"]["state"], atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            info["final_obs"]["state"], ref_info["final_obs"]["state"], atol=1e-6, rtol=0
+        )
         torch.testing.assert_close(reward, ref_reward, atol=1e-5, rtol=0)
         assert torch.equal(terminated, ref_term) and torch.equal(truncated, ref_trunc)
         steps_compared += 1
