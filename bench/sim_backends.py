@@ -85,8 +85,13 @@ def make_env(task: str, impl: str, num_envs: int, device: str, seed: int) -> env
 
 
 def _jax_cache_entries() -> int | None:
-    """Files in MJX's compilation cache: growth during a build means it compiled rather than loaded."""
-    cache = os.environ.get("ROBOT_RL_JAX_CACHE", str(Path.home() / ".cache" / "robot_rl" / "jax"))
+    """Files in JAX's compilation cache (envs.sim.mjx_physics sets one up unless the user chose their own):
+    growth during a build means MJX compiled rather than loaded."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    cache = jax.config.jax_compilation_cache_dir
     try:
         return len(os.listdir(cache)) if cache else None
     except OSError:
@@ -322,7 +327,11 @@ def describe_machine(device: str, cuda: bool) -> dict[str, Any]:
     # Which tracked files differed from the commit: the figures are of the working tree, not of git_commit.
     info["git_modified_files"] = (_git("status", "--porcelain", "--untracked-files=no") or "").splitlines()
     try:
+        # mjx_physics first: it stops JAX from reserving 75% of GPU memory and sets up the compilation cache,
+        # both of which only work before JAX starts.
         import jax
+
+        import envs.sim.mjx_physics  # noqa: F401
 
         info["jax_devices"] = [str(d) for d in jax.devices()]
     except Exception as err:  # the mjx extra may be missing; that is recorded, not fatal

@@ -19,7 +19,8 @@ import torch
 try:
     import warp as wp
 
-    wp.config.quiet = True  # before mujoco_warp initialises Warp: no banner, no per-kernel load lines
+    # Before mujoco_warp initialises Warp: no banner, no line per loaded kernel module (warp-lang >= 1.10).
+    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
     import mujoco_warp as mjw
 except ImportError as err:  # pragma: no cover - depends on the extra being installed
     raise ImportError("the warp: backend needs MuJoCo Warp: pip install 'robot-rl[warp]'") from err
