@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(BIN)/robot-rl train $(ARGS)
 
-## test: the fast suite, then the seeded learning tests CI can afford (Pendulum-v1, cartpole-swingup)
+## test: the fast suite, then the seeded learning tests CI can afford (Pendulum-v1, cartpole-swingup) and the
+## cross-backend trajectory test (CPU MuJoCo vs MJX vs MuJoCo Warp, all on the CPU)
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q
-	$(BIN)/python -m pytest -m slow -q -k "test_pendulum_sac_reaches_minus_250 or test_dmc_cartpole_swingup"
+	$(BIN)/python -m pytest -m slow -q -k "test_pendulum_sac_reaches_minus_250 or test_dmc_cartpole_swingup or test_same_trajectory_as_cpu_mujoco"
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q
