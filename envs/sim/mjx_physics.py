@@ -17,6 +17,8 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import functools  # noqa: E402
+import hashlib  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mujoco  # noqa: E402
@@ -62,9 +64,8 @@ class MjxPhysics:
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
         self.model, self.num_envs, self.device = model, num_envs, torch.device(device)
         self._jdev = jax_device(self.device)
-        self._mx = mjx.put_model(model, device=self._jdev)
-        template = mjx.make_data(self._mx, device=self._jdev)
-        self._template = template
+        self._compiled = _compiled_for(model, self._jdev)
+        template = self._compiled.template
         self._data = jax.tree_util.tree_map(
             lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)) if hasattr(x, "shape") else x, template
         )
@@ -73,11 +74,10 @@ class MjxPhysics:
         return torch.from_dlpack(self._data.qpos), torch.from_dlpack(self._data.qvel)
 
     def step(self, ctrl: torch.Tensor, nstep: int) -> None:
-        self._data = _step(self._mx, nstep, self._data, self._to_jax(ctrl))
+        self._data = self._compiled.step(nstep)(self._data, self._to_jax(ctrl))
 
     def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> None:
-        self._data = _reset(
-            self._template,
+        self._data = self._compiled.reset(
             self._data,
             self._to_jax(mask),
             self._to_jax(qpos),
@@ -98,9 +98,40 @@ class MjxPhysics:
         return jax.dlpack.from_dlpack(tensor.detach().contiguous())
 
 
-# Module-level jitted functions with the model as an argument: every env of the same task and size shares
-# one compiled executable (a new env, e.g. for evaluation or in the next test, does not recompile).
-@functools.partial(jax.jit, static_argnums=(1,))
+class _Compiled:
+    """The jitted step and reset of one model on one device, shared by every env of that model.
+
+    The model is closed over, not passed: as an argument its few hundred arrays are flattened on every call,
+    which measured 13.6 ms per step call for cartpole on the CPU against 1.4 ms closed over. Envs of the same
+    model (the training and evaluation envs of a run, every test of a task) share one cache entry, so a second
+    env of the same size does not trace or compile again.
+    """
+
+    def __init__(self, model: mujoco.MjModel, device: jax.Device) -> None:
+        self.mx = mjx.put_model(model, device=device)
+        self.template = mjx.make_data(self.mx, device=device)
+        self._steps: dict[int, Callable[..., mjx.Data]] = {}
+        self.reset = jax.jit(functools.partial(_reset, self.template))
+
+    def step(self, nstep: int) -> Callable[..., mjx.Data]:
+        fn = self._steps.get(nstep)
+        if fn is None:
+            fn = self._steps[nstep] = jax.jit(functools.partial(_step, self.mx, nstep))
+        return fn
+
+
+_COMPILED: dict[tuple[bytes, str], _Compiled] = {}
+
+
+def _compiled_for(model: mujoco.MjModel, device: jax.Device) -> _Compiled:
+    buffer = np.empty(mujoco.mj_sizeModel(model), dtype=np.uint8)
+    mujoco.mj_saveModel(model, None, buffer)
+    key = (hashlib.sha1(buffer.tobytes()).digest(), str(device))
+    if key not in _COMPILED:
+        _COMPILED[key] = _Compiled(model, device)
+    return _COMPILED[key]
+
+
 def _step(mx: mjx.Model, nstep: int, data: mjx.Data, ctrl: jax.Array) -> mjx.Data:
     def one_env(d: mjx.Data, u: jax.Array) -> mjx.Data:
         d = d.replace(ctrl=u)
@@ -109,7 +140,6 @@ def _step(mx: mjx.Model, nstep: int, data: mjx.Data, ctrl: jax.Array) -> mjx.Dat
     return jax.vmap(one_env)(data, ctrl)
 
 
-@jax.jit
 def _reset(
     template: mjx.Data, data: mjx.Data, mask: jax.Array, qpos: jax.Array, qvel: jax.Array, ctrl: jax.Array
 ) -> mjx.Data:
