@@ -1,5 +1,5 @@
-"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, and the robot commands (`serve-robot`, `teleop`,
-`hil-train`, `deploy`, in `robot_rl.hil.cli`).
+"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, and the robot commands (`serve-robot`,
+`teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
 
 Arguments after the command are Hydra overrides (`key=value`, `group=preset`). User mistakes end with one line
 on stderr and exit status 2; no stack trace.
@@ -23,6 +23,7 @@ Commands:
   finetune  offline-to-online from data: robot-rl finetune experiment=wsrl_push
   eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
   collect   record episodes to a dataset: robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push
+  bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [eval_env=arm:push]
 
 Robot commands (--flags; see docs/hardware.md):
   serve-robot  serve a robot driver:      robot-rl serve-robot --driver sim_arm --task reach --token $ROBOT_RL_TOKEN
@@ -46,8 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     command, args = argv[0], argv[1:]
     if command in {"serve-robot", "teleop", "hil-train", "deploy"}:
         return _robot_command(command, args)
-    commands = {"train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect}
-    helps = {"train": _train_help, "finetune": _finetune_help, "eval": _eval_help, "collect": _collect_help}
+    commands = {"train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc}
+    helps = {
+        "train": _train_help,
+        "finetune": _finetune_help,
+        "eval": _eval_help,
+        "collect": _collect_help,
+        "bc": _bc_help,
+    }
     if command not in commands:
         everything = [*commands, "serve-robot", "teleop", "hil-train", "deploy"]
         return _fail(f"unknown command '{command}'; choose one of: {', '.join(everything)}")
@@ -55,13 +62,23 @@ def main(argv: list[str] | None = None) -> int:
         print(helps[command](), end="")
         return 0
     from envs import UnknownEnvError
+    from policies.io import PolicyFormatError
+    from robot_rl.bc import BCError
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
 
     try:
         return commands[command](args)
-    except (UserError, ConfigError, UnknownEnvError, CheckpointError, DatasetError) as e:
+    except (
+        UserError,
+        ConfigError,
+        UnknownEnvError,
+        CheckpointError,
+        DatasetError,
+        BCError,
+        PolicyFormatError,
+    ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
@@ -248,6 +265,54 @@ def _collect(args: list[str]) -> int:
         raise UserError(f"policy must be expert, random or a checkpoint file; {a.policy} does not exist")
     result = collect(a)
     print(f"done: {result['episodes']} episodes in {result['out']} | success rate {result['success_rate']:.0%}")
+    return 0
+
+
+# -- bc -----------------------------------------------------------------------------------------------------
+def _bc_help() -> str:
+    from robot_rl.bc import BCConfig
+    from robot_rl.config import describe
+
+    lines = [
+        "usage: robot-rl bc dataset=<dataset dir> policy=mlp|diffusion|flow [key=value ...]",
+        "",
+        "Behaviour cloning of a chunked policy from a dataset (robot-rl collect writes one): trains on",
+        "(observation, action chunk) pairs, writes <run_dir>/policy/{model.safetensors,config.json} (load it with",
+        "policies.io.load_policy), metrics.csv and bc_config.json, and with eval_env= runs evaluation episodes.",
+        "",
+        "Examples:",
+        "  robot-rl bc dataset=data/push_demos policy=diffusion eval_env=arm:push",
+        "  robot-rl bc dataset=data/push_demos policy=flow num_inference_steps=4 steps=5000 run_dir=runs/flow_push",
+        "  robot-rl bc dataset=data/push_demos policy=mlp gaussian=true horizon=4 execute=2",
+        "",
+        "Keys (default):",
+    ]
+    rows = describe(BCConfig)
+    width = max(len(k) + len(d) for k, d, _ in rows) + 4
+    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _bc(args: list[str]) -> int:
+    from robot_rl.bc import BCConfig, train_bc
+
+    cfg: BCConfig = _parse_args(BCConfig, args, "bc")
+    cfg.validate()
+    if not Path(cfg.dataset).is_dir():
+        raise UserError(f"dataset {cfg.dataset} does not exist (record one with robot-rl collect)")
+    if not cfg.run_dir:
+        cfg.run_dir = str(_default_run_dir(f"bc-{cfg.policy}"))
+    summary = train_bc(cfg, message=lambda s: print(s, flush=True))
+    line = (
+        f"done: {cfg.policy} policy, {cfg.steps:,} steps in {summary['train_time_s']:.0f}s | "
+        f"loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}"
+    )
+    ev = summary["eval"]
+    if ev is not None:
+        line += f" | {cfg.eval_env}: return {ev['return_mean']:.2f}"
+        if ev["success_rate"] is not None:
+            line += f", success rate {ev['success_rate']:.0%}"
+    print(f"{line} | policy in {summary['policy_dir']}", flush=True)
     return 0
 
 

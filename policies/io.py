@@ -1,0 +1,158 @@
+"""Saved policies: a directory with `model.safetensors` (weights and normaliser statistics) and `config.json`.
+
+`config.json` names the class and its constructor keyword arguments, so `load_policy` rebuilds the module
+from this package alone (no training code, no pickle): deployment needs `policies`, torch and safetensors.
+
+    {"format": "robot_rl.policy", "format_version": 1, "class": "DiffusionPolicy",
+     "kwargs": {"obs_dim": 29, "action_dim": 4, "horizon": 8, ...}, "metadata": {...}}
+
+`save_policy` writes into a temporary sibling directory and renames it into place, so `path` holds either
+the previous complete policy or the new one, never a mix. Replacing an existing policy is two renames (old
+aside, new in); a crash between them leaves the new policy in `.<name>.tmp-<pid>` and the old one in
+`.<name>.old-<pid>`, both complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from policies.bc_mlp import MLPPolicy
+from policies.chunk_policy import ChunkPolicy
+from policies.diffusion import DiffusionPolicy
+from policies.flow import FlowPolicy
+
+FORMAT = "robot_rl.policy"
+FORMAT_VERSION = 1
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+POLICY_CLASSES: dict[str, type[ChunkPolicy]] = {
+    cls.__name__: cls for cls in (MLPPolicy, DiffusionPolicy, FlowPolicy)
+}
+
+
+class PolicyFormatError(ValueError):
+    """A saved policy is missing, damaged or of an unknown kind; the message names the path."""
+
+
+def save_policy(
+    policy: ChunkPolicy, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+) -> Path:
+    """Write `policy` to the directory `path` atomically (module docstring); returns the path.
+
+    `metadata` (JSON-serialisable) is stored in config.json beside the class, e.g. the training dataset.
+    """
+    from safetensors.torch import save_file
+
+    name = type(policy).__name__
+    if POLICY_CLASSES.get(name) is not type(policy):
+        raise TypeError(
+            f"cannot save {name}: not one of the registered policies ({', '.join(POLICY_CLASSES)})"
+        )
+    path = Path(path)
+    if path.exists() and not (path / CONFIG).is_file() and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"{path}: exists and is not a saved policy; refusing to replace it")
+    config = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "class": name,
+        "kwargs": policy.config(),
+        "metadata": metadata or {},
+    }
+    text = json.dumps(config, indent=2)  # fails here, before anything is written, if not serialisable
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in policy.state_dict().items()}
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    old = path.parent / f".{path.name}.old-{os.getpid()}"
+    for leftover in (tmp, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    tmp.mkdir()
+    moved_aside = False
+    try:
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT, "class": name})
+        (tmp / CONFIG).write_text(text + "\n", encoding="utf-8")
+        for f in (tmp / WEIGHTS, tmp / CONFIG, tmp):
+            _fsync(f)
+        if path.exists():
+            os.replace(path, old)
+            moved_aside = True
+        os.replace(tmp, path)
+        _fsync(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if moved_aside and not path.exists():
+            os.replace(old, path)  # put the previous policy back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def load_policy(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> ChunkPolicy:
+    """Rebuild a saved policy on `device`, in eval mode with empty action queues.
+
+    Raises `PolicyFormatError` for a missing directory or file, unreadable JSON or weights, an unknown class
+    or format version, or weights that do not fit the configured module.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise PolicyFormatError(f"{path}: no such policy directory (expected {CONFIG} and {WEIGHTS} in it)")
+    config_path, weights_path = path / CONFIG, path / WEIGHTS
+    for f in (config_path, weights_path):
+        if not f.is_file():
+            raise PolicyFormatError(f"{f}: missing; {path} is not a complete saved policy")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PolicyFormatError(f"{config_path}: not valid JSON ({e}); the policy is damaged") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise PolicyFormatError(f'{config_path}: not a {FORMAT} config (no "format": "{FORMAT}")')
+    version = config.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise PolicyFormatError(
+            f"{config_path}: format_version {version!r}; this code reads versions up to {FORMAT_VERSION}"
+        )
+    name = config.get("class")
+    if name not in POLICY_CLASSES:
+        raise PolicyFormatError(
+            f"{config_path}: unknown policy class {name!r}; known: {', '.join(POLICY_CLASSES)}"
+        )
+    try:
+        policy = POLICY_CLASSES[name](**config.get("kwargs", {}))
+    except (TypeError, ValueError) as e:
+        raise PolicyFormatError(f"{config_path}: cannot build {name} from its kwargs ({e})") from None
+    try:
+        state = load_file(str(weights_path), device="cpu")
+    except Exception as e:  # safetensors raises its own error types for truncated or garbled files
+        raise PolicyFormatError(f"{weights_path}: unreadable weights ({e}); the policy is damaged") from None
+    try:
+        policy.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        raise PolicyFormatError(
+            f"{weights_path}: weights do not fit {name} as configured ({first})"
+        ) from None
+    return policy.to(device).eval()
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The `metadata` stored with a saved policy (without loading the weights)."""
+    try:
+        return dict(json.loads((Path(path) / CONFIG).read_text(encoding="utf-8")).get("metadata", {}))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise PolicyFormatError(f"{Path(path) / CONFIG}: unreadable ({e})") from None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
