@@ -20,11 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(BIN)/robot-rl train $(ARGS)
 
-## test: the fast suite, then the seeded learning tests CI can afford (Pendulum-v1, cartpole-swingup) and the
-## cross-backend trajectory test (CPU MuJoCo vs MJX vs MuJoCo Warp, all on the CPU)
+## test: the fast suite, then the seeded learning tests CI can afford (Pendulum-v1, cartpole-swingup), the
+## cross-backend trajectory test (CPU MuJoCo vs MJX vs MuJoCo Warp, all on the CPU) and gpu_fast on mjx:/warp:
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q
-	$(BIN)/python -m pytest -m slow -q -k "test_pendulum_sac_reaches_minus_250 or test_dmc_cartpole_swingup or test_same_trajectory_as_cpu_mujoco"
+	$(BIN)/python -m pytest -m slow -q -k "test_pendulum_sac_reaches_minus_250 or test_dmc_cartpole_swingup or test_same_trajectory_as_cpu_mujoco or test_gpu_fast_preset_trains_on_the_gpu_backends"
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q
