@@ -25,6 +25,7 @@ observations are not supported yet. Normalisers (`obs_norm`, `action_norm`) are 
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import torch
@@ -36,7 +37,7 @@ from policies.normalize import Normalizer
 Obs = dict[str, Tensor] | Tensor
 
 
-class ChunkPolicy(nn.Module):
+class ChunkPolicy(nn.Module, abc.ABC):
     """Base class: normalisers, the action chunker and the obs -> chunk -> action plumbing."""
 
     def __init__(
@@ -55,13 +56,13 @@ class ChunkPolicy(nn.Module):
         self.chunker = ActionChunker(self.horizon, execute)
 
     # -- what subclasses provide -------------------------------------------------------------------------
+    @abc.abstractmethod
     def _sample(self, obs_n: Tensor, noise: Tensor, deterministic: bool, num_steps: int | None) -> Tensor:
         """Normalised obs [B, O] and latent noise [B, H, A] -> normalised action chunk [B, H, A]."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _loss(self, obs_n: Tensor, chunk_n: Tensor) -> Tensor:
         """Training loss on a normalised batch."""
-        raise NotImplementedError
 
     def config(self) -> dict[str, Any]:
         """Constructor keyword arguments that rebuild this policy (JSON-serialisable)."""
