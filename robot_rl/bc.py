@@ -256,36 +256,25 @@ def evaluate_policy(
     """One episode in each of `num_envs` envs of `spec`: mean return, mean length and success rate (None
     where the task defines no success). The policy's action queue is reset for every env that finishes."""
     import envs
+    from robot_rl.evaluation import evaluate
 
     env = envs.make(spec, num_envs=num_envs, seed=seed, max_episode_steps=max_episode_steps)
     try:
         _check_dims(env, spec, policy.obs_dim, policy.action_dim)
         policy.reset()
-        obs = env.reset(seed=seed)
-        finished = torch.zeros(num_envs, dtype=torch.bool, device=env.device)
-        returns = torch.zeros(num_envs, device=env.device)
-        lengths = torch.zeros(num_envs, device=env.device)
-        success = torch.zeros(num_envs, dtype=torch.bool, device=env.device)
-        has_success = False
-        while not bool(finished.all()):
-            action = policy.act(obs, deterministic=deterministic).to(env.device)
-            obs, _, terminated, truncated, info = env.step(action)
-            done = terminated | truncated
-            newly = done & ~finished
-            returns = torch.where(newly, info["episode_return"], returns)
-            lengths = torch.where(newly, info["episode_length"], lengths)
-            if "success" in info:
-                has_success = True
-                success |= info["success"].to(torch.bool) & ~finished
-            finished |= newly
-            policy.reset(done)
+        result = evaluate(
+            lambda obs: policy.act(obs, deterministic=deterministic).to(env.device),
+            env,
+            seed=seed,
+            on_done=policy.reset,
+        )
     finally:
         env.close()
         policy.reset()
     return {
-        "return_mean": returns.mean().item(),
-        "length_mean": lengths.mean().item(),
-        "success_rate": success.float().mean().item() if has_success else None,
+        "return_mean": result["eval_return_mean"],
+        "length_mean": result["eval_length_mean"],
+        "success_rate": result["success_rate"],
     }
 
 

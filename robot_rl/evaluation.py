@@ -13,10 +13,13 @@ Policy = Callable[[dict[str, Tensor]], Tensor]
 
 
 @torch.no_grad()
-def evaluate(policy: Policy, env, seed: int) -> dict[str, float | None]:
+def evaluate(
+    policy: Policy, env, seed: int, on_done: Callable[[Tensor], None] | None = None
+) -> dict[str, float | None]:
     """Run exactly one episode in each of `env.num_envs` environments; return mean/std return and success rate.
 
     The same `seed` gives the same initial states every time, so successive evaluations of a run are comparable.
+    `on_done(done_mask)` is called after every step, e.g. to reset a chunked policy's queue for envs that ended.
     """
     obs = env.reset(seed=seed)
     n = env.num_envs
@@ -27,7 +30,8 @@ def evaluate(policy: Policy, env, seed: int) -> dict[str, float | None]:
     has_success = False
     while not bool(finished.all()):
         obs, _, terminated, truncated, info = env.step(policy(obs))
-        newly_done = (terminated | truncated) & ~finished
+        done = terminated | truncated
+        newly_done = done & ~finished
         returns = torch.where(newly_done, info["episode_return"], returns)
         lengths = torch.where(newly_done, info["episode_length"], lengths)
         if "success" in info:
@@ -35,6 +39,8 @@ def evaluate(policy: Policy, env, seed: int) -> dict[str, float | None]:
             # success counts if reached at any step of the episode
             success |= info["success"].to(torch.bool) & ~finished
         finished |= newly_done
+        if on_done is not None:
+            on_done(done)
     return {
         "eval_return_mean": returns.mean().item(),
         "eval_return_std": returns.std(unbiased=False).item(),
