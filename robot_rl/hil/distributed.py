@@ -197,7 +197,9 @@ class LearnerActor:
                 trained = False
                 with self._lock:
                     while self._inbox:
-                        self.learner.add(self._inbox.popleft())
+                        # Pop only once stored: stats() counts a chunk as queued until its transitions are counted.
+                        self.learner.add(self._inbox[0])
+                        self._inbox.popleft()
                     if self.learner.pending_updates > 0:
                         metrics = self.learner.train_due(self.train_slice)
                         if metrics:

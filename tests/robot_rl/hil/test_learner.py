@@ -358,3 +358,37 @@ def test_importing_the_ray_link_does_not_import_ray() -> None:
 
     code = "import sys, robot_rl.hil.distributed; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
+
+
+def test_a_chunk_being_stored_still_counts_as_queued(tmp_path: Path) -> None:
+    """Regression: the training thread popped a chunk before storing it, so for a moment stats() showed neither
+    a queued chunk nor its transitions, and a waiter that saw an empty queue read a short transition count."""
+    import threading
+    import time
+
+    from robot_rl.hil.distributed import LearnerActor
+
+    service = LearnerActor(config(), tmp_path, checkpoint_every_s=1000.0)
+    inside, release = threading.Event(), threading.Event()
+    real_add = service.learner.add
+
+    def slow_add(transitions):
+        inside.set()
+        release.wait(10.0)
+        real_add(transitions)
+
+    service.learner.add = slow_add
+    try:
+        service.add(chunk(3))
+        assert inside.wait(10.0)
+        s = service.stats()
+        assert s["queued_chunks"] == 1 and s["transitions"] == 0
+        release.set()
+        deadline = time.monotonic() + 10.0
+        while (s := service.stats())["queued_chunks"]:
+            assert time.monotonic() < deadline, s
+            time.sleep(0.01)
+        assert s["transitions"] == 3
+    finally:
+        release.set()
+        service.stop(save=False)
