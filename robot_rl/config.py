@@ -78,6 +78,8 @@ OFFLINE_ALGORITHMS = ("calql", "cql", "iql")
 
 @dataclass
 class TrainConfig:
+    GROUPS = ("env", "agent", "experiment")  # preset groups that may be chosen on the command line
+
     seed: int = _help(0, "seed of networks, replay sampling and environments")
     device: str = _help("cpu", "torch device of the learner and replay (cpu, cuda, cuda:1)")
     threads: int | None = _help(None, "torch CPU threads (default: torch's choice)")
@@ -145,12 +147,6 @@ class ConfigError(ValueError):
     """A user mistake in the configuration; its message is one line naming the key and the valid choices."""
 
 
-def _register_schema() -> None:
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-
-
 def presets(group: str) -> list[str]:
     """Names of the presets shipped in configs/<group>/."""
     from importlib.resources import files
@@ -160,24 +156,31 @@ def presets(group: str) -> list[str]:
 
 def compose_train_config(overrides: list[str]) -> TrainConfig:
     """Compose configs/train.yaml with Hydra command-line overrides; a bad key or value raises ConfigError."""
+    return compose_config("train", TrainConfig, overrides)
+
+
+def compose_config(config_name: str, schema: type, overrides: list[str]) -> Any:
+    """Compose configs/<config_name>.yaml over `schema` (registered as `<config_name>_schema`) with Hydra
+    overrides, and validate; a bad key or value raises ConfigError naming it."""
     from hydra import compose, initialize_config_module
+    from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
 
-    _register_schema()
+    ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="configs", version_base=None):
-            cfg = compose(config_name="train", overrides=overrides)
-        obj: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+            cfg = compose(config_name=config_name, overrides=overrides)
+        obj = OmegaConf.to_object(cfg)
     except Exception as e:
-        raise ConfigError(_one_line(e)) from e
+        raise ConfigError(_one_line(e, schema)) from e
     finally:
         GlobalHydra.instance().clear()
     _validate(obj)
     return obj
 
 
-def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConfig:
+def load_run_config(run_dir: str | Path, overrides: list[str] = (), schema: type = TrainConfig) -> Any:
     """The saved config of a run, with `key=value` overrides (e.g. a longer train.steps when resuming)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
@@ -187,23 +190,23 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConf
             raise ConfigError(f"override '{o}' cannot be applied to a saved run; use key=value, e.g. train.steps=50000")
     try:
         merged = OmegaConf.merge(
-            OmegaConf.structured(TrainConfig), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides))
+            OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides))
         )
-        obj: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+        obj = OmegaConf.to_object(merged)
     except Exception as e:
-        raise ConfigError(_one_line(e)) from e
+        raise ConfigError(_one_line(e, schema)) from e
     _validate(obj)
     return obj
 
 
-def _validate(cfg: TrainConfig) -> None:
+def _validate(cfg: Any) -> None:
     try:
         cfg.validate()
     except ValueError as e:
         raise ConfigError(str(e)) from e
 
 
-def _one_line(e: Exception) -> str:
+def _one_line(e: Exception, schema: type = TrainConfig) -> str:
     """Turn Hydra/OmegaConf's multi-line errors into one line that names the key and the valid choices."""
     text = str(e)
     cause = e.__cause__ or e.__context__
@@ -216,7 +219,7 @@ def _one_line(e: Exception) -> str:
     if bad_override or "not in struct" in text or (cause is not None and "not in" in str(cause)):
         name = bad_override.group(1) if bad_override else (key.group(1) if key else "?")
         parent, _, leaf = name.rpartition(".")
-        valid = _keys_under(parent)
+        valid = _keys_under(parent, schema)
         if leaf not in valid:
             return f"unknown config key '{name}'; valid keys{' under ' + parent if parent else ''}: {', '.join(valid)}"
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
@@ -228,11 +231,11 @@ def _one_line(e: Exception) -> str:
     return first
 
 
-def _keys_under(parent: str) -> list[str]:
-    node: Any = TrainConfig()
+def _keys_under(parent: str, schema: type = TrainConfig) -> list[str]:
+    node: Any = schema()
     for part in filter(None, parent.split(".")):
         node = getattr(node, part, None)
         if not dataclasses.is_dataclass(node):
             return []
     keys = [f.name for f in dataclasses.fields(node)]
-    return keys + (["env", "agent", "experiment"] if not parent else [])
+    return keys + (list(getattr(schema, "GROUPS", ())) if not parent else [])

@@ -30,13 +30,14 @@ METRIC_COLUMNS = [
 class MetricsLogger:
     """Appends rows to `metrics.csv` (flushed at once, so a killed run keeps every row) and to TensorBoard."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, resume_step: int | None = None, columns: list[str] | None = None) -> None:
         self.csv_path = run_dir / "metrics.csv"
+        self.columns = METRIC_COLUMNS if columns is None else columns
         if resume_step is not None and self.csv_path.exists():
             self._truncate_after(resume_step)
         new_file = not self.csv_path.exists()
         self._file = open(self.csv_path, "a", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+        self._csv = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
         if new_file:
             self._csv.writeheader()
             self._file.flush()
@@ -49,7 +50,7 @@ class MetricsLogger:
         with open(self.csv_path, newline="") as f:
             rows = [r for r in csv.DictReader(f) if int(float(r["env_step"])) <= step]
         with open(self.csv_path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
 

@@ -109,12 +109,18 @@ class SAC:
         return self.actor(obs["state"].to(self.device), deterministic)[0]
 
     # -- learning -------------------------------------------------------------------------------------------
-    def update(self, batch: Batch) -> dict[str, Tensor]:
-        """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update."""
+    def update(self, batch: Batch, actor: bool = True) -> dict[str, Tensor]:
+        """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update.
+
+        `actor=False` updates the critics only: the critic warm-up of fine-tuning (ResFiT), which fits Q to the
+        starting policy before the actor may follow it.
+        """
         for i in range(batch.action.shape[0]):
             if self._cuda_graphs:
                 torch.compiler.cudagraph_mark_step_begin()
             critic_metrics = self._update_critic(batch.index(i))
+        if not actor:
+            return {k: v.clone() for k, v in critic_metrics.items()} if self._cuda_graphs else critic_metrics
         if self._cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         actor_metrics = self._update_actor_and_temperature(batch.index(-1).obs["state"])

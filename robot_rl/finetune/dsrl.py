@@ -1,0 +1,133 @@
+"""DSRL: steering a frozen diffusion or flow policy through its initial noise (Wagenmaker et al. 2025).
+
+The policy's sampler is a deterministic map from (state, initial noise) to an action chunk when no noise is
+injected along the chain (DDIM with eta = 0, an Euler-integrated flow). DSRL leaves the policy frozen and runs
+SAC with that noise as its action: the SAC actor outputs w in [-1, 1]^(H*A) (tanh-squashed, so the noise's
+magnitude is bounded by `noise_bound`, 1-2.5 in the paper), the chunk is denoised from x = noise_bound * w,
+and the env plays its first `execute` actions. Each chunk is one SAC transition (a macro step of
+`robot_rl.finetune.chunks`): reward sum_j gamma^j r_j of its executed actions, bootstrap discount gamma^k.
+
+Mechanics that matter, each checked by tests:
+- one denoising per executed chunk, and only for the envs that need a new chunk (a peer denoises twice);
+- `env_steps` counts executed actions, not chunks, so the sample cost compares with per-step methods;
+- chunks start at each episode's first observation (per-env queues), so with a time limit that is a
+  multiple of `execute` every macro step has its exact discount. The replay buffer applies
+  gamma' = gamma^execute; a chunk cut short by a time limit that is not such a multiple is bootstrapped with
+  gamma^execute instead of gamma^k, a small bias (termination always cuts the bootstrap).
+Before `learning_starts` executed steps the noise is uniform in the bounded box (random steering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+import envs
+from policies.chunk_policy import ChunkPolicy
+from policies.chunking import ActionChunker
+from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.fields import help_field as _help
+from robot_rl.finetune.chunks import ChunkRunner
+from robot_rl.replay import ReplayBuffer
+
+
+@dataclass
+class DSRLConfig:
+    noise_bound: float = _help(1.5, "the SAC action w in [-1, 1] maps to the initial noise noise_bound * w")
+    learning_starts: int = _help(2000, "executed env steps with uniformly random noise before updates")
+
+    def validate(self) -> None:
+        if not 0.0 < self.noise_bound <= 5.0:
+            raise ValueError("dsrl.noise_bound must be in (0, 5]")
+        if self.learning_starts < 0:
+            raise ValueError("dsrl.learning_starts must be >= 0")
+
+
+class DSRL:
+    """SAC in the noise space of a frozen chunk policy; `advance()` is one executed env step plus updates."""
+
+    def __init__(
+        self,
+        cfg: DSRLConfig,
+        sac: SACConfig,
+        base: ChunkPolicy,
+        env: envs.BatchedEnv,
+        capacity: int,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        cfg.validate()
+        if sac.n_step != 1:
+            raise ValueError("DSRL stores one transition per chunk; set agent.n_step=1")
+        self.cfg, self.sac_cfg, self.env = cfg, sac, env
+        self.base = base.to(device).eval().requires_grad_(False)
+        self.noise_shape = base.noise_shape
+        self.noise_dim = self.noise_shape[0] * self.noise_shape[1]
+        self.agent = SAC(base.obs_dim, self.noise_dim, sac, device)
+        self.runner = ChunkRunner(env, base.execute, sac.gamma)
+        self.replay = ReplayBuffer(
+            capacity, 1, {"state": ((base.obs_dim,), torch.float32)}, self.noise_dim, device,
+            gamma=sac.gamma**base.execute,
+        )
+        self.updates = 0
+
+    @property
+    def env_steps(self) -> int:
+        return self.runner.env_steps
+
+    def start(self, seed: int) -> None:
+        self.runner.reset(seed)
+
+    def denoise(self, state: Tensor, w: Tensor) -> Tensor:
+        """The chunk [M, H, A] the frozen policy makes from steering actions w [M, H*A]."""
+        noise = self.cfg.noise_bound * w.view(-1, *self.noise_shape)
+        return self.base.predict_chunk(state, noise=noise, deterministic=True)
+
+    def advance(self) -> dict[str, Tensor]:
+        ids = self.runner.need_ids()
+        if ids.numel():
+            state = self.runner.state[ids]
+            if self.env_steps < self.cfg.learning_starts:
+                w = torch.rand(ids.numel(), self.noise_dim, device=state.device) * 2 - 1
+            else:
+                w = self.agent.act({"state": state}).to(state.device)
+            self.runner.plan(ids, self.denoise(state, w), {"w": w})
+        result = self.runner.step()
+        metrics: dict[str, Tensor] = {}
+        macro = result.macro
+        if macro is not None:
+            self.replay.extend(
+                {"state": macro.obs}, macro.payload["w"], macro.reward, {"state": macro.next_obs},
+                macro.terminated, macro.truncated,
+            )
+            if self.env_steps >= self.cfg.learning_starts and len(self.replay) >= self.sac_cfg.batch_size:
+                b, utd = self.sac_cfg.batch_size, self.sac_cfg.utd
+                for _ in range(macro.env_ids.numel()):  # one update per new transition
+                    metrics = self.agent.update(self.replay.sample(b * utd).reshape(utd, b))
+                    self.updates += 1
+        out = {"episode_return": result.episode_return[result.done]}
+        if result.success is not None:
+            out["success"] = result.success[result.done].float()
+        return {**metrics, **out}
+
+    def eval_policy(self) -> tuple[Callable[[dict[str, Tensor]], Tensor], Callable[[Tensor], None]]:
+        """(act, on_done) for `robot_rl.evaluation.evaluate`: the deterministic steering action per chunk."""
+        chunker = ActionChunker(self.base.horizon, self.base.execute)
+
+        def act(obs: dict[str, Tensor]) -> Tensor:
+            state = obs["state"].float()
+            return chunker.act(lambda: self.denoise(state, self.agent.act({"state": state}, deterministic=True)))
+
+        return act, chunker.reset
+
+    def state_dict(self) -> dict:
+        return {"agent": self.agent.state_dict(), "replay": self.replay.state_dict(), "updates": self.updates,
+                "env_steps": self.runner.env_steps, "decisions": self.runner.decisions}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.replay.load_state_dict(state["replay"])
+        self.updates = state["updates"]
+        self.runner.env_steps, self.runner.decisions = state["env_steps"], state["decisions"]

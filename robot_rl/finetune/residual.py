@@ -1,0 +1,213 @@
+"""Residual RL on a frozen behaviour-cloning policy (ResFiT mechanics, Ankile et al. 2025).
+
+A frozen base policy (any `ChunkPolicy`, usually action-chunked) proposes an action a_base at every step; a
+SAC actor that sees the state and a_base outputs a correction r in [-1, 1]^A, and the env executes
+
+    a = clip(a_base + scale * r, -1, 1),        scale ~ 0.1-0.2 of the normalised action range.
+
+What makes this work, each a line below:
+- the mean half of the actor's last layer starts at zero, so the deterministic correction is exactly 0 and
+  training starts at the base policy (`zero_residual_init`); exploration noise is scale * tanh(std * eps);
+- the first `learning_starts` executed steps only collect (the base with that small noise), then
+  `critic_warmup_updates` critic-only updates fit Q to the base policy before the actor may move;
+- n-step returns (`agent.n_step`, 3 in the presets) carry the sparse success reward back faster;
+- the critic and actor see (state, a_base): `next_obs` holds the base action at the next state; where an
+  episode ended that is the base's first action from the final observation, computed for those envs only;
+- the base's action queues are reset at every episode boundary, online and while the demo buffer is
+  filled (`demo_replay`), so a new episode never plays the tail of a chunk planned in the previous one.
+
+Demonstrations (optional) fill a prior buffer sampled 50/50 with online data (RLPD). Each demo transition
+stores the executed demo action as the residual (a_demo - a_base) / scale, clipped to [-1, 1], with the
+base's prediction on the demo's own observations as a_base.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+import envs
+from policies.chunk_policy import ChunkPolicy
+from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.fields import help_field as _help
+from robot_rl.finetune.chunks import finished_episodes
+from robot_rl.replay import Batch, ReplayBuffer
+
+
+@dataclass
+class ResidualConfig:
+    scale: float = _help(0.1, "bound of the correction: executed = clip(base + scale * residual), residual in [-1, 1]")
+    learning_starts: int = _help(1000, "executed env steps of the base policy (plus exploration noise) before updates")
+    critic_warmup_updates: int = _help(2000, "critic-only updates after learning_starts before the actor moves")
+    base_deterministic: bool = _help(True, "sample the base with zero noise (its mean path), so a_base is a function")
+    prior_fraction: float = _help(0.5, "fraction of each batch drawn from the demos when data.path is set")
+
+    def validate(self) -> None:
+        checks = [
+            (0.0 < self.scale <= 2.0, "residual.scale must be in (0, 2]"),
+            (self.learning_starts >= 0, "residual.learning_starts must be >= 0"),
+            (self.critic_warmup_updates >= 0, "residual.critic_warmup_updates must be >= 0"),
+            (0.0 < self.prior_fraction < 1.0, "residual.prior_fraction must be in (0, 1)"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+def zero_residual_init(agent: SAC) -> None:
+    """Zero the mean half of the actor's output layer: the deterministic residual is then exactly 0."""
+    last = agent.actor.trunk[-1]
+    with torch.no_grad():
+        last.weight[: agent.action_dim].zero_()
+        last.bias[: agent.action_dim].zero_()
+
+
+@torch.no_grad()
+def first_actions(base: ChunkPolicy, state: Tensor, deterministic: bool) -> Tensor:
+    """The base's first action of a fresh chunk from `state` [M, O] (its action at an episode's last state)."""
+    return base.predict_chunk(state, deterministic=deterministic)[:, 0]
+
+
+@torch.no_grad()
+def demo_replay(
+    base: ChunkPolicy, data, scale: float, deterministic: bool, capacity: int, sac: SACConfig, device
+) -> ReplayBuffer:
+    """A prior buffer of the demos `data` (`robot_rl.offline.OfflineData`) in residual form (module docstring).
+
+    All episodes are replayed as one batch (shorter ones padded with their last frame, rows past their end
+    dropped), with the base's queues reset at the start, so each episode's base actions are exactly those the
+    base would have played from that episode's first observation.
+    """
+    starts = torch.ones_like(data.terminated)
+    starts[1:] = data.terminated[:-1] | data.truncated[:-1]
+    first = starts.nonzero().squeeze(1)
+    ends = torch.cat([first[1:], torch.tensor([data.action.shape[0]], device=first.device)])
+    lengths = ends - first
+    steps = torch.arange(int(lengths.max()), device=first.device)
+    rows = first[None, :] + torch.minimum(steps[:, None], lengths[None, :] - 1)  # [T, E]
+    base.reset()
+    base_action = torch.stack([base.act(data.obs[rows[t]], deterministic) for t in range(rows.shape[0])])
+    base.reset()
+    valid = steps[:, None] < lengths[None, :]
+    order = rows.T[valid.T]  # dataset order: episode by episode
+    base_flat = base_action.transpose(0, 1)[valid.T].to(data.action)
+    last = ends - 1
+    next_base = torch.roll(base_flat, -1, dims=0)
+    next_base[last] = first_actions(base, data.next_obs[last], deterministic).to(next_base)
+    obs, next_obs = data.obs[order], data.next_obs[order]
+    residual = ((data.action[order] - base_flat) / scale).clamp(-1.0, 1.0)
+    dim = obs.shape[1] + base_flat.shape[1]
+    buffer = ReplayBuffer(
+        max(capacity, len(order)), 1, {"state": ((dim,), torch.float32)}, base_flat.shape[1], device,
+        sac.gamma, sac.n_step,
+    )
+    buffer.extend(
+        {"state": torch.cat([obs, base_flat], 1)}, residual, data.reward[order],
+        {"state": torch.cat([next_obs, next_base], 1)}, data.terminated[order], data.truncated[order],
+    )
+    return buffer
+
+
+class ResidualRL:
+    """SAC on a residual over a frozen base; `advance()` is one batched env step plus its updates."""
+
+    def __init__(
+        self,
+        cfg: ResidualConfig,
+        sac: SACConfig,
+        base: ChunkPolicy,
+        env: envs.BatchedEnv,
+        capacity: int,
+        device: str | torch.device = "cpu",
+        demos=None,
+    ) -> None:
+        cfg.validate()
+        self.cfg, self.sac_cfg, self.env = cfg, sac, env
+        self.base = base.to(device).eval().requires_grad_(False)
+        self.eval_base = copy.deepcopy(self.base)  # its own queues: evaluation must not disturb training episodes
+        self.action_dim = env.action_dim
+        dim = base.obs_dim + self.action_dim
+        self.agent = SAC(dim, self.action_dim, sac, device)
+        zero_residual_init(self.agent)
+        spec = {"state": ((dim,), torch.float32)}
+        self.replay = ReplayBuffer(capacity, env.num_envs, spec, self.action_dim, device, sac.gamma, sac.n_step)
+        self.prior = (
+            None if demos is None
+            else demo_replay(self.base, demos, cfg.scale, cfg.base_deterministic, capacity, sac, device)
+        )
+        self.env_steps = 0
+        self.updates = 0
+        self._state: Tensor | None = None
+        self._base_action: Tensor | None = None
+
+    def start(self, seed: int) -> None:
+        """Start fresh episodes (also after a resume: the simulator state is not checkpointed)."""
+        self.base.reset()
+        self._state = self.env.reset(seed=seed)["state"].float()
+        self._base_action = self.base.act(self._state, self.cfg.base_deterministic)
+
+    def executed(self, base_action: Tensor, residual: Tensor) -> Tensor:
+        return (base_action + self.cfg.scale * residual).clamp(-1.0, 1.0)
+
+    def advance(self) -> dict[str, Tensor]:
+        cfg, env = self.cfg, self.env
+        if self._state is None:
+            raise RuntimeError("call start(seed) first")
+        obs = {"state": torch.cat([self._state, self._base_action], 1)}
+        residual = self.agent.act(obs).to(env.device)
+        next_obs, reward, terminated, truncated, info = env.step(self.executed(self._base_action, residual))
+        done = terminated | truncated
+        self.base.reset(done)
+        state = next_obs["state"].float()
+        base_action = self.base.act(state, cfg.base_deterministic)
+        final_state, final_base = info["final_obs"]["state"].float(), base_action
+        if bool(done.any()):
+            ids = done.nonzero().squeeze(1)
+            final_base = base_action.clone()
+            final_base[ids] = first_actions(self.base, final_state[ids], cfg.base_deterministic)
+        self.replay.add(
+            obs, residual, reward, {"state": torch.cat([final_state, final_base], 1)}, terminated, truncated
+        )
+        self._state, self._base_action = state, base_action
+        self.env_steps += env.num_envs
+
+        metrics: dict[str, Tensor] = {}
+        if self.env_steps >= cfg.learning_starts and len(self.replay) >= self.sac_cfg.batch_size:
+            for _ in range(env.num_envs):
+                metrics = self.agent.update(self._sample(), actor=self.updates >= cfg.critic_warmup_updates)
+                self.updates += 1
+        return {**metrics, **finished_episodes(done, info)}
+
+    def _sample(self) -> Batch:
+        b, utd = self.sac_cfg.batch_size, self.sac_cfg.utd
+        if self.prior is None:
+            return self.replay.sample(b * utd).reshape(utd, b)
+        n_prior = max(1, round(b * self.cfg.prior_fraction))
+        prior = self.prior.sample(n_prior * utd).reshape(utd, n_prior)
+        online = self.replay.sample((b - n_prior) * utd).reshape(utd, b - n_prior)
+        return Batch.cat([prior, online], dim=1)
+
+    def eval_policy(self) -> tuple[Callable[[dict[str, Tensor]], Tensor], Callable[[Tensor], None]]:
+        """(act, on_done) for `robot_rl.evaluation.evaluate`: base plus deterministic residual."""
+        self.eval_base.reset()
+
+        def act(obs: dict[str, Tensor]) -> Tensor:
+            state = obs["state"].float()
+            base_action = self.eval_base.act(state, self.cfg.base_deterministic)
+            residual = self.agent.act({"state": torch.cat([state, base_action], 1)}, deterministic=True)
+            return self.executed(base_action, residual.to(base_action))
+
+        return act, self.eval_base.reset
+
+    def state_dict(self) -> dict:
+        return {"agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
+                "env_steps": self.env_steps, "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.replay.load_state_dict(state["replay"])
+        self.env_steps, self.updates = state["env_steps"], state["updates"]

@@ -1,0 +1,64 @@
+"""DSRL: one denoising per executed chunk, env steps count executed actions, stored noise reproduces the chunk."""
+
+import pytest
+import torch
+from scripted_env import ScriptedEnv
+
+from policies.flow import FlowPolicy
+from robot_rl.agents.sac import SACConfig
+from robot_rl.finetune.dsrl import DSRL, DSRLConfig
+
+SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=4)
+
+
+def make(env, learning_starts: int = 6) -> DSRL:
+    torch.manual_seed(0)
+    base = FlowPolicy(3, 2, horizon=4, execute=3, hidden=[16], num_inference_steps=2)
+    return DSRL(DSRLConfig(noise_bound=1.5, learning_starts=learning_starts), SAC_CFG, base, env, capacity=1000)
+
+
+def test_denoises_once_per_executed_chunk_and_counts_executed_actions() -> None:
+    env = ScriptedEnv([4, 7], [True, False])  # chunks play 3 actions; episodes end mid-chunk
+    m = make(env)
+    rows, calls = [], []
+    real = m.base.predict_chunk
+
+    def counting(state, noise=None, deterministic=False, num_steps=None):
+        rows.append(state.shape[0])
+        calls.append(state.clone())
+        return real(state, noise, deterministic, num_steps)
+
+    m.base.predict_chunk = counting
+    m.start(seed=0)
+    for _ in range(14):
+        m.advance()
+    assert m.env_steps == 14 * 2  # executed actions, not chunks
+    # env 0 (episodes of 4): decisions at t = 0, 3, 4, 7, 8, 11, 12 -> 7; env 1 (7): t = 0, 3, 6, 7, 10, 13 -> 6
+    assert sum(rows) == m.runner.decisions == 13
+    # every denoising was for an env that needed a chunk, on the state it was at: no second pass
+    decided_at = torch.cat(calls)
+    assert decided_at[:, 1].tolist().count(0) == 4 + 2  # every episode's first step (env 0: 4 starts, env 1: 2)
+
+
+def test_stored_noise_reproduces_the_executed_chunk() -> None:
+    env = ScriptedEnv([9], [False])
+    m = make(env, learning_starts=100)
+    m.start(seed=0)
+    for _ in range(3):
+        m.advance()
+    executed = torch.stack(env.actions)[:, 0]  # [3, A]: one whole chunk
+    w = m.replay.action[0, 0]
+    state = m.replay.obs["state"][0, 0]
+    assert (w.abs() <= 1).all()
+    chunk = m.denoise(state[None], w[None])[0]
+    assert torch.allclose(chunk[:3], executed)
+    assert m.replay.reward[0, 0] == pytest.approx(1 + 0.99 * 2 + 0.99**2 * 3)
+
+
+def test_needs_one_step_returns_and_a_bounded_noise() -> None:
+    env = ScriptedEnv([4], [True])
+    base = FlowPolicy(3, 2, horizon=4, hidden=[16])
+    with pytest.raises(ValueError, match="n_step"):
+        DSRL(DSRLConfig(), SACConfig(n_step=3), base, env, capacity=100)
+    with pytest.raises(ValueError, match="dsrl.noise_bound"):
+        DSRLConfig(noise_bound=0.0).validate()

@@ -1,0 +1,103 @@
+"""Residual RL: the zero start (executed action = base action), base resets at every episode boundary online
+and while demos fill the prior buffer, the critic-only warm-up."""
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from scripted_env import ScriptedEnv
+
+from policies.bc_mlp import MLPPolicy
+from robot_rl.agents.sac import SACConfig
+from robot_rl.finetune.residual import ResidualConfig, ResidualRL, demo_replay
+
+SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=8, n_step=2)
+
+
+def base_policy(seed: int = 0) -> MLPPolicy:
+    torch.manual_seed(seed)
+    return MLPPolicy(3, 2, horizon=4, execute=2, hidden=[16])
+
+
+def method(env, **kw) -> ResidualRL:
+    cfg = ResidualConfig(**{"scale": 0.2, "learning_starts": 4, "critic_warmup_updates": 6, **kw})
+    torch.manual_seed(1)
+    return ResidualRL(cfg, SAC_CFG, base_policy(), env, capacity=1000)
+
+
+def test_the_first_executed_action_is_the_base_action() -> None:
+    env = ScriptedEnv([5, 7], [True, False])
+    m = method(env)
+    reference = copy.deepcopy(m.base)
+    act, on_done = m.eval_policy()
+    obs = env.reset()
+    for _ in range(6):  # across chunk boundaries and an episode end
+        expected = reference.act(obs["state"], deterministic=True)
+        executed = act(obs)
+        assert torch.equal(executed, expected.clamp(-1, 1))
+        obs, _, terminated, truncated, _ = env.step(executed)
+        on_done(terminated | truncated)
+        reference.reset(terminated | truncated)
+    # and the training policy's residual is zero in the mean: only exploration noise moves it
+    state = torch.cat([obs["state"], reference.act(obs["state"], deterministic=True)], 1)
+    assert torch.equal(m.agent.act({"state": state}, deterministic=True), torch.zeros(2, 2))
+
+
+def test_online_episodes_replan_the_base_from_their_first_observation() -> None:
+    env = ScriptedEnv([3, 5], [True, True])
+    m = method(env)
+    m.start(seed=0)
+    for step in range(1, 9):
+        m.advance()
+        ended = (env.t == 0) & (env.episodes > 0)  # the envs autoreset at this step
+        assert bool(m.base.chunker.replanned[ended].all()), step
+
+
+def test_demo_buffer_resets_the_base_per_episode() -> None:
+    """Two demo episodes (3 and 6 steps) in one dataset: the base actions stored for the second must be
+    those of a base that starts planning at its first frame, not the tail of the first episode's chunk."""
+    torch.manual_seed(0)
+    lengths = [3, 6]
+    obs = torch.randn(sum(lengths), 3)
+    terminated = torch.zeros(sum(lengths), dtype=torch.bool)
+    terminated[2] = terminated[-1] = True
+    data = SimpleNamespace(obs=obs, next_obs=obs + 1, action=torch.rand(sum(lengths), 2) * 2 - 1,
+                           reward=torch.arange(sum(lengths)).float(), terminated=terminated,
+                           truncated=torch.zeros_like(terminated))
+    base = base_policy()
+    buffer = demo_replay(base, data, 0.5, True, 100, SAC_CFG, "cpu")
+    expected = []
+    reference = copy.deepcopy(base)
+    for start, n in ((0, 3), (3, 6)):
+        reference.reset()
+        expected += [reference.act(obs[start + t : start + t + 1], deterministic=True)[0] for t in range(n)]
+    expected = torch.stack(expected)
+    stored = buffer.obs["state"][: len(obs), 0]
+    assert torch.allclose(stored[:, :3], obs) and torch.allclose(stored[:, 3:], expected)
+    residual = ((data.action - expected) / 0.5).clamp(-1, 1)
+    assert torch.allclose(buffer.action[: len(obs), 0], residual)
+    # the next state's base action: the following frame's, and at an episode's end a fresh plan from the final obs
+    next_base = buffer.next_obs["state"][: len(obs), 0, 3:]
+    assert torch.allclose(next_base[0], expected[1]) and torch.allclose(next_base[3], expected[4])
+    reference.reset()
+    assert torch.allclose(next_base[2], reference.predict_chunk(obs[2:3] + 1, deterministic=True)[0, 0])
+
+
+def test_the_actor_waits_for_the_critic_warm_up() -> None:
+    env = ScriptedEnv([6, 6], [True, False])
+    m = method(env, learning_starts=8, critic_warmup_updates=6)
+    actor0 = copy.deepcopy(m.agent.actor.state_dict())
+    critic0 = copy.deepcopy(m.agent.critic.state_dict())
+    m.start(seed=0)
+    while m.updates < 6:
+        m.advance()
+    assert all(torch.equal(v, actor0[k]) for k, v in m.agent.actor.state_dict().items())
+    assert any(not torch.equal(v, critic0[k]) for k, v in m.agent.critic.state_dict().items())
+    m.advance()
+    assert any(not torch.equal(v, actor0[k]) for k, v in m.agent.actor.state_dict().items())
+
+
+def test_bad_settings_name_the_key() -> None:
+    with pytest.raises(ValueError, match="residual.scale"):
+        ResidualConfig(scale=0.0).validate()
