@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
+    from robot_rl.finetune import FinetuneError
 
     try:
         return commands[command](args)
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         DatasetError,
         BCError,
         PolicyFormatError,
+        FinetuneError,
     ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
@@ -105,7 +107,65 @@ def _fail(message: str) -> int:
 
 # -- train --------------------------------------------------------------------------------------------------
 def _finetune(overrides: list[str]) -> int:
+    if _fine_tunes_a_policy(overrides):
+        return _finetune_policy(overrides)
     return _train(overrides, finetune=True)
+
+
+def _fine_tunes_a_policy(overrides: list[str]) -> bool:
+    """Fine-tuning a BC policy (residual, dsrl, reinflow, dppo) rather than offline-to-online SAC (WSRL)?"""
+    from robot_rl.config import presets
+
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key in {"method", "base_policy", "finetune"}:
+            return True
+        if key == "experiment" and value in presets("finetune"):
+            return True
+        if key == "resume":
+            path = Path(value) / "config.yaml"
+            return path.is_file() and any(line.startswith("method:") for line in path.read_text().splitlines())
+    return False
+
+
+def _finetune_policy(overrides: list[str]) -> int:
+    from robot_rl.config import compose_config, load_run_config
+    from robot_rl.finetune.config import FinetuneConfig
+    from robot_rl.finetune.loop import Finetuner
+
+    _check_overrides(overrides)
+    overrides = [f"finetune={o.split('=', 1)[1]}" if o.startswith("experiment=") else o for o in overrides]
+    resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
+    if resume:
+        run_dir = Path(resume)
+        rest = [o for o in overrides if not o.startswith(("resume=", "run_dir="))]
+        cfg = load_run_config(run_dir, rest, FinetuneConfig)
+        cfg.resume, cfg.run_dir = str(run_dir), str(run_dir)
+        if not (run_dir / "checkpoints" / "latest.pt").is_file():
+            raise UserError(f"{run_dir} has no checkpoints/latest.pt to resume from; start it again instead")
+    else:
+        cfg = compose_config("finetune", FinetuneConfig, overrides)
+        if not Path(cfg.base_policy).is_dir():
+            raise UserError(
+                f"base_policy {cfg.base_policy} does not exist; train one with robot-rl bc (it writes "
+                "<run_dir>/policy), see the preset's header for the commands"
+            )
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else _default_run_dir(cfg.name or f"{cfg.method}-{_slug(cfg.env.spec)}")
+        if (run_dir / "checkpoints" / "latest.pt").exists():
+            raise UserError(f"{run_dir} already holds a run; resume it with resume={run_dir} or pick another run_dir")
+        cfg.run_dir = str(run_dir)
+    finetuner = Finetuner(cfg, run_dir, resume=bool(resume))
+    if not cfg.quiet:
+        print(f"run directory: {run_dir}", flush=True)
+        print(f"fine-tuning {cfg.base_policy} with {cfg.method} on {cfg.env.spec} for {cfg.steps:,} env steps "
+              f"({cfg.env.num_envs} env(s), {cfg.device})", flush=True)
+    summary = finetuner.run()
+    last = summary["last"] or {}
+    success = "" if last.get("success_rate") is None else f" | last success rate {last['success_rate']:.0%}"
+    saved = f" | policy in {summary['policy_dir']}" if summary["policy_dir"] else ""
+    print(f"done: {summary['env_steps']:,} env steps in {summary['wall_time_s']:.0f}s | last eval return "
+          f"{last.get('eval_return_mean', float('nan')):.1f}{success}{saved} | outputs in {run_dir}", flush=True)
+    return 0
 
 
 def _train(overrides: list[str], finetune: bool = False) -> int:
