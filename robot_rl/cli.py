@@ -244,12 +244,38 @@ FINETUNE_EXAMPLES = [
 ]
 
 
+def _finetune_policy_help() -> str:
+    from robot_rl.config import describe, presets
+    from robot_rl.finetune.config import FinetuneConfig
+
+    lines = [
+        "usage: robot-rl finetune experiment=<method>_<task> [key=value ...]",
+        "       robot-rl finetune method=residual|dsrl|reinflow|dppo base_policy=<policy dir> env.spec=... [...]",
+        "",
+        "1. Fine-tuning a behaviour-cloning policy saved by `robot-rl bc` (docs/finetuning.md):",
+        "  residual  SAC on a bounded correction of the frozen policy (ResFiT); any policy; demos via data=",
+        "  dsrl      SAC in the initial-noise space of a frozen diffusion or flow policy",
+        "  reinflow  PPO on a flow policy with learned noise at each Euler step (many envs)",
+        "  dppo      PPO over the last DDIM steps of a diffusion policy (many envs)",
+        "Writes config.yaml, metrics.csv (steps = executed env actions), learning_curve.png,",
+        "checkpoints/{latest,best}.pt, and for reinflow/dppo the fine-tuned policy in <run_dir>/policy.",
+        "",
+        f"Presets: experiment=  {', '.join(presets('finetune'))}",
+        "",
+        "Keys (default):",
+    ]
+    rows = describe(FinetuneConfig)
+    width = min(max(len(k) + len(d) for k, d, _ in rows) + 4, 48)
+    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    return "\n".join(lines) + "\n\n"
+
+
 def _finetune_help() -> str:
-    return _train_help(
+    return _finetune_policy_help() + _train_help(
         "finetune",
         [
-            "Offline-to-online RL from a dataset (`robot-rl collect` writes one). The same keys as `train`; the",
-            "data.* and offline.* keys choose the recipe:",
+            "2. Offline-to-online RL from a dataset (`robot-rl collect` writes one). The same keys as `train`;",
+            "the data.* and offline.* keys choose the recipe:",
             "  WSRL:   data.path=D offline.steps=N data.mix_online=false train.learning_starts=5000",
             "          (pretrain with Cal-QL, warm up with the pretrained policy, then SAC on online data only)",
             "  naive:  the same with train.learning_starts=0 (online updates start at once)",

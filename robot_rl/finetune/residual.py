@@ -44,7 +44,7 @@ class ResidualConfig:
     learning_starts: int = _help(1000, "executed env steps of the base policy (plus exploration noise) before updates")
     critic_warmup_updates: int = _help(2000, "critic-only updates after learning_starts before the actor moves")
     base_deterministic: bool = _help(True, "sample the base with zero noise (its mean path), so a_base is a function")
-    prior_fraction: float = _help(0.5, "fraction of each batch drawn from the demos when data.path is set")
+    prior_fraction: float = _help(0.5, "fraction of each batch drawn from the demos when data= is set")
 
     def validate(self) -> None:
         checks = [
