@@ -108,6 +108,15 @@ class SAC:
         """Actions in [-1, 1] for a batch of observations (dict of named groups; SAC reads `state`)."""
         return self.actor(obs["state"].to(self.device), deterministic)[0]
 
+    @torch.no_grad()
+    def zero_actor_mean(self) -> None:
+        """Zero the mean half of the actor's output layer: the deterministic action is then exactly 0 (tanh(0)),
+        so fine-tuning starts at the policy the action modifies (residual RL's zero correction, DSRL's zero noise).
+        """
+        last = self.actor.trunk[-1]
+        last.weight[: self.action_dim].zero_()
+        last.bias[: self.action_dim].zero_()
+
     # -- learning -------------------------------------------------------------------------------------------
     def update(self, batch: Batch, actor: bool = True) -> dict[str, Tensor]:
         """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update.

@@ -66,6 +66,7 @@ class DSRL:
         self.noise_shape = base.noise_shape
         self.noise_dim = self.noise_shape[0] * self.noise_shape[1]
         self.agent = SAC(base.obs_dim, self.noise_dim, sac, device)
+        self.agent.zero_actor_mean()  # the deterministic steering starts at zero noise: the BC policy's mean path
         self.runner = ChunkRunner(env, base.execute, sac.gamma)
         self.replay = ReplayBuffer(
             capacity, 1, {"state": ((base.obs_dim,), torch.float32)}, self.noise_dim, device,

@@ -64,6 +64,12 @@ class PPOConfig:
     value_clip: float | None = _help(None, "clip value updates around the rollout values (None: plain MSE)")
     max_grad_norm: float = _help(1.0, "gradient norm clip, actor and critic separately")
     target_kl: float | None = _help(None, "stop the iteration's updates once approx KL exceeds this (None: off)")
+    per_dim_ratio: bool = _help(
+        False,
+        "average the log-ratio over the chunk's H*A dimensions (and, joint, over the chain's steps) instead of "
+        "summing: a per-dimension ratio that the clip can bound when the chain is high-dimensional and narrow "
+        "(ReinFlow's and DPPO's normalised log-probabilities)",
+    )
     entropy_coef: float = _help(0.0, "weight of the chain entropy bonus")
     critic_hidden: list[int] = _help([256, 256], "hidden widths of the value network")
     critic_warmup_iterations: int = _help(0, "first iterations that train only the critic")
@@ -115,15 +121,18 @@ def macro_gae(
 
 
 def clipped_surrogate(
-    new_log_prob: Tensor, old_log_prob: Tensor, adv: Tensor, clip: Tensor, joint: bool
+    new_log_prob: Tensor, old_log_prob: Tensor, adv: Tensor, clip: Tensor, joint: bool, per_dim: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """PPO loss from chain log-probs [B, S]; `clip` is [S] (per_step, c_k per transition) or a scalar (joint).
+    `per_dim` = D averages the log-ratio over D dimensions per step (and over the steps when joint).
 
     Returns (loss, approx_kl, clip_fraction); the last two are detached.
     """
     log_ratio = new_log_prob - old_log_prob
+    if per_dim:
+        log_ratio = log_ratio / per_dim
     if joint:
-        log_ratio = log_ratio.sum(-1)  # one ratio per decision
+        log_ratio = log_ratio.mean(-1) if per_dim else log_ratio.sum(-1)  # one ratio per decision
     else:
         adv = adv[:, None]  # every chain transition is a sample with its decision's advantage
     ratio = log_ratio.exp()
@@ -154,6 +163,7 @@ class PPO:
         k = torch.arange(chain_policy.num_chain_steps, device=self.device, dtype=torch.float)
         growth = cfg.clip_growth ** (chain_policy.num_chain_steps - 1 - k)  # c_k = clip / growth^(S-1-k)
         self.clip = torch.tensor(cfg.clip, device=self.device) if cfg.ratio == "joint" else cfg.clip / growth
+        self.per_dim = chain_policy.horizon * chain_policy.action_dim if cfg.per_dim_ratio else None
         self._ep_success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
 
     def start(self, seed: int) -> None:
@@ -250,7 +260,9 @@ class PPO:
                 loss, out = 0.5 * v_loss.mean(), {"value_loss": v_loss.mean()}
                 if train_actor:
                     new_lp = self.chain_policy.log_prob(obs, b["chain"][mb])
-                    pg, kl, cf = clipped_surrogate(new_lp, b["log_prob"][mb], adv[mb], self.clip, cfg.ratio == "joint")
+                    pg, kl, cf = clipped_surrogate(
+                        new_lp, b["log_prob"][mb], adv[mb], self.clip, cfg.ratio == "joint", self.per_dim
+                    )
                     if cfg.target_kl is not None and kl.item() > cfg.target_kl:
                         stop = True  # as in DPPO: skip this step and end the iteration's updates
                         break

@@ -7,7 +7,7 @@ SAC actor that sees the state and a_base outputs a correction r in [-1, 1]^A, an
 
 What makes this work, each a line below:
 - the mean half of the actor's last layer starts at zero, so the deterministic correction is exactly 0 and
-  training starts at the base policy (`zero_residual_init`); exploration noise is scale * tanh(std * eps);
+  training starts at the base policy (`SAC.zero_actor_mean`); exploration noise is scale * tanh(std * eps);
 - the first `learning_starts` executed steps only collect (the base with that small noise), then
   `critic_warmup_updates` critic-only updates fit Q to the base policy before the actor may move;
 - n-step returns (`agent.n_step`, 3 in the presets) carry the sparse success reward back faster;
@@ -56,14 +56,6 @@ class ResidualConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-
-
-def zero_residual_init(agent: SAC) -> None:
-    """Zero the mean half of the actor's output layer: the deterministic residual is then exactly 0."""
-    last = agent.actor.trunk[-1]
-    with torch.no_grad():
-        last.weight[: agent.action_dim].zero_()
-        last.bias[: agent.action_dim].zero_()
 
 
 @torch.no_grad()
@@ -132,7 +124,7 @@ class ResidualRL:
         self.action_dim = env.action_dim
         dim = base.obs_dim + self.action_dim
         self.agent = SAC(dim, self.action_dim, sac, device)
-        zero_residual_init(self.agent)
+        self.agent.zero_actor_mean()
         spec = {"state": ((dim,), torch.float32)}
         self.replay = ReplayBuffer(capacity, env.num_envs, spec, self.action_dim, device, sac.gamma, sac.n_step)
         self.prior = (

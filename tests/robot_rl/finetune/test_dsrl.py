@@ -62,3 +62,12 @@ def test_needs_one_step_returns_and_a_bounded_noise() -> None:
         DSRL(DSRLConfig(), SACConfig(n_step=3), base, env, capacity=100)
     with pytest.raises(ValueError, match="dsrl.noise_bound"):
         DSRLConfig(noise_bound=0.0).validate()
+
+
+def test_the_evaluated_policy_starts_as_the_base_policy_with_zero_noise() -> None:
+    env = ScriptedEnv([5, 8], [True, False])
+    m = make(env)
+    act, on_done = m.eval_policy()
+    obs = env.reset()
+    expected = m.base.predict_chunk(obs["state"], deterministic=True)[:, 0]
+    assert torch.allclose(act(obs), expected, atol=1e-6)

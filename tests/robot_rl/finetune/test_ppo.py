@@ -251,3 +251,15 @@ def test_state_dict_round_trip() -> None:
     torch.testing.assert_close(sa[0]["exp_avg"], sb[0]["exp_avg"])
     b.advance()  # resumes: the optimisers continue from the loaded moments
     assert b.iteration == 2
+
+
+def test_per_dim_ratio_averages_the_log_ratio_over_dimensions_and_steps() -> None:
+    from robot_rl.finetune.ppo import clipped_surrogate
+
+    old = torch.zeros(1, 2)
+    new = torch.tensor([[8 * 0.1, 8 * 0.3]])  # summed over D = 8 dims per step
+    adv = torch.ones(1)
+    loss, _, _ = clipped_surrogate(new, old, adv, torch.tensor(1.0), joint=True, per_dim=8)
+    assert loss.item() == pytest.approx(-torch.tensor(0.2).exp().item(), rel=1e-6)
+    loss, _, _ = clipped_surrogate(new, old, adv, torch.tensor([1.0, 1.0]), joint=False, per_dim=8)
+    assert loss.item() == pytest.approx(-(torch.tensor([0.1, 0.3]).exp().mean()).item(), rel=1e-6)
