@@ -14,14 +14,6 @@ from robot_rl.finetune.dppo import DPPOChain
 OBS, A, H, T, K = 3, 2, 4, 20, 5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Two shared cores: torch's default thread pool makes tiny networks several times slower, not faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 class PointEps(nn.Module):
     """The optimal noise predictor for data at the point mu, plus a random network of (obs, x, t).

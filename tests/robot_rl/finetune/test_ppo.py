@@ -18,15 +18,6 @@ from robot_rl.finetune.chunks import MacroStep
 from robot_rl.finetune.ppo import PPO, PPOConfig, clipped_surrogate
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Two shared cores: torch's default thread pool makes tiny networks slower, not faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class ChainSample(NamedTuple):
     chunk: Tensor
     chain: Tensor

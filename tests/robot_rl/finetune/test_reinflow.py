@@ -14,14 +14,6 @@ from robot_rl.finetune.reinflow import ReinFlowChain
 OBS, A, H, K = 3, 2, 4, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Two shared cores: torch's default thread pool makes tiny networks several times slower, not faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture
 def base() -> FlowPolicy:
