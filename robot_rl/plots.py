@@ -45,9 +45,11 @@ def plot_learning_curve(csv_path: Path, png_path: Path, title: str = "") -> None
     tmp.replace(png_path)
 
 
-def plot_comparison(runs: dict[str, Path], png_path: Path, title: str = "", metric: str = "success_rate") -> None:
-    """One curve per run (label -> run directory) of `metric` against environment steps, e.g. WSRL against
-    naive fine-tuning and RLPD: `python -m robot_rl.plots out.png wsrl=runs/a naive=runs/b`."""
+def plot_comparison(
+    runs: dict[str, Path], png_path: Path, title: str = "", metric: str = "success_rate", x: str = "env_step"
+) -> None:
+    """One curve per run (label -> run directory) of `metric` against `x` (environment steps, or wall_time_s),
+    e.g. WSRL against naive fine-tuning and RLPD: `python -m robot_rl.plots out.png wsrl=runs/a naive=runs/b`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,8 +58,8 @@ def plot_comparison(runs: dict[str, Path], png_path: Path, title: str = "", metr
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, run_dir in runs.items():
         rows = [r for r in read_metrics(Path(run_dir) / "metrics.csv") if r.get(metric) is not None]
-        ax.plot([r["env_step"] for r in rows], [r[metric] for r in rows], marker="o", ms=3, label=label)
-    ax.set_xlabel("online environment steps")
+        ax.plot([r[x] for r in rows], [r[metric] for r in rows], marker="o", ms=3, label=label)
+    ax.set_xlabel("online environment steps" if x == "env_step" else x.replace("_", " "))
     ax.set_ylabel(metric.replace("_", " "))
     if metric == "success_rate":
         ax.set_ylim(-0.05, 1.05)
@@ -71,8 +73,15 @@ def plot_comparison(runs: dict[str, Path], png_path: Path, title: str = "", metr
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    if len(sys.argv) < 3 or any("=" not in a for a in sys.argv[2:]):
-        sys.exit("usage: python -m robot_rl.plots <out.png> <label>=<run dir> [<label>=<run dir> ...]")
-    plot_comparison(dict(a.split("=", 1) for a in sys.argv[2:]), Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(prog="python -m robot_rl.plots", description="compare runs' metrics.csv")
+    parser.add_argument("out", type=Path, help="output PNG")
+    parser.add_argument("runs", nargs="+", help="<label>=<run dir>")
+    parser.add_argument("--metric", default="success_rate", help="column to plot (e.g. eval_return_mean)")
+    parser.add_argument("--x", default="env_step", help="x axis column: env_step or wall_time_s")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args()
+    if any("=" not in r for r in args.runs):
+        parser.error("runs are <label>=<run dir>")
+    plot_comparison(dict(r.split("=", 1) for r in args.runs), args.out, args.title, args.metric, args.x)

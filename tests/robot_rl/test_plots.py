@@ -1,0 +1,29 @@
+"""Run comparison plots: the CLI draws any metric against env steps or wall time from runs' metrics.csv."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+
+def write_run(path: Path, rows: list[dict]) -> Path:
+    path.mkdir(parents=True)
+    with open(path / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_compare_runs_by_return_against_wall_time(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", [{"env_step": 0, "wall_time_s": 1.0, "eval_return_mean": 5.0, "success_rate": ""},
+                                   {"env_step": 10, "wall_time_s": 3.0, "eval_return_mean": 9.0, "success_rate": ""}])
+    b = write_run(tmp_path / "b", [{"env_step": 0, "wall_time_s": 2.0, "eval_return_mean": 4.0, "success_rate": ""}])
+    out = tmp_path / "cmp.png"
+    cmd = [sys.executable, "-m", "robot_rl.plots", str(out), f"a={a}", f"b={b}", "--metric", "eval_return_mean",
+           "--x", "wall_time_s", "--title", "t"]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stat().st_size > 1000
+    bad = subprocess.run([sys.executable, "-m", "robot_rl.plots", str(out), "no-label"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])
+    assert bad.returncode == 2 and "label" in bad.stderr
