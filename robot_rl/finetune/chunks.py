@@ -60,6 +60,7 @@ class StepResult:
     done: Tensor  # [N] bool, episodes that ended at this step
     episode_return: Tensor  # [N] undiscounted return of the episodes that ended (where done)
     success: Tensor | None  # [N] bool where the task reports success, else None
+    finished: dict[str, Tensor]  # `finished_episodes` of this step: one entry per episode that ended
 
 
 class ChunkRunner:
@@ -157,4 +158,4 @@ class ChunkRunner:
             self.pos[ids] = self.execute
         self.state = obs["state"].float()
         success = info["success"].bool() if "success" in info else None
-        return StepResult(macro, done, info["episode_return"], success)
+        return StepResult(macro, done, info["episode_return"], success, finished_episodes(done, info))

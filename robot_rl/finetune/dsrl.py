@@ -108,10 +108,7 @@ class DSRL:
                 for _ in range(macro.env_ids.numel()):  # one update per new transition
                     metrics = self.agent.update(self.replay.sample(b * utd).reshape(utd, b))
                     self.updates += 1
-        out = {"episode_return": result.episode_return[result.done]}
-        if result.success is not None:
-            out["success"] = result.success[result.done].float()
-        return {**metrics, **out}
+        return {**metrics, **result.finished}
 
     def eval_policy(self) -> tuple[Callable[[dict[str, Tensor]], Tensor], Callable[[Tensor], None]]:
         """(act, on_done) for `robot_rl.evaluation.evaluate`: the deterministic steering action per chunk."""

@@ -94,6 +94,8 @@ class Finetuner:
             )
         self.method = build_method(cfg, base, self.env)
         self.evals, self.best_score, self.wall_offset_s = 0, -float("inf"), 0.0
+        self.last_score: float | None = None  # of the latest evaluation: success rate, else return
+        self.last_result: dict | None = None
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
@@ -148,9 +150,6 @@ class Finetuner:
         policy_dir = self._save_policy()
         return {"run_dir": str(self.run_dir), "env_steps": method.env_steps, "wall_time_s": self._wall_time(),
                 "last": self.last_result, "best_score": self.best_score, "policy_dir": policy_dir}
-
-    last_score: float | None = None
-    last_result: dict | None = None
 
     def _evaluate_and_log(self, means: dict[str, float], rate: float) -> None:
         act, on_done = self.method.eval_policy()
