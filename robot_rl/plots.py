@@ -46,10 +46,17 @@ def plot_learning_curve(csv_path: Path, png_path: Path, title: str = "") -> None
 
 
 def plot_comparison(
-    runs: dict[str, Path], png_path: Path, title: str = "", metric: str = "success_rate", x: str = "env_step"
+    runs: dict[str, Path],
+    png_path: Path,
+    title: str = "",
+    metric: str = "success_rate",
+    x: str = "env_step",
+    logx: bool = False,
 ) -> None:
     """One curve per run (label -> run directory) of `metric` against `x` (environment steps, or wall_time_s),
-    e.g. WSRL against naive fine-tuning and RLPD: `python -m robot_rl.plots out.png wsrl=runs/a naive=runs/b`."""
+    e.g. WSRL against naive fine-tuning and RLPD: `python -m robot_rl.plots out.png wsrl=runs/a naive=runs/b`.
+    `logx` puts x on a log scale (linear below the first positive x, so the starting point at 0 stays): for
+    runs whose budgets differ by orders of magnitude, as SAC-based and PPO-based fine-tuning do."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,6 +66,9 @@ def plot_comparison(
     for label, run_dir in runs.items():
         rows = [r for r in read_metrics(Path(run_dir) / "metrics.csv") if r.get(metric) is not None]
         ax.plot([r[x] for r in rows], [r[metric] for r in rows], marker="o", ms=3, label=label)
+    if logx:
+        positive = [v for line in ax.get_lines() for v in line.get_xdata() if v > 0]
+        ax.set_xscale("symlog", linthresh=min(positive, default=1.0))
     ax.set_xlabel("online environment steps" if x == "env_step" else x.replace("_", " "))
     ax.set_ylabel(metric.replace("_", " "))
     if metric == "success_rate":
@@ -81,7 +91,8 @@ if __name__ == "__main__":
     parser.add_argument("--metric", default="success_rate", help="column to plot (e.g. eval_return_mean)")
     parser.add_argument("--x", default="env_step", help="x axis column: env_step or wall_time_s")
     parser.add_argument("--title", default="")
+    parser.add_argument("--logx", action="store_true", help="log-scaled x axis (budgets of different magnitudes)")
     args = parser.parse_args()
     if any("=" not in r for r in args.runs):
         parser.error("runs are <label>=<run dir>")
-    plot_comparison(dict(r.split("=", 1) for r in args.runs), args.out, args.title, args.metric, args.x)
+    plot_comparison(dict(r.split("=", 1) for r in args.runs), args.out, args.title, args.metric, args.x, args.logx)

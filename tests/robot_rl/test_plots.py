@@ -27,3 +27,15 @@ def test_compare_runs_by_return_against_wall_time(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "robot_rl.plots", str(out), "no-label"], capture_output=True,
                          text=True, cwd=Path(__file__).resolve().parents[2])
     assert bad.returncode == 2 and "label" in bad.stderr
+
+
+def test_log_x_axis_changes_the_plot(tmp_path: Path) -> None:
+    rows = [{"env_step": s, "wall_time_s": 1.0, "success_rate": v} for s, v in [(0, 0.3), (1000, 0.4), (10**6, 0.8)]]
+    run = write_run(tmp_path / "r", rows)
+    repo = Path(__file__).resolve().parents[2]
+    outs = {}
+    for flag in ([], ["--logx"]):
+        out = tmp_path / f"plot{len(flag)}.png"
+        subprocess.run([sys.executable, "-m", "robot_rl.plots", str(out), f"r={run}", *flag], check=True, cwd=repo)
+        outs[bool(flag)] = out.read_bytes()
+    assert outs[True] != outs[False]
