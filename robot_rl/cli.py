@@ -22,6 +22,7 @@ Commands:
   train     train an agent:              robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
   finetune  offline-to-online from data: robot-rl finetune experiment=wsrl_push
   eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
+            or a saved policy:           robot-rl eval policy=runs/<run>/policy env=arm:push-sparse [episodes=100]
   collect   record episodes to a dataset: robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push
   bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [eval_env=arm:push]
 
@@ -420,6 +421,8 @@ def _parse_args(cls: type, args: list[str], command: str):
 @dataclass
 class EvalArgs:
     run: str = ""
+    policy: str = ""
+    env: str = ""
     checkpoint: str = "best"
     episodes: int = 10
     video: bool = True
@@ -430,16 +433,21 @@ class EvalArgs:
 def _eval_help() -> str:
     return (
         "usage: robot-rl eval run=<run dir> [checkpoint=best|latest] [episodes=10] [video=true] [seed=N] "
-        "[device=cpu]\n\n"
-        "Runs deterministic episodes of a trained policy, prints mean and std return (and success rate where\n"
-        "the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.\n"
+        "[device=cpu]\n"
+        "       robot-rl eval policy=<policy dir> env=<spec> [episodes=10] [seed=N] [device=cpu]\n\n"
+        "run=: runs deterministic episodes of a trained agent, prints mean and std return (and success rate\n"
+        "where the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.\n"
+        "policy=: the same for a saved policy directory (robot-rl bc, or ReinFlow/DPPO fine-tuning), one\n"
+        "episode in each of `episodes` parallel envs of `env`, seeded with seed (default 0) + env index.\n"
     )
 
 
 def _parse_eval_args(args: list[str]) -> EvalArgs:
     parsed: EvalArgs = _parse_args(EvalArgs, args, "eval")
-    if not parsed.run:
-        raise UserError("eval needs run=<run dir>")
+    if bool(parsed.run) == bool(parsed.policy):
+        raise UserError("eval needs run=<run dir>, or policy=<policy dir> env=<spec>")
+    if parsed.policy and not parsed.env:
+        raise UserError("eval policy=<dir> needs env=<spec>, e.g. env=arm:push-sparse")
     if parsed.checkpoint not in {"best", "latest"}:
         raise UserError(f"checkpoint must be best or latest, not '{parsed.checkpoint}'")
     if parsed.episodes < 1:
@@ -454,6 +462,8 @@ def _eval(args: list[str]) -> int:
     from robot_rl.trainer import EVAL_SEED_OFFSET, build_agent, make_env
 
     a = _parse_eval_args(args)
+    if a.policy:
+        return _eval_policy_dir(a)
     run_dir = Path(a.run)
     cfg = load_run_config(run_dir)
     cfg.device = a.device
@@ -476,6 +486,20 @@ def _eval(args: list[str]) -> int:
         with make_env(cfg, 1, render=True, render_size=(height, width)) as video_env:
             record_video(lambda o: agent.act(o, deterministic=True).to(video_env.device), video_env, path, seed)
         print(f"video: {path}", flush=True)
+    return 0
+
+
+def _eval_policy_dir(a: EvalArgs) -> int:
+    from policies.io import load_policy
+    from robot_rl.bc import evaluate_policy
+
+    policy = load_policy(a.policy, device=a.device)
+    result = evaluate_policy(policy, a.env, num_envs=a.episodes, seed=0 if a.seed is None else a.seed)
+    line = f"{a.env} | {a.policy} | {a.episodes} episodes | return {result['return_mean']:.2f}"
+    line += f" | length {result['length_mean']:.1f}"
+    if result["success_rate"] is not None:
+        line += f" | success rate {result['success_rate']:.0%}"
+    print(line, flush=True)
     return 0
 
 
