@@ -9,6 +9,15 @@ so `euler_step` is exposed on its own. The final sample is clipped to [-c, c] in
 
 The network is `policies.denoiser.DenoiserMLP`, fed t * `TIME_SCALE` so its sinusoidal features see the
 same range of times as a diffusion model's integer timesteps.
+
+Shortcut model (`shortcut=True`, Frans et al. 2024): the network also sees the step size d and predicts the
+average velocity over a step of size d, so one or two large Euler steps land where many small ones would.
+Training mixes two targets over each batch: flow matching at d = 0 (the instantaneous velocity), and, for a
+`shortcut_fraction` of the batch, self-consistency: the prediction for a step of 2d regresses the mean of two
+consecutive steps of d (d = 1/2^L .. 1/2, L = `shortcut_levels`; the two half steps of the smallest d query
+d = 0), computed without gradient. Sampling with K steps conditions on d = 1/K; powers of two up to
+2^(L-1) are the trained sizes. A plain flow's single Euler step from x_0 lands on the conditional mean of the
+data (a multi-modal chunk collapses to its average); a shortcut model's does not.
 """
 
 from __future__ import annotations
@@ -50,6 +59,9 @@ class FlowPolicy(ChunkPolicy):
         num_inference_steps: K, Euler steps of sampling (settable after training).
         clip_sample: clip the sample to [-c, c] in the normalised space; None: 1.0 when actions are min-max
             normalised, no clipping otherwise.
+        shortcut: train and sample as a shortcut model (module docstring).
+        shortcut_fraction: share of each batch trained on the self-consistency target.
+        shortcut_levels: L; the smallest trained step is 1/2^L.
     """
 
     def __init__(
@@ -64,16 +76,27 @@ class FlowPolicy(ChunkPolicy):
         clip_sample: float | None = None,
         obs_norm: str = "mean_std",
         action_norm: str = "min_max",
+        shortcut: bool = False,
+        shortcut_fraction: float = 0.25,
+        shortcut_levels: int = 7,
     ) -> None:
         super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm)
         if num_inference_steps < 1:
             raise ValueError(f"num_inference_steps must be >= 1, got {num_inference_steps}")
+        if not 0.0 < shortcut_fraction < 1.0:
+            raise ValueError(f"shortcut_fraction must be in (0, 1), got {shortcut_fraction}")
+        if shortcut_levels < 1:
+            raise ValueError(f"shortcut_levels must be >= 1, got {shortcut_levels}")
+        self.shortcut = bool(shortcut)
+        self.shortcut_fraction, self.shortcut_levels = float(shortcut_fraction), int(shortcut_levels)
         self.hidden, self.time_dim = [int(h) for h in hidden], int(time_dim)
         self.num_inference_steps, self.clip_sample = int(num_inference_steps), clip_sample
         self._clip = (
             (1.0 if action_norm != "mean_std" else None) if clip_sample is None else float(clip_sample)
         )
-        self.net = DenoiserMLP(self.obs_dim, self.horizon, self.action_dim, self.hidden, self.time_dim)
+        self.net = DenoiserMLP(
+            self.obs_dim, self.horizon, self.action_dim, self.hidden, self.time_dim, step_input=self.shortcut
+        )
 
     def config(self) -> dict[str, Any]:
         return {
@@ -82,15 +105,27 @@ class FlowPolicy(ChunkPolicy):
             "time_dim": self.time_dim,
             "num_inference_steps": self.num_inference_steps,
             "clip_sample": self.clip_sample,
+            "shortcut": self.shortcut,
+            "shortcut_fraction": self.shortcut_fraction,
+            "shortcut_levels": self.shortcut_levels,
         }
 
-    def velocity(self, obs_n: Tensor, x_t: Tensor, t: float | Tensor) -> Tensor:
-        """v_theta(obs, x_t, t) for t in [0, 1] (a float for the whole batch, or [B])."""
-        t = torch.as_tensor(t, device=x_t.device, dtype=torch.float32).expand(x_t.shape[0])
-        return self.net(obs_n, x_t, t * TIME_SCALE)
+    def velocity(
+        self, obs_n: Tensor, x_t: Tensor, t: float | Tensor, step: float | Tensor | None = None
+    ) -> Tensor:
+        """v_theta(obs, x_t, t) for t in [0, 1] (a float for the whole batch, or [B]). `step` is the Euler
+        step size the velocity is for: a shortcut model is conditioned on it (None: 0, the instantaneous
+        velocity); a plain flow ignores it."""
+        batch = (x_t.shape[0],)
+        t = torch.as_tensor(t, device=x_t.device, dtype=torch.float32).expand(batch)
+        if not self.shortcut:
+            return self.net(obs_n, x_t, t * TIME_SCALE)
+        d = torch.as_tensor(0.0 if step is None else step, device=x_t.device, dtype=torch.float32).expand(batch)
+        return self.net(obs_n, x_t, t * TIME_SCALE, d * TIME_SCALE)
 
     def _sample(self, obs_n: Tensor, noise: Tensor, deterministic: bool, num_steps: int | None) -> Tensor:
-        x = flow_sample(lambda x, t: self.velocity(obs_n, x, t), noise, num_steps or self.num_inference_steps)
+        k = num_steps or self.num_inference_steps
+        x = flow_sample(lambda x, t: self.velocity(obs_n, x, t, step=1.0 / k), noise, k)
         return x if self._clip is None else x.clamp(-self._clip, self._clip)
 
     def _loss(self, obs_n: Tensor, chunk_n: Tensor) -> Tensor:
@@ -98,4 +133,24 @@ class FlowPolicy(ChunkPolicy):
         t = torch.rand(chunk_n.shape[0], device=chunk_n.device)
         tb = t.view(-1, 1, 1)
         x_t = (1 - tb) * x0 + tb * chunk_n
-        return F.mse_loss(self.velocity(obs_n, x_t, t), chunk_n - x0)
+        flow_loss = F.mse_loss(self.velocity(obs_n, x_t, t), chunk_n - x0)
+        if not self.shortcut:
+            return flow_loss
+        return flow_loss + self._self_consistency_loss(obs_n, chunk_n)
+
+    def _self_consistency_loss(self, obs_n: Tensor, chunk_n: Tensor) -> Tensor:
+        """A step of 2d regresses the mean of two steps of d (the smallest d queries d = 0), on a random share
+        of the batch."""
+        n = max(1, round(chunk_n.shape[0] * self.shortcut_fraction))
+        obs_n, x1 = obs_n[:n], chunk_n[:n]
+        levels = torch.randint(1, self.shortcut_levels + 1, (n,), device=x1.device)
+        d = 0.5 ** levels.float()  # the half step, 1/2^L .. 1/2
+        query = torch.where(levels == self.shortcut_levels, torch.zeros_like(d), d)
+        t = torch.rand(n, device=x1.device) * (1 - 2 * d)  # so that t + 2d <= 1
+        tb, db = t.view(-1, 1, 1), d.view(-1, 1, 1)
+        x0 = torch.randn_like(x1)
+        x_t = (1 - tb) * x0 + tb * x1
+        with torch.no_grad():
+            v1 = self.velocity(obs_n, x_t, t, query)
+            v2 = self.velocity(obs_n, x_t + db * v1, t + d, query)
+        return F.mse_loss(self.velocity(obs_n, x_t, t, 2 * d), (v1 + v2) / 2)

@@ -64,6 +64,9 @@ class BCConfig:
     num_inference_steps: int = _help(10, "diffusion: DDIM steps; flow: Euler steps (K)")
     beta_schedule: str = _help("cosine", "diffusion: cosine or linear beta schedule")
     eta: float = _help(0.0, "diffusion: DDIM eta of stochastic sampling (0: deterministic given the noise)")
+    shortcut: bool = _help(
+        False, "flow: a shortcut model (conditioned on the step size, self-consistent large steps) for 1-2 step sampling"
+    )
     seed: int = _help(0, "seed of the initialisation, minibatches, noise and eval envs")
     device: str = _help("cpu", "torch device to train on")
     threads: int | None = _help(
@@ -98,6 +101,7 @@ class BCConfig:
                 "need 1 <= num_inference_steps <= num_train_steps",
             ),
             (0.0 <= self.eta <= 1.0, "eta must be in [0, 1]"),
+            (not self.shortcut or self.policy == "flow", "shortcut=true is an option of policy=flow"),
             (self.log_every >= 1, "log_every must be >= 1"),
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.eval_episodes >= 1, "eval_episodes must be >= 1"),
@@ -144,7 +148,7 @@ def make_policy(cfg: BCConfig, obs_dim: int, action_dim: int) -> ChunkPolicy:
             beta_schedule=cfg.beta_schedule,
             eta=cfg.eta,
         )
-    return FlowPolicy(**common, num_inference_steps=cfg.num_inference_steps)
+    return FlowPolicy(**common, num_inference_steps=cfg.num_inference_steps, shortcut=cfg.shortcut)
 
 
 def default_run_dir(cfg: BCConfig) -> Path:

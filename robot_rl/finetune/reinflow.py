@@ -130,7 +130,7 @@ class ReinFlowChain(nn.Module):
         """Mean and std of x_{k+1} given x_k (normalised obs and latents)."""
         # k * dt, and euler_step, exactly as FlowPolicy samples: the deterministic chain reproduces its chunk
         dt = 1.0 / self.num_chain_steps
-        mean = euler_step(x, self.policy.velocity(obs_n, x, k * dt), dt)
+        mean = euler_step(x, self.policy.velocity(obs_n, x, k * dt, step=dt), dt)
         return mean, self.noise_std(obs_n, x, k * dt)
 
     @torch.no_grad()

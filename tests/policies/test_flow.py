@@ -89,3 +89,53 @@ def test_learns_a_conditional_two_mode_toy():
         for k in (4, 10):
             samples = policy.predict_chunk(obs, num_steps=k)[:, 0, 0]
             assert (samples - 0.5 * obs[:, 0]).abs().max() < 0.1, k
+
+
+def train_unconditional_two_modes(shortcut: bool) -> FlowPolicy:
+    """The action is -0.5 or +0.5 with equal probability, whatever the observation."""
+    torch.manual_seed(0)
+    policy = FlowPolicy(1, 1, horizon=1, hidden=(64, 64), obs_norm="identity", action_norm="identity",
+                        shortcut=shortcut, shortcut_fraction=0.5, shortcut_levels=4)
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    for _ in range(1500):
+        action = (torch.randint(0, 2, (256, 1, 1)).float() - 0.5)
+        loss = policy.loss(torch.zeros(256, 1), action)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return policy
+
+
+def test_shortcut_model_samples_both_modes_in_one_step():
+    """One Euler step of a plain flow lands near the data's mean (0 here); a shortcut model's single step
+    spreads to both modes as well as the plain flow does with 16 steps."""
+    plain, shortcut = train_unconditional_two_modes(False), train_unconditional_two_modes(True)
+    obs = torch.zeros(2000, 1)
+
+    def distance_to_modes(policy: FlowPolicy, steps: int) -> tuple[float, float]:
+        with torch.no_grad():
+            samples = policy.predict_chunk(obs, num_steps=steps)[:, 0, 0]
+        return (samples.abs() - 0.5).abs().mean().item(), (samples > 0).float().mean().item()
+
+    plain_one, _ = distance_to_modes(plain, 1)
+    plain_many, _ = distance_to_modes(plain, 16)
+    shortcut_one, positive = distance_to_modes(shortcut, 1)
+    assert plain_one > 0.4  # collapsed to the middle
+    assert shortcut_one < 0.65 * plain_one and shortcut_one < plain_many + 0.05
+    assert 0.35 < positive < 0.65  # both modes
+
+
+def test_shortcut_network_sees_the_step_size_and_round_trips(tmp_path):
+    from policies.io import load_policy, save_policy
+
+    policy = FlowPolicy(3, 2, horizon=2, hidden=(16,), shortcut=True, num_inference_steps=2)
+    x, obs = torch.randn(4, 2, 2), torch.randn(4, 3)
+    assert not torch.allclose(policy.velocity(obs, x, 0.5, step=0.5), policy.velocity(obs, x, 0.5, step=0.0))
+    plain = FlowPolicy(3, 2, horizon=2, hidden=(16,))
+    torch.testing.assert_close(plain.velocity(obs, x, 0.5, step=0.5), plain.velocity(obs, x, 0.5))
+    loaded = load_policy(save_policy(policy, tmp_path / "p"))
+    assert loaded.shortcut and loaded.shortcut_levels == policy.shortcut_levels
+    noise = torch.randn(4, 2, 2)
+    torch.testing.assert_close(loaded.predict_chunk(obs, noise=noise), policy.predict_chunk(obs, noise=noise))
+    with pytest.raises(ValueError, match="shortcut_fraction"):
+        FlowPolicy(3, 2, shortcut=True, shortcut_fraction=1.5)

@@ -51,15 +51,18 @@ def test_chunks_stay_inside_their_episode_and_repeat_the_last_action():
         chunk_pairs(obs, actions, torch.tensor([2, 2]), horizon=3)
 
 
-@pytest.mark.parametrize("policy", ["mlp", "diffusion", "flow"])
+@pytest.mark.parametrize("policy", ["mlp", "diffusion", "flow", "flow-shortcut"])
 def test_training_lowers_the_loss_and_saves_a_loadable_policy(reach_demos, tmp_path, policy):
     run = tmp_path / "run"
-    summary = train_bc(BCConfig(dataset=str(reach_demos), policy=policy, run_dir=str(run), **TINY))
+    shortcut = policy == "flow-shortcut"
+    policy = policy.removesuffix("-shortcut")
+    summary = train_bc(BCConfig(dataset=str(reach_demos), policy=policy, run_dir=str(run), shortcut=shortcut, **TINY))
     assert summary["final_loss"] < 0.6 * summary["first_loss"], summary["loss_curve"]
     assert (run / "metrics.csv").read_text().count("\n") == 1 + 300 // 50
     assert (run / "bc_config.json").is_file()
     loaded = load_policy(run / "policy")
     assert loaded.horizon == 4 and loaded.execute == 2 and (loaded.obs_dim, loaded.action_dim) == (29, 4)
+    assert getattr(loaded, "shortcut", False) == shortcut
     assert read_metadata(run / "policy")["dataset"] == str(reach_demos)
     action = loaded.act({"state": torch.zeros(3, 29)}, deterministic=True)
     assert action.shape == (3, 4) and action.abs().max() <= 1
@@ -138,6 +141,7 @@ def test_cli_help_lists_bc_and_its_keys(capsys):
         (["dataset={ds}", "bogus=1"], "valid keys of bc: dataset, policy"),
         (["dataset={ds}", "steps=many"], "steps"),
         (["dataset={ds}", "horizon=2", "execute=3"], "need 1 <= execute <= horizon"),
+        (["dataset={ds}", "policy=mlp", "shortcut=true"], "shortcut=true is an option of policy=flow"),
         (["dataset={ds}", "--steps", "3"], "unknown option '--steps'"),
         (["dataset={tmp}"], "not a LeRobot dataset"),
         (["dataset={ds}", "steps=1", "eval_env=gym:Pendulum-v1"], "policy expects 29 and 4"),

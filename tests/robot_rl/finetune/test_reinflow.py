@@ -15,10 +15,10 @@ OBS, A, H, K = 3, 2, 4, 3
 
 
 
-@pytest.fixture
-def base() -> FlowPolicy:
+@pytest.fixture(params=[False, True], ids=["flow", "shortcut"])
+def base(request) -> FlowPolicy:
     torch.manual_seed(0)
-    policy = FlowPolicy(OBS, A, horizon=H, execute=2, hidden=(32, 32), time_dim=8)
+    policy = FlowPolicy(OBS, A, horizon=H, execute=2, hidden=(32, 32), time_dim=8, shortcut=request.param)
     policy.fit_normalization(torch.randn(64, OBS) * 2 + 1, torch.rand(64, A) * 1.2 - 0.7)
     return policy
 
@@ -35,13 +35,14 @@ def varied_noise_net(chain: ReinFlowChain) -> ReinFlowChain:
 
 
 def reference_log_prob(chain: ReinFlowChain, obs: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
-    """x_{k+1} ~ N(x_k + v(obs, x_k, k/K) / K, sigma(obs, x_k, k/K)^2), written out by hand."""
+    """x_{k+1} ~ N(x_k + v(obs, x_k, k/K; step 1/K) / K, sigma(obs, x_k, k/K)^2), written out by hand (a plain
+    flow ignores the step size; a shortcut flow predicts the velocity of a step of 1/K)."""
     p, k_steps = chain.policy, latents.shape[1] - 1
     obs_n = (obs - p.obs_norm.shift) / p.obs_norm.scale
     out = []
     for k in range(k_steps):
         x, t = latents[:, k], k / k_steps
-        v = p.velocity(obs_n, x, t)
+        v = p.velocity(obs_n, x, t, step=1 / k_steps)
         feats = torch.cat([obs_n, x.flatten(1), torch.full((x.shape[0], 1), t)], dim=-1)
         std = 0.08 + 0.16 * torch.sigmoid(chain.noise_net(feats)).view(x.shape)
         out.append(Normal(x + v / k_steps, std).log_prob(latents[:, k + 1]).sum((1, 2)))
