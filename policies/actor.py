@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.mlp import mlp
+from policies.normalize import RunningNorm
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -18,7 +19,8 @@ class TanhGaussianActor(nn.Module):
     """obs [B, O] -> action in (-1, 1)^A, a = tanh(u), u ~ N(mean(obs), std(obs)).
 
     The log-std is squashed smoothly into [log_std_min, log_std_max] rather than clipped, so its gradient never
-    vanishes at the bounds.
+    vanishes at the bounds. `trunk` replaces the MLP (obs [B, O] -> [B, 2A], e.g. `policies.hyper.HyperActorTrunk`);
+    `obs_norm` normalises observations first, and its statistics are saved with the actor's weights.
     """
 
     def __init__(
@@ -29,13 +31,26 @@ class TanhGaussianActor(nn.Module):
         layer_norm: bool = False,
         log_std_min: float = -5.0,
         log_std_max: float = 2.0,
+        trunk: nn.Module | None = None,
+        obs_norm: RunningNorm | None = None,
     ) -> None:
         super().__init__()
         self.action_dim = action_dim
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
-        self.trunk = mlp(obs_dim, 2 * action_dim, hidden, layer_norm)
+        self.trunk = trunk if trunk is not None else mlp(obs_dim, 2 * action_dim, hidden, layer_norm)
+        self.obs_norm = obs_norm
+
+    def output_layer(self) -> tuple[Tensor, Tensor]:
+        """(weight, bias) of the last layer, rows/columns of the mean first: zeroing them zeroes the mean."""
+        if hasattr(self.trunk, "output_layer"):
+            weight, bias = self.trunk.output_layer
+            return weight.T, bias
+        last = self.trunk[-1]
+        return last.weight, last.bias
 
     def distribution_params(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         mean, raw_log_std = self.trunk(obs).chunk(2, dim=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw_log_std) + 1)
         return mean, log_std

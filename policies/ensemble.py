@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from policies.normalize import RunningNorm
+
 
 class EnsembleLinear(nn.Module):
     """`num_members` independent linear layers. Input [B, in] (shared by all members) or [E, B, in]."""
@@ -92,10 +94,14 @@ class QEnsemble(nn.Module):
         num_critics: int = 2,
         hidden: Sequence[int] = (256, 256),
         layer_norm: bool = True,
+        obs_norm: RunningNorm | None = None,
     ) -> None:
         super().__init__()
         self.num_critics = num_critics
+        self.obs_norm = obs_norm  # observations are normalised first when given (statistics shared with the actor)
         self.net = EnsembleMLP(num_critics, obs_dim + action_dim, 1, hidden, layer_norm)
 
     def forward(self, obs: Tensor, action: Tensor) -> Tensor:
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)

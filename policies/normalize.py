@@ -64,3 +64,46 @@ class Normalizer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, mode={self.mode}"
+
+
+class RunningNorm(nn.Module):
+    """Observation normalisation with running statistics: x -> clip((x - mean) / sqrt(var + eps)).
+
+    Online RL cannot fit a normaliser to a dataset in advance; these statistics follow the data as it arrives
+    (`update`, Chan et al.'s parallel mean/variance merge, exact for any batch sizes). They are buffers, so they
+    are saved with the network that owns them (a checkpoint, a policy broadcast to an actor process, an export)
+    and a restored policy normalises exactly as the trained one did. Before any update the map is the identity.
+    """
+
+    mean: Tensor
+    var: Tensor
+    count: Tensor
+
+    def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.dim, self.clip, self.eps = int(dim), float(clip), float(eps)
+        self.register_buffer("mean", torch.zeros(self.dim))
+        self.register_buffer("var", torch.ones(self.dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: Tensor) -> None:
+        """Merge the statistics of samples [..., dim] into the running ones (tensor ops only, no host sync)."""
+        x = x.reshape(-1, self.dim).float()
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        total = self.count + n
+        w = (n / total).float()  # the new samples' weight in the merged mean
+        delta = batch_mean - self.mean
+        self.mean.add_(delta * w)
+        self.var.copy_(self.var * (1 - w) + batch_var * w + delta.pow(2) * w * (1 - w))
+        self.count.copy_(total)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ((x - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, clip={self.clip}"

@@ -25,6 +25,10 @@ Commands:
             or a saved policy:           robot-rl eval policy=runs/<run>/policy env=arm:push-sparse [episodes=100]
   collect   record episodes to a dataset: robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push
   bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [eval_env=arm:push]
+  aggregate statistics over seeds:       robot-rl aggregate runs/a runs/b ... [out=runs/a_b] [metric=eval_return_mean]
+
+Several seeds: `robot-rl train|finetune ... seed=0,1,2,3,4 jobs=2` trains each seed in <run_dir>/seed_<s>, then
+writes the mean and IQM over seeds with 95% bootstrap intervals (seeds.json) and curves with bands (curves.png).
 
 Robot commands (--flags; see docs/hardware.md):
   serve-robot  serve a robot driver:      robot-rl serve-robot --driver sim_arm --task reach --token $ROBOT_RL_TOKEN
@@ -48,13 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     command, args = argv[0], argv[1:]
     if command in {"serve-robot", "teleop", "hil-train", "deploy"}:
         return _robot_command(command, args)
-    commands = {"train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc}
+    commands = {
+        "train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc, "aggregate": _aggregate
+    }
     helps = {
         "train": _train_help,
         "finetune": _finetune_help,
         "eval": _eval_help,
         "collect": _collect_help,
         "bc": _bc_help,
+        "aggregate": lambda: USAGE,
     }
     if command not in commands:
         everything = [*commands, "serve-robot", "teleop", "hil-train", "deploy"]
@@ -69,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
     from robot_rl.finetune import FinetuneError
+    from robot_rl.seeds import SeedsError, split_seed_overrides
 
     try:
+        seeds, jobs, rest = split_seed_overrides(args) if command in {"train", "finetune"} else (None, 1, args)
+        if seeds is not None:
+            return _seeds(command, rest, seeds, jobs)
         return commands[command](args)
     except (
         UserError,
@@ -81,10 +92,58 @@ def main(argv: list[str] | None = None) -> int:
         BCError,
         PolicyFormatError,
         FinetuneError,
+        SeedsError,
     ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
+
+
+def _seeds(command: str, overrides: list[str], seeds: list[int], jobs: int) -> int:
+    """Several seeds of one configuration (robot_rl.seeds): validate once here, then one process per seed."""
+    from robot_rl.config import compose_config, compose_train_config
+    from robot_rl.seeds import describe, run_seeds
+
+    _check_overrides(overrides)
+    if any(o.startswith("resume=") for o in overrides):
+        raise UserError("with a seed list, run the same command again to continue (not resume=)")
+    if command == "finetune" and _fine_tunes_a_policy(overrides):
+        from robot_rl.finetune.config import FinetuneConfig
+
+        composed = [f"finetune={o.split('=', 1)[1]}" if o.startswith("experiment=") else o for o in overrides]
+        fcfg = compose_config("finetune", FinetuneConfig, composed)
+        steps, name, run_dir = fcfg.steps, fcfg.name or f"{fcfg.method}-{_slug(fcfg.env.spec)}", fcfg.run_dir
+    else:
+        cfg = compose_train_config(overrides)
+        cfg.validate()
+        steps, name, run_dir = cfg.train.steps, cfg.name or _slug(cfg.env.spec), cfg.run_dir
+    base = Path(run_dir) if run_dir else _default_run_dir(f"{name}-seeds")
+    rest = [o for o in overrides if not o.startswith("run_dir=")]
+    summary = run_seeds(command, rest, seeds, jobs, base, steps)
+    print(describe(summary), flush=True)
+    print(f"statistics: {base / 'seeds.json'} | curves: {base / 'curves.png'}", flush=True)
+    return 1 if summary["failed_seeds"] else 0
+
+
+def _aggregate(args: list[str]) -> int:
+    from robot_rl.seeds import aggregate, describe
+
+    options = dict(a.split("=", 1) for a in args if "=" in a)
+    unknown = set(options) - {"out", "metric", "title"}
+    if unknown:
+        raise UserError(f"unknown key '{sorted(unknown)[0]}' for aggregate; valid keys: out, metric, title")
+    dirs = [Path(a) for a in args if "=" not in a]
+    if not dirs:
+        raise UserError("give the run directories to aggregate, e.g. robot-rl aggregate runs/x/seed_*")
+    for d in dirs:
+        if not (d / "metrics.csv").is_file():
+            raise UserError(f"{d} has no metrics.csv: not a run directory")
+    out = Path(options.get("out", dirs[0].parent))
+    metric = options.get("metric", "eval_return_mean")
+    summary = aggregate(dirs, out, title=options.get("title", out.name), metric=metric)
+    print(describe(summary, metric), flush=True)
+    print(f"statistics: {out / 'seeds.json'} | curves: {out / 'curves.png'}", flush=True)
+    return 0
 
 
 def _robot_command(command: str, args: list[str]) -> int:

@@ -100,6 +100,7 @@ class Trainer:
         if cfg.data.path:
             self.prior = OfflineData.load(cfg.data.path, cfg.agent.gamma, cfg.data.max_episodes, cfg.device)
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}")
+            self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
             if cfg.data.mix_online:
                 self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)
         # A pretrained agent explores with its own policy before learning starts (WSRL warm-up), not uniformly.
@@ -243,9 +244,10 @@ class Trainer:
                     action = agent.act(obs).to(env.device)
                 next_obs, reward, terminated, truncated, info = env.step(action)
                 self.replay.add(obs, action, reward, info["final_obs"], terminated, truncated)
+                done = terminated | truncated
+                agent.observe(obs, reward, done)
                 obs = next_obs
                 self.env_steps += n
-                done = terminated | truncated
                 episode_return_sum += (info["episode_return"] * done).sum()
                 episode_count += done.sum()
 

@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from robot_rl.agents.sac import SAC
@@ -59,10 +58,9 @@ class CalQL:
         """One critic step (TD + conservative term) and one actor/temperature step on a batch [B]."""
         sac = self.sac
         obs, next_obs = batch.obs["state"], batch.next_obs["state"]
-        target = sac.td_target(batch.reward, batch.discount, next_obs)
-        q_data = sac.critic(obs, batch.action)  # [E, B]
-        td_loss = F.mse_loss(q_data, target.unsqueeze(0).expand_as(q_data), reduction="none").mean(1).sum()
-        gap, q_ood = self._conservative_gap(obs, next_obs, q_data, mc_return)
+        td_loss, q_data = sac.critic_loss(obs, batch.action, *sac.td_target(batch.reward, batch.discount, next_obs))
+        # Q is in the agent's reward units (agent.reward_scale), so the Monte-Carlo bound is scaled the same way
+        gap, q_ood = self._conservative_gap(obs, next_obs, q_data, mc_return * sac.reward_scale())
         critic_loss = td_loss + self.cfg.cql_alpha * gap.sum()
         sac.step_critic(critic_loss)
         actor_metrics = sac.update_actor_and_temperature(obs)

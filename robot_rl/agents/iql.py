@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from policies import mlp
@@ -66,18 +65,15 @@ class IQL:
         value_loss.backward()
         self.value_opt.step()
 
-        with torch.no_grad():
-            target = batch.reward + batch.discount * self.value(next_obs).squeeze(-1)
-        q = sac.critic(obs, action)  # [E, B]
-        critic_loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q), reduction="none").mean(1).sum()
+        with torch.no_grad():  # V is fitted to the critics, so it is in their (scaled) units already
+            target = batch.reward * sac.reward_scale() + batch.discount * self.value(next_obs).squeeze(-1)
+        critic_loss, q = sac.critic_loss(obs, action, target.unsqueeze(-1))
         sac.step_critic(critic_loss)
 
         with torch.no_grad():
             adv_weight = torch.exp(cfg.beta * (q_target - v.detach())).clamp(max=cfg.max_weight)
         actor_loss = -(adv_weight * sac.actor.log_prob(obs, action)).mean()
-        sac.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        sac.actor_opt.step()
+        sac.step_actor(actor_loss)
         return {
             "critic_loss": critic_loss.detach(),
             "value_loss": value_loss.detach(),

@@ -1,6 +1,6 @@
-"""Soft actor-critic with the RLPD recipe (Ball et al. 2023; as used by SERL, HIL-SERL and WSRL).
+"""Soft actor-critic with the RLPD recipe and the 2025 sample-efficiency recipe, in one agent.
 
-What the recipe adds to plain SAC, each a config field below:
+What the RLPD recipe (Ball et al. 2023; SERL, HIL-SERL, WSRL) adds to plain SAC, each a config field below:
 - an ensemble of `num_critics` Q-networks in one batched module; the TD target is the minimum over a random
   subset of `num_target_critics` target critics (RLPD's "random ensemble distillation" of REDQ);
 - LayerNorm in the critics, so high update-to-data ratios do not blow Q-values up;
@@ -9,8 +9,23 @@ What the recipe adds to plain SAC, each a config field below:
 - n-step returns, computed by the replay buffer, which also hands back the bootstrap discount: 0 after a
   terminal state, gamma^n through time limits (truncation bootstraps).
 
+What the sample-efficient agents of 2025-26 share (SimbaV2, FlashSAC, CrossQ, BRO), each also a field, all on
+in `configs/agent/simba.yaml`, the default of `robot-rl train`:
+- `network=hyper`: residual networks whose features and weights live on the unit sphere (`policies.hyper`),
+  re-projected after every optimiser step, so parameter norms cannot drift at any update ratio;
+- `num_atoms > 1`: a distributional critic, categorical over `num_atoms` returns evenly spaced in
+  [-v_max, v_max]; the TD target distribution (rewards plus the discounted support) is projected back onto
+  the atoms and the critic is trained by cross-entropy (C51's projection; with min-reduction the target is
+  the distribution of the target critic whose expected value is lowest);
+- `reward_scale`: rewards divided by a running scale of the discounted return (its standard deviation, but
+  at least max|G| / v_max), so returns fit the fixed support on any task;
+- `obs_norm`: running observation normalisation, part of the actor and critic modules (so saved with them);
+- `noise_repeat_max > 1`: time-correlated exploration, each Gaussian noise sample held for a random number
+  of steps (FlashSAC), which explores further than white noise at the same entropy.
+
 `update` takes a batch with a leading `utd` dimension and returns metrics as tensors: nothing in it reads a
-value back to the host, so the learner never waits on the device.
+value back to the host, so the learner never waits on the device. `observe` is called once per environment
+step by the loop that collects data: it updates the running statistics of observations and returns.
 """
 
 from __future__ import annotations
@@ -24,19 +39,35 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from policies import QEnsemble, TanhGaussianActor
+from policies.hyper import HyperActorTrunk, HyperQEnsemble, project_
+from policies.normalize import RunningNorm
 from robot_rl.fields import help_field as _help
 from robot_rl.replay import Batch
+
+NETWORKS = ("mlp", "hyper")
+REDUCTIONS = ("min", "mean")
 
 
 @dataclass
 class SACConfig:
-    """SAC with the RLPD options. Defaults are plain SAC with LayerNorm critics."""
+    """SAC with the RLPD options and the sample-efficiency options. Defaults are plain SAC, LayerNorm critics."""
 
-    hidden_dims: list[int] = _help([256, 256], "hidden widths of actor and critics")
+    network: str = _help("mlp", "mlp (hidden_dims, LayerNorm options) or hyper (hyperspherical residual nets)")
+    hidden_dims: list[int] = _help([256, 256], "network=mlp: hidden widths of actor and critics")
+    critic_width: int = _help(256, "network=hyper: critic width (its blocks are 4x wider inside)")
+    critic_blocks: int = _help(1, "network=hyper: residual blocks of each critic")
+    actor_width: int = _help(128, "network=hyper: actor width")
+    actor_blocks: int = _help(1, "network=hyper: residual blocks of the actor")
     num_critics: int = _help(2, "critics in the ensemble (RLPD: 10 for state observations)")
-    num_target_critics: int = _help(2, "random subset of target critics the TD target takes the minimum over")
-    critic_layer_norm: bool = _help(True, "LayerNorm after each hidden layer of the critics")
-    actor_layer_norm: bool = _help(False, "LayerNorm after each hidden layer of the actor")
+    num_target_critics: int = _help(2, "random subset of target critics the TD target reduces over")
+    target_reduce: str = _help("min", "how the TD target combines the subset: min (clipped double Q) or mean")
+    actor_q: str = _help("mean", "what the actor maximises over the ensemble: mean (RLPD) or min")
+    num_atoms: int = _help(1, "1: scalar critics (MSE); >1: categorical critics over this many atoms (network=hyper)")
+    v_max: float = _help(5.0, "categorical support [-v_max, v_max], in scaled-return units")
+    reward_scale: bool = _help(False, "divide rewards by a running scale of the discounted return")
+    obs_norm: bool = _help(False, "normalise observations with running statistics (saved with the networks)")
+    critic_layer_norm: bool = _help(True, "network=mlp: LayerNorm after each hidden layer of the critics")
+    actor_layer_norm: bool = _help(False, "network=mlp: LayerNorm after each hidden layer of the actor")
     utd: int = _help(1, "update-to-data ratio: critic updates per environment transition")
     batch_size: int = _help(256, "transitions per gradient update")
     gamma: float = _help(0.99, "discount factor")
@@ -49,15 +80,27 @@ class SACConfig:
     target_entropy_scale: float = _help(1.0, "target entropy = -scale * action_dim")
     backup_entropy: bool = _help(True, "include the entropy bonus in the TD target")
     critic_weight_decay: float = _help(0.0, "AdamW weight decay of the critics")
+    noise_repeat_max: int = _help(
+        1, "1: fresh exploration noise every step; >1: hold each noise sample for 1..this many steps (FlashSAC)"
+    )
+    noise_repeat_exponent: float = _help(2.0, "P(hold k steps) ~ k^-exponent for k = 1..noise_repeat_max")
     compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
     bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32)")
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
         checks = [
+            (self.network in NETWORKS, f"agent.network must be one of {', '.join(NETWORKS)}"),
             (2 <= self.num_critics <= 20, "agent.num_critics must be between 2 and 20"),
             (1 <= self.num_target_critics <= self.num_critics,
              "agent.num_target_critics must be between 1 and agent.num_critics"),
+            (self.target_reduce in REDUCTIONS, f"agent.target_reduce must be one of {', '.join(REDUCTIONS)}"),
+            (self.actor_q in REDUCTIONS, f"agent.actor_q must be one of {', '.join(REDUCTIONS)}"),
+            (self.num_atoms == 1 or 3 <= self.num_atoms <= 1001, "agent.num_atoms must be 1 or in [3, 1001]"),
+            (self.num_atoms == 1 or self.network == "hyper", "agent.num_atoms > 1 needs agent.network=hyper"),
+            (self.v_max > 0, "agent.v_max must be > 0"),
+            (min(self.critic_width, self.actor_width) >= 8, "agent.critic_width and agent.actor_width must be >= 8"),
+            (min(self.critic_blocks, self.actor_blocks) >= 1, "agent.critic_blocks and agent.actor_blocks must be >= 1"),
             (self.utd >= 1, "agent.utd must be >= 1"),
             (self.batch_size >= 1, "agent.batch_size must be >= 1"),
             (0.0 < self.gamma <= 1.0, "agent.gamma must be in (0, 1]"),
@@ -66,17 +109,95 @@ class SACConfig:
             (self.init_temperature > 0, "agent.init_temperature must be > 0"),
             (len(self.hidden_dims) >= 1 and all(h > 0 for h in self.hidden_dims),
              "agent.hidden_dims must be a non-empty list of positive widths"),
+            (self.noise_repeat_max >= 1, "agent.noise_repeat_max must be >= 1"),
+            (self.noise_repeat_exponent > 0, "agent.noise_repeat_exponent must be > 0"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
 
 
+def random_subset(num: int, k: int, device: torch.device) -> Tensor:
+    """k distinct indices out of num, uniformly (argsort of uniform noise: a compile-friendly randperm)."""
+    return torch.rand(num, device=device).argsort()[:k]
+
+
 def min_of_random_subset(q_all: Tensor, k: int) -> Tensor:
     """[E, B] ensemble values -> [B]: the minimum over a random subset of k members (REDQ / RLPD target)."""
-    # argsort of uniform noise: a compile-friendly randperm
-    subset = torch.rand(q_all.shape[0], device=q_all.device).argsort()[:k]
-    return q_all[subset].min(dim=0).values
+    return q_all[random_subset(q_all.shape[0], k, q_all.device)].min(dim=0).values
+
+
+def categorical_projection(atoms: Tensor, probs: Tensor | None, support: Tensor) -> Tensor:
+    """Project the distribution with mass `probs` [B, M] at values `atoms` [B, M] onto `support` [K] -> [B, K].
+
+    Each mass is clamped into the support's range and split between its two neighbouring atoms in proportion
+    to the distances (C51's projection); `probs=None` puts all mass on one value per row (`atoms` [B, 1]), the
+    "two-hot" encoding of a scalar target. Mass is conserved exactly.
+    """
+    k = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    if probs is None:
+        probs = torch.ones_like(atoms)
+    pos = (atoms.clamp(v_min, v_max) - v_min) / ((v_max - v_min) / (k - 1))  # fractional atom index in [0, K-1]
+    lower = pos.floor().clamp(max=k - 1)
+    upper_frac = pos - lower
+    lower = lower.long()
+    upper = (lower + 1).clamp(max=k - 1)
+    out = torch.zeros(atoms.shape[0], k, dtype=probs.dtype, device=probs.device)
+    out.scatter_add_(1, lower, probs * (1 - upper_frac))
+    out.scatter_add_(1, upper, probs * upper_frac)
+    return out
+
+
+class ReturnScale(torch.nn.Module):
+    """The running scale rewards are divided by: max(std(G), max|G| / v_max) over discounted returns G.
+
+    G follows each env's reward stream (G <- gamma * G * (1 - done) + r), as in SimbaV2 and FlashSAC. The
+    standard deviation makes the critic's targets unit-scale on any task; the max-bound keeps the largest
+    return seen inside a categorical support of half-width v_max. Until any reward is seen the scale is 1.
+    """
+
+    running: Tensor
+    abs_max: Tensor
+
+    def __init__(self, gamma: float, v_max: float) -> None:
+        super().__init__()
+        self.gamma, self.v_max = gamma, v_max
+        self.returns = RunningNorm(1)
+        self.register_buffer("running", torch.zeros(0))
+        self.register_buffer("abs_max", torch.zeros(()))
+
+    @torch.no_grad()
+    def observe(self, reward: Tensor, done: Tensor, env_ids: Tensor | None = None, num_envs: int = 0) -> None:
+        """One reward per env ([N]), or per env in `env_ids` of `num_envs` (loops whose steps cover a subset)."""
+        reward, keep = reward.float(), (~done.bool()).float()
+        n = reward.shape[0] if env_ids is None else num_envs
+        if self.running.shape != (n,):
+            self.running = torch.zeros(n, device=reward.device)
+        ids = slice(None) if env_ids is None else env_ids
+        g = self.gamma * self.running[ids] + reward
+        self.returns.update(g.unsqueeze(-1))
+        self.abs_max = torch.maximum(self.abs_max, g.abs().max())
+        self.running[ids] = g * keep
+
+    @torch.no_grad()
+    def observe_returns(self, returns: Tensor) -> None:
+        """Statistics from returns of whole trajectories (a dataset's Monte-Carlo returns)."""
+        returns = returns.float().reshape(-1)
+        self.returns.update(returns.unsqueeze(-1))
+        self.abs_max = torch.maximum(self.abs_max, returns.abs().max())
+
+    def scale(self) -> Tensor:
+        """Rewards are multiplied by this (a 0-dim tensor; no host sync)."""
+        denominator = torch.maximum(self.returns.var[0].sqrt(), self.abs_max / self.v_max)
+        return torch.where(denominator > 1e-8, 1.0 / denominator.clamp_min(1e-8), torch.ones_like(denominator))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        # the per-env running return has the shape of the env batch, which a new run may change
+        key = prefix + "running"
+        if key in state_dict:
+            self.running = torch.zeros_like(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class SAC:
@@ -86,10 +207,28 @@ class SAC:
         cfg.validate()
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.device = torch.device(device)
-        self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden_dims, cfg.actor_layer_norm).to(self.device)
-        self.critic = QEnsemble(obs_dim, action_dim, cfg.num_critics, cfg.hidden_dims, cfg.critic_layer_norm)
+        self.obs_norm = RunningNorm(obs_dim).to(self.device) if cfg.obs_norm else None
+        if cfg.network == "hyper":
+            trunk = HyperActorTrunk(obs_dim, 2 * action_dim, cfg.actor_width, cfg.actor_blocks)
+            self.actor = TanhGaussianActor(obs_dim, action_dim, trunk=trunk, obs_norm=self.obs_norm)
+            self.critic = HyperQEnsemble(
+                obs_dim, action_dim, cfg.num_critics, cfg.critic_width, cfg.critic_blocks, cfg.num_atoms, cfg.v_max,
+                obs_norm=self.obs_norm,
+            )
+        else:
+            self.actor = TanhGaussianActor(
+                obs_dim, action_dim, cfg.hidden_dims, cfg.actor_layer_norm, obs_norm=self.obs_norm
+            )
+            self.critic = QEnsemble(
+                obs_dim, action_dim, cfg.num_critics, cfg.hidden_dims, cfg.critic_layer_norm, obs_norm=self.obs_norm
+            )
+        self.actor.to(self.device)
         self.critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        if self.obs_norm is not None:
+            self.critic_target.obs_norm = self.obs_norm  # one set of statistics for every network
+        self.return_scale = ReturnScale(cfg.gamma, cfg.v_max).to(self.device) if cfg.reward_scale else None
+        self._hyper = cfg.network == "hyper"
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
         self.target_entropy = -cfg.target_entropy_scale * action_dim
 
@@ -100,6 +239,11 @@ class SAC:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
+        # time-correlated exploration: the held noise and the steps left to hold it, per env (sized on first use)
+        self._held_noise: Tensor | None = None
+        self._hold_left: Tensor | None = None
+        k = torch.arange(1, cfg.noise_repeat_max + 1, dtype=torch.float32, device=self.device)
+        self._hold_probs = k.pow(-cfg.noise_repeat_exponent)
         # torch.compile fuses the elementwise work around the matmuls of the two losses; backward and the
         # (fused) optimiser steps stay eager. Compilation costs tens of seconds once, so it is opt-in. On CUDA
         # "reduce-overhead" also replays the losses as CUDA graphs; a graph's outputs live in memory that the
@@ -109,20 +253,66 @@ class SAC:
         self._critic_loss_fn = torch.compile(self._critic_loss, mode=mode) if cfg.compile else self._critic_loss
         self._actor_loss_fn = torch.compile(self._actor_loss, mode=mode) if cfg.compile else self._actor_loss
 
+    # -- data statistics ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def observe(
+        self, obs: dict[str, Tensor], reward: Tensor, done: Tensor, env_ids: Tensor | None = None, num_envs: int = 0
+    ) -> None:
+        """One environment step of every env, as it is collected: running observation and return statistics.
+
+        `obs` is the observation the step started from; `done` = terminated | truncated. Loops whose steps cover
+        a subset of their envs (one macro step per finished action chunk) pass `env_ids` and `num_envs`. A
+        no-op unless `obs_norm` or `reward_scale` is on.
+        """
+        if self.obs_norm is not None:
+            self.obs_norm.update(obs["state"].to(self.device))
+        if self.return_scale is not None:
+            ids = None if env_ids is None else env_ids.to(self.device)
+            self.return_scale.observe(reward.to(self.device), done.to(self.device), ids, num_envs)
+
+    @torch.no_grad()
+    def observe_dataset(self, obs: Tensor, returns: Tensor) -> None:
+        """Running statistics from a dataset (offline pretraining, prior data): its states and MC returns."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(obs.to(self.device))
+        if self.return_scale is not None:
+            self.return_scale.observe_returns(returns.to(self.device))
+
+    def reward_scale(self) -> Tensor | float:
+        """What rewards (and returns) are multiplied by before they reach the critics: Q is in these units."""
+        return 1.0 if self.return_scale is None else self.return_scale.scale()
+
     # -- acting ---------------------------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: dict[str, Tensor], deterministic: bool = False) -> Tensor:
         """Actions in [-1, 1] for a batch of observations (dict of named groups; SAC reads `state`)."""
-        return self.actor(obs["state"].to(self.device), deterministic)[0]
+        state = obs["state"].to(self.device)
+        if deterministic or self.cfg.noise_repeat_max == 1:
+            return self.actor(state, deterministic)[0]
+        mean, log_std = self.actor.distribution_params(state)
+        return torch.tanh(mean + log_std.exp() * self._correlated_noise(mean))
+
+    def _correlated_noise(self, like: Tensor) -> Tensor:
+        """Standard normal noise [N, A], each env's sample held for a random duration (FlashSAC's exploration)."""
+        if self._held_noise is None or self._held_noise.shape != like.shape:
+            self._held_noise = torch.randn_like(like)
+            self._hold_left = torch.zeros(like.shape[0], dtype=torch.long, device=like.device)
+        assert self._hold_left is not None
+        expired = self._hold_left <= 0
+        fresh = torch.randn_like(like)
+        self._held_noise = torch.where(expired.unsqueeze(-1), fresh, self._held_noise)
+        durations = torch.multinomial(self._hold_probs, like.shape[0], replacement=True) + 1
+        self._hold_left = torch.where(expired, durations, self._hold_left) - 1
+        return self._held_noise
 
     @torch.no_grad()
     def zero_actor_mean(self) -> None:
         """Zero the mean half of the actor's output layer: the deterministic action is then exactly 0 (tanh(0)),
         so fine-tuning starts at the policy the action modifies (residual RL's zero correction, DSRL's zero noise).
         """
-        last = self.actor.trunk[-1]
-        last.weight[: self.action_dim].zero_()
-        last.bias[: self.action_dim].zero_()
+        weight, bias = self.actor.output_layer()
+        weight[: self.action_dim].zero_()
+        bias[: self.action_dim].zero_()
 
     # -- learning -------------------------------------------------------------------------------------------
     def update(self, batch: Batch, actor: bool = True) -> dict[str, Tensor]:
@@ -144,28 +334,65 @@ class SAC:
         return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
 
     @torch.no_grad()
-    def td_target(self, reward: Tensor, discount: Tensor, next_obs: Tensor) -> Tensor:
-        """The soft TD target [B]: reward + discount * (min over a random target subset - alpha * log pi)."""
+    def td_target(self, reward: Tensor, discount: Tensor, next_obs: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The soft TD target of (unscaled) rewards, in the critics' units.
+
+        Returns (values [B, M], probabilities [B, M] or None): a scalar target [B, 1] for scalar critics; for
+        categorical critics the support shifted and scaled by the Bellman backup, with the target critic's
+        probabilities, which `critic_loss` projects back onto the support.
+        """
         cfg = self.cfg
+        reward = reward * self.reward_scale()
         with self._autocast():
             next_action, next_log_prob = self.actor(next_obs)
-            target_q_all = self.critic_target(next_obs, next_action).float()  # [E, B]
-        next_v = min_of_random_subset(target_q_all, cfg.num_target_critics)
-        if cfg.backup_entropy:
-            next_v = next_v - self.log_alpha.exp() * next_log_prob.float()
-        return reward + discount * next_v
+            target_out = self.critic_target.logits(next_obs, next_action) if cfg.num_atoms > 1 else None
+            target_q_all = (
+                self.critic_target.values(target_out) if target_out is not None
+                else self.critic_target(next_obs, next_action)
+            ).float()  # [E, B]
+        entropy_bonus = -self.log_alpha.exp() * next_log_prob.float() if cfg.backup_entropy else 0.0
+        subset = random_subset(target_q_all.shape[0], cfg.num_target_critics, target_q_all.device)
+        if target_out is None:
+            q_sub = target_q_all[subset]
+            next_v = q_sub.min(dim=0).values if cfg.target_reduce == "min" else q_sub.mean(dim=0)
+            return (reward + discount * (next_v + entropy_bonus)).unsqueeze(-1), None
+        probs = target_out.float().softmax(-1)[subset]  # [k, B, K]
+        if cfg.target_reduce == "min":  # the distribution of the member with the lowest expected value
+            lowest = target_q_all[subset].argmin(dim=0)  # [B]
+            next_probs = probs.gather(0, lowest.view(1, -1, 1).expand(1, *probs.shape[1:])).squeeze(0)
+        else:
+            next_probs = probs.mean(dim=0)
+        atoms = reward.unsqueeze(-1) + discount.unsqueeze(-1) * (self.critic.support + torch.as_tensor(
+            entropy_bonus, device=reward.device).reshape(-1, 1))
+        return atoms, next_probs
+
+    def critic_loss(
+        self, obs: Tensor, action: Tensor, target: Tensor, target_probs: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Loss of every critic against a target from `td_target` (or a scalar target [B, 1] of any origin):
+        MSE for scalar critics, cross-entropy against the projected target for categorical ones. Summed over
+        critics, averaged over the batch. Returns (loss, Q [E, B])."""
+        with self._autocast():
+            out = self.critic.logits(obs, action) if self.cfg.num_atoms > 1 else self.critic(obs, action)
+        if self.cfg.num_atoms == 1:
+            q = out.float()
+            return F.mse_loss(q, target[:, 0].unsqueeze(0).expand_as(q), reduction="none").mean(dim=1).sum(), q
+        target_dist = categorical_projection(target, target_probs, self.critic.support)
+        log_probs = out.float().log_softmax(-1)  # [E, B, K]
+        loss = -(target_dist.unsqueeze(0) * log_probs).sum(-1).mean(dim=1).sum()
+        return loss, (log_probs.exp() * self.critic.support).sum(-1)
 
     def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor):
-        target = self.td_target(reward, discount, next_obs)
-        with self._autocast():
-            q = self.critic(obs, action).float()  # [E, B]
-        critic_loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q), reduction="none").mean(dim=1).sum()
+        target, target_probs = self.td_target(reward, discount, next_obs)
+        critic_loss, q = self.critic_loss(obs, action, target, target_probs)
         return critic_loss, q.detach().mean()
 
     def _actor_loss(self, obs: Tensor, alpha: Tensor):
         with self._autocast():
             action, log_prob = self.actor(obs)
-            q = self.critic(obs, action).float().mean(dim=0)  # the actor follows the ensemble mean (RLPD)
+            q_all = self.critic(obs, action).float()
+        # the actor follows the ensemble mean (RLPD) or its minimum (clipped double Q)
+        q = q_all.mean(dim=0) if self.cfg.actor_q == "mean" else q_all.min(dim=0).values
         log_prob = log_prob.float()
         return (alpha * log_prob - q).mean(), log_prob.detach()
 
@@ -184,11 +411,21 @@ class SAC:
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
+        if self._hyper:
+            project_(self.critic)
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
 
+    def step_actor(self, actor_loss: Tensor) -> None:
+        """One optimiser step of the actor on `actor_loss` (weights re-projected for hyperspherical nets)."""
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        if self._hyper:
+            project_(self.actor)
+
     def update_actor_and_temperature(self, obs: Tensor) -> dict[str, Tensor]:
-        """One actor step against the ensemble mean and one temperature step (also used by offline learners)."""
+        """One actor step against the ensemble and one temperature step (also used by offline learners)."""
         return self._update_actor_and_temperature(obs)
 
     def _update_actor_and_temperature(self, obs: Tensor) -> dict[str, Tensor]:
@@ -196,10 +433,8 @@ class SAC:
         # The critic is not trained here: freezing it skips its weight gradients.
         self.critic.requires_grad_(False)
         actor_loss, log_prob = self._actor_loss_fn(obs, alpha)
-        self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        self.step_actor(actor_loss)
         self.critic.requires_grad_(True)
-        self.actor_opt.step()
 
         entropy = -log_prob.mean()
         alpha_loss = self.log_alpha.exp() * (entropy - self.target_entropy)
@@ -215,8 +450,8 @@ class SAC:
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {
-            "actor": self.actor.state_dict(),
+        state = {
+            "actor": self.actor.state_dict(),  # includes the observation statistics (obs_norm)
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
@@ -224,6 +459,9 @@ class SAC:
             "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": self.alpha_opt.state_dict(),
         }
+        if self.return_scale is not None:
+            state["return_scale"] = self.return_scale.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -234,3 +472,7 @@ class SAC:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
+        if self.return_scale is not None:
+            if "return_scale" not in state:
+                raise KeyError("return_scale (the checkpoint was written without agent.reward_scale)")
+            self.return_scale.load_state_dict(state["return_scale"])

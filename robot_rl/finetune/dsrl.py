@@ -132,6 +132,8 @@ class DSRL:
         metrics: dict[str, Tensor] = {}
         macro = result.macro
         if macro is not None:
+            self.agent.observe({"state": macro.obs}, macro.reward, macro.terminated | macro.truncated,
+                               macro.env_ids, self.env.num_envs)
             self.replay.extend(
                 {"state": macro.obs}, macro.payload["action"], macro.reward, {"state": macro.next_obs},
                 macro.terminated, macro.truncated,
@@ -166,9 +168,9 @@ class DSRL:
                 half = state.shape[0] // 2
                 anywhere = torch.rand(state.shape[0] - half, self.noise_dim, device=state.device) * 2 - 1
                 w = torch.cat([self.agent.actor(state[:half])[0], anywhere])
-                distil_target = self.action_critic(state, self.executed(state, w)).mean(0)
-            qw = self.agent.critic(state, w)
-            noise_loss = F.mse_loss(qw, distil_target.expand_as(qw), reduction="none").mean(1).sum()
+                # Q^A is in reward units; Q^W in the agent's (agent.reward_scale)
+                distil_target = self.action_critic(state, self.executed(state, w)).mean(0) * self.agent.reward_scale()
+            noise_loss, _ = self.agent.critic_loss(state, w, distil_target.unsqueeze(-1))
             self.agent.step_critic(noise_loss)  # (also moves Q^W's target network, which DSRL-NA never reads)
         metrics = self.agent.update_actor_and_temperature(state)
         return {**metrics, "critic_loss": action_loss.detach(), "q_mean": q.detach().mean(),

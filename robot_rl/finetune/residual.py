@@ -153,6 +153,7 @@ class ResidualRL:
         residual = self.agent.act(obs).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(self.executed(self._base_action, residual))
         done = terminated | truncated
+        self.agent.observe(obs, reward, done)
         self.base.reset(done)
         state = next_obs["state"].float()
         base_action = self.base.act(state, cfg.base_deterministic)

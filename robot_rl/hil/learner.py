@@ -212,6 +212,7 @@ class HILLearner:
         self.prior.extend(
             {"state": data.obs}, data.action, data.reward, {"state": data.next_obs}, data.terminated, data.truncated
         )
+        self.agent.observe_dataset(data.obs, data.mc_return)
         self.demo_transitions += len(data)
         return len(data)
 
@@ -229,6 +230,7 @@ class HILLearner:
             return
         t = _as_tensors(transitions)
         terminated, truncated, intervention = t["terminated"], t["truncated"], transitions["intervention"]
+        self._observe(t)
         self._extend(self.online, t, _cut(truncated, terminated, np.arange(n) == n - 1))
         if intervention.any():
             rows = torch.from_numpy(np.flatnonzero(intervention))
@@ -251,6 +253,14 @@ class HILLearner:
         t = _as_tensors(transitions)
         self._extend(self.prior, t, _cut(t["truncated"], t["terminated"], np.arange(n) == n - 1))
         self.demo_transitions += n
+
+    def _observe(self, t: dict[str, Tensor]) -> None:
+        """The agent's running statistics, one row at a time: a chunk is consecutive steps of one env."""
+        if not (self.agent.cfg.obs_norm or self.agent.cfg.reward_scale):
+            return
+        done = t["terminated"] | t["truncated"]
+        for i in range(t["reward"].shape[0]):
+            self.agent.observe({"state": t["obs"][i : i + 1]}, t["reward"][i : i + 1], done[i : i + 1])
 
     def _extend(self, buffer: ReplayBuffer, t: dict[str, Tensor], truncated: Tensor) -> None:
         buffer.extend(
