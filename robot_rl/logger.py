@@ -24,6 +24,7 @@ METRIC_COLUMNS = [
     "q_mean",
     "updates",
     "env_steps_per_s",
+    "eval_time_s",  # cumulative seconds spent evaluating: training time = wall_time_s - eval_time_s
 ]
 
 

@@ -111,6 +111,7 @@ class Trainer:
         self.evals = 0
         self.best_return = -float("inf")
         self.wall_offset_s = 0.0
+        self.eval_time_s = 0.0  # of the wall time, spent evaluating (training time = wall time - this)
         self._t0: float | None = None  # set when run() starts
         self.last_eval_return: float | None = None
 
@@ -136,6 +137,7 @@ class Trainer:
             "best_return": self.best_return,
             "last_eval_return": self.last_eval_return,
             "wall_time_s": self._wall_time(),
+            "eval_time_s": self.eval_time_s,
             "agent": self.agent.state_dict(),
             "replay": self.replay.state_dict(),
             "rng": _rng_state(),
@@ -168,6 +170,7 @@ class Trainer:
         self.offline_updates = state.get("offline_updates", 0)
         self.best_return, self.last_eval_return = state["best_return"], state["last_eval_return"]
         self.wall_offset_s = state["wall_time_s"]
+        self.eval_time_s = state.get("eval_time_s", 0.0)
         _set_rng_state(state["rng"])
 
     def _load_init_agent(self, path: Path) -> None:
@@ -298,12 +301,15 @@ class Trainer:
         self, metric_sums: dict[str, torch.Tensor], metric_count: int, train_return: float | None, rate: float
     ) -> None:
         cfg = self.cfg
+        t0 = time.monotonic()
         result = self._eval_policy(train_return)
+        self.eval_time_s += time.monotonic() - t0
         self.evals += 1
         self.last_eval_return = result["eval_return_mean"]
         row: dict[str, float | None] = {
             "env_step": self.env_steps,
             "wall_time_s": round(self._wall_time(), 2),
+            "eval_time_s": round(self.eval_time_s, 2),
             **result,
             "train_return_mean": train_return,
             "updates": self.updates,

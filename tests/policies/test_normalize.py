@@ -38,3 +38,39 @@ def test_unknown_mode_and_empty_data():
         Normalizer(2, "zscore")
     with pytest.raises(ValueError, match="zero samples"):
         Normalizer(2).fit(torch.zeros(0, 2))
+
+
+def test_running_norm_matches_the_statistics_of_everything_seen():
+    from policies.normalize import RunningNorm
+
+    torch.manual_seed(0)
+    norm = RunningNorm(3)
+    x = torch.cat([torch.randn(7, 3) * 4 + 2, torch.randn(100, 3) * 0.5 - 1, torch.randn(1, 3)])
+    for chunk in (x[:7], x[7:50], x[50:107], x[107:]):  # uneven batches merge exactly
+        norm.update(chunk)
+    torch.testing.assert_close(norm.mean, x.mean(0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(norm.var, x.var(0, unbiased=False), atol=1e-5, rtol=1e-5)
+    assert norm.count.item() == 108
+    y = norm(x)
+    torch.testing.assert_close(y.mean(0), torch.zeros(3), atol=1e-4, rtol=0)
+
+
+def test_running_norm_is_the_identity_before_any_data_and_clips_outliers():
+    from policies.normalize import RunningNorm
+
+    norm = RunningNorm(2, clip=5.0)
+    x = torch.tensor([[0.3, -2.0]])
+    torch.testing.assert_close(norm(x), x)
+    norm.update(torch.randn(500, 2))
+    assert norm(torch.tensor([[1e6, -1e6]])).abs().max().item() == 5.0
+
+
+def test_running_norm_statistics_travel_in_the_state_dict():
+    from policies.normalize import RunningNorm
+
+    a, b = RunningNorm(4), RunningNorm(4)
+    a.update(torch.randn(64, 4) * 3 + 1)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(a(x), b(x))
+    assert set(a.state_dict()) == {"mean", "var", "count"}

@@ -158,3 +158,159 @@ def test_cuda_graph_update_outputs_survive_the_next_replay():
             kept = m
     for k in first:
         torch.testing.assert_close(kept[k], first[k])
+
+
+# -- the sample-efficient options (agent=simba) ---------------------------------------------------------------
+from robot_rl.agents.sac import ReturnScale, categorical_projection  # noqa: E402
+
+SIMBA = dict(network="hyper", critic_width=32, actor_width=16, num_atoms=21, obs_norm=True, reward_scale=True,
+             init_temperature=0.01, target_entropy_scale=0.5)
+
+
+def _projection_reference(atoms, probs, support):
+    """C51's projection written as a plain loop over every mass, the textbook way."""
+    k, v_min, v_max = len(support), support[0].item(), support[-1].item()
+    dz = (v_max - v_min) / (k - 1)
+    out = torch.zeros(atoms.shape[0], k, dtype=torch.float64)
+    for b in range(atoms.shape[0]):
+        for j in range(atoms.shape[1]):
+            z = min(max(atoms[b, j].item(), v_min), v_max)
+            pos = (z - v_min) / dz
+            lo = int(pos // 1)
+            hi = min(lo + 1, k - 1)
+            frac = pos - lo
+            p = probs[b, j].item()
+            if lo == hi or frac == 0.0:
+                out[b, lo] += p
+            else:
+                out[b, lo] += p * (1 - frac)
+                out[b, hi] += p * frac
+    return out
+
+
+def test_categorical_projection_matches_a_plain_reference_loop():
+    torch.manual_seed(0)
+    support = torch.linspace(-5, 5, 11)
+    reward = torch.randn(16) * 2
+    discount = torch.tensor([0.99] * 12 + [0.0] * 4)  # four terminal transitions: all mass on the reward
+    atoms = reward[:, None] + discount[:, None] * (support[None] + 0.3)
+    atoms[0] = support  # exactly on the atoms
+    atoms[1] = support * 3  # far outside the support on both sides: clamped to the end atoms
+    probs = torch.softmax(torch.randn(16, 11), -1)
+    got = categorical_projection(atoms, probs, support)
+    torch.testing.assert_close(got.double(), _projection_reference(atoms, probs, support), atol=1e-6, rtol=0)
+    torch.testing.assert_close(got.sum(-1), torch.ones(16))  # mass is conserved
+    torch.testing.assert_close(got[0], probs[0])
+    # the projected distribution's mean is the clamped target mean wherever nothing was clamped
+    inside = (atoms.abs() <= 5).all(-1)
+    torch.testing.assert_close((got * support).sum(-1)[inside], (probs * atoms).sum(-1)[inside], atol=1e-5, rtol=0)
+
+
+def test_two_hot_of_a_scalar_target_has_that_mean():
+    support = torch.linspace(-2, 2, 9)
+    target = torch.tensor([[-1.3], [0.0], [1.99], [7.0]])
+    dist = categorical_projection(target, None, support)
+    torch.testing.assert_close((dist * support).sum(-1), torch.tensor([-1.3, 0.0, 1.99, 2.0]))
+
+
+def test_categorical_critic_learns_the_reward_of_terminal_transitions():
+    """discount 0: every critic's expected value converges on the (scaled) reward."""
+    torch.manual_seed(0)
+    agent = SAC(4, 2, SACConfig(**{**SIMBA, "reward_scale": False, "critic_lr": 3e-3}))
+    b = _batch(64)
+    b.discount.zero_()
+    b.reward.clamp_(-2, 2)
+    before = (agent.critic(b.obs["state"], b.action) - b.reward).abs().mean().item()
+    for _ in range(300):
+        agent._update_critic(b)
+    after = (agent.critic(b.obs["state"], b.action) - b.reward).abs().mean().item()
+    assert after < 0.25 < 0.6 < before, (before, after)
+
+
+def test_return_scale_keeps_returns_inside_the_support():
+    scale = ReturnScale(gamma=0.99, v_max=5.0)
+    done = torch.zeros(4, dtype=torch.bool)
+    for t in range(300):  # a reward of 10 per step: returns approach 10 / (1 - 0.99) = 1000
+        scale.observe(torch.full((4,), 10.0), done | (t % 100 == 99))
+    s = scale.scale().item()
+    assert 0.0 < s < 1.0
+    assert scale.abs_max.item() * s <= 5.0 + 1e-4  # the largest return seen maps inside [-v_max, v_max]
+    fresh = ReturnScale(0.99, 5.0)
+    assert fresh.scale().item() == 1.0  # nothing seen: rewards unchanged
+
+
+def test_simba_update_keeps_weights_on_the_sphere_and_lowers_the_loss():
+    from policies.hyper import HyperLinear
+
+    torch.manual_seed(0)
+    agent = SAC(4, 2, SACConfig(**{**SIMBA, "critic_lr": 1e-3}))
+    b = _batch(256)
+    agent.observe(b.obs, b.reward, torch.zeros(256, dtype=torch.bool))
+    first = agent.update(b.reshape(1, 256))["critic_loss"]
+    for _ in range(60):
+        metrics = agent.update(b.reshape(1, 256))
+    assert metrics["critic_loss"] < first
+    for net in (agent.critic, agent.actor):
+        for m in net.modules():
+            if isinstance(m, HyperLinear):
+                torch.testing.assert_close(m.weight.norm(dim=1), torch.ones_like(m.weight.norm(dim=1)))
+
+
+def test_simba_state_dict_round_trip_carries_observation_and_return_statistics():
+    torch.manual_seed(0)
+    a = SAC(4, 2, SACConfig(**SIMBA))
+    for i in range(5):
+        b = _batch(32, seed=i)
+        a.observe(b.obs, b.reward * 10, torch.zeros(32, dtype=torch.bool))
+        a.update(b.reshape(1, 32))
+    c = SAC(4, 2, SACConfig(**SIMBA))
+    c.load_state_dict(a.state_dict())
+    assert a.obs_norm is not None and c.obs_norm is not None
+    torch.testing.assert_close(c.obs_norm.mean, a.obs_norm.mean)
+    torch.testing.assert_close(c.reward_scale(), a.reward_scale())
+    assert c.critic.obs_norm is c.obs_norm and c.critic_target.obs_norm is c.obs_norm  # one set of statistics
+    obs = {"state": torch.randn(5, 4) * 3}
+    torch.testing.assert_close(a.act(obs, deterministic=True), c.act(obs, deterministic=True))
+    torch.manual_seed(1)
+    ma = a.update(_batch(32, seed=9).reshape(1, 32))
+    torch.manual_seed(1)
+    mc = c.update(_batch(32, seed=9).reshape(1, 32))
+    torch.testing.assert_close(ma["critic_loss"], mc["critic_loss"])
+    # the actor's own state dict holds the normaliser: a policy sent to an actor process normalises the same way
+    assert {"obs_norm.mean", "obs_norm.var"} <= set(a.actor.state_dict())
+
+
+def test_simba_zero_actor_mean_starts_at_zero_action():
+    agent = SAC(6, 3, SACConfig(**SIMBA))
+    agent.zero_actor_mean()
+    assert torch.equal(agent.act({"state": torch.randn(4, 6)}, deterministic=True), torch.zeros(4, 3))
+
+
+def test_correlated_noise_holds_each_sample_for_several_steps():
+    torch.manual_seed(0)
+    agent = SAC(3, 2, SACConfig(**{**SIMBA, "noise_repeat_max": 8}))
+    obs = {"state": torch.zeros(64, 3)}
+    actions = torch.stack([agent.act(obs) for _ in range(40)])  # [T, N, A]; same obs, so only noise varies
+    repeats = (actions[1:] == actions[:-1]).all(-1).float().mean().item()
+    assert 0.3 < repeats < 0.95, repeats  # held for a while, and redrawn often enough
+    white = SAC(3, 2, SACConfig(**SIMBA))
+    w = torch.stack([white.act(obs) for _ in range(10)])
+    assert (w[1:] == w[:-1]).all(-1).float().mean().item() == 0.0
+
+
+def test_simba_offline_learners_run_on_categorical_critics():
+    from robot_rl.agents.calql import CalQL, CalQLConfig
+    from robot_rl.agents.iql import IQL, IQLConfig
+
+    torch.manual_seed(0)
+    for make in (lambda s: CalQL(s, CalQLConfig()), lambda s: IQL(s, IQLConfig())):
+        agent = SAC(4, 2, SACConfig(**SIMBA))
+        b = _batch(32)
+        agent.observe_dataset(b.obs["state"], b.reward * 20)
+        metrics = make(agent).update(b, torch.randn(32))
+        assert all(torch.isfinite(v) for v in metrics.values()), metrics
+
+
+def test_num_atoms_needs_the_hyper_network():
+    with pytest.raises(ValueError, match="num_atoms"):
+        SAC(4, 2, SACConfig(num_atoms=51))

@@ -1,0 +1,343 @@
+"""Sample efficiency at 100k environment steps: robot_rl's default agent against Stable-Baselines3's SAC.
+
+Tasks (env steps = simulator control steps = frames):
+- gymnasium Hopper-v5, Walker2d-v5, HalfCheetah-v5: 100k env steps, action repeat 1;
+- dm_control cartpole-swingup and walker-walk: 100k frames at action repeat 2 (50k agent decisions).
+
+Protocol, identical for both libraries: every 10k env steps, 10 deterministic episodes on robot_rl's batched
+evaluation envs from fixed seeds (`seed + EVAL_SEED_OFFSET + i` for episode i: the same initial states at every
+evaluation and for both libraries). Both train on the same environment (`envs.make`/`envs.make_single` of the
+same spec: float32 observations, actions in [-1, 1]). SB3 runs SAC at its defaults (bench/sb3.py); robot_rl
+runs `robot-rl train` at its defaults (the default agent) with the protocol's steps and evaluation settings,
+and `learning_starts` of 5k frames. Each run is one process with one torch thread; `--jobs` runs side by side.
+
+Every run writes a `metrics.csv` in robot_rl's format (`env_step` counts agent steps; frames = env_step x
+action repeat), so `robot_rl.stats` aggregates both libraries the same way: the IQM and mean over seeds at
+each evaluation, with 95% bootstrap intervals. Wall time per run and training env steps/s (evaluation time
+excluded) are reported for both. Published SimbaV2 / FlashSAC curves (bench/reference/, gymnasium v4) are
+drawn as dashed reference lines where that file has them.
+
+Runs are resumable: running the same command again skips finished runs and continues robot_rl runs from
+their latest checkpoint (an interrupted SB3 run starts again). `--report` only aggregates what exists.
+
+    python -m bench.sample_efficiency --tasks hopper,walker2d --seeds 5 --jobs 2
+    python -m bench.sample_efficiency --report --update-readme
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import REPO_DIR, RESULTS_DIR
+from robot_rl import stats
+
+OUT_DIR = RESULTS_DIR / "sample_efficiency"
+REFERENCE_CSV = REPO_DIR / "bench" / "reference" / "published_curves.csv"
+EVAL_EVERY_FRAMES = 10_000
+EVAL_EPISODES = 10
+LEARNING_STARTS_FRAMES = 5_000
+README_MARK = ("<!-- sample-efficiency table: start -->", "<!-- sample-efficiency table: end -->")
+
+
+@dataclass(frozen=True)
+class Task:
+    spec: str
+    frames: int
+    action_repeat: int
+    seeds: int  # the default number of seeds (the issue's minimum)
+    reference: str  # the task's name in bench/reference/published_curves.csv
+
+    @property
+    def agent_steps(self) -> int:
+        return self.frames // self.action_repeat
+
+
+TASKS = {
+    "hopper": Task("gym:Hopper-v5", 100_000, 1, 5, "Hopper-v4"),
+    "walker2d": Task("gym:Walker2d-v5", 100_000, 1, 5, "Walker2d-v4"),
+    "halfcheetah": Task("gym:HalfCheetah-v5", 100_000, 1, 3, "HalfCheetah-v4"),
+    "cartpole-swingup": Task("dmc:cartpole-swingup", 100_000, 2, 3, "cartpole-swingup"),
+    "walker-walk": Task("dmc:walker-walk", 100_000, 2, 3, "walker-walk"),
+}
+LIBRARIES = ("ours", "sb3")
+
+
+def run_dir(out: Path, task: str, lib: str, seed: int) -> Path:
+    return out / task / lib / f"seed_{seed}"
+
+
+def finished(path: Path, task: Task) -> bool:
+    try:
+        curve = stats.load_curve(path)
+    except FileNotFoundError:
+        return False
+    return bool(curve) and max(curve) >= task.agent_steps
+
+
+def ours_command(task: Task, seed: int, path: Path, overrides: list[str]) -> list[str]:
+    if (path / "checkpoints" / "latest.pt").is_file():
+        return [sys.executable, "-m", "robot_rl.cli", "train", f"resume={path}", "quiet=true"]
+    k = task.action_repeat
+    return [
+        sys.executable, "-m", "robot_rl.cli", "train",
+        f"env.spec={task.spec}", f"env.action_repeat={k}", f"train.steps={task.agent_steps}",
+        f"train.eval_every={EVAL_EVERY_FRAMES // k}", f"env.num_eval_envs={EVAL_EPISODES}",
+        f"train.learning_starts={LEARNING_STARTS_FRAMES // k}", "train.video=false", "threads=1", "quiet=true",
+        f"seed={seed}", f"run_dir={path}", *overrides,
+    ]
+
+
+def sb3_command(task_name: str, seed: int, path: Path) -> list[str]:
+    return [sys.executable, "-m", "bench.sample_efficiency", "--sb3-run", task_name, str(seed), str(path)]
+
+
+# -- one SB3 run (a child process) --------------------------------------------------------------------------
+def sb3_run(task_name: str, seed: int, path: Path) -> None:
+    """SB3 SAC at its defaults on robot_rl's env, evaluated by robot_rl's evaluation on the same initial states."""
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    import envs
+    from bench.sb3 import SB3_SAC_DEFAULTS
+    from robot_rl.evaluation import evaluate
+    from robot_rl.trainer import EVAL_SEED_OFFSET
+    from stable_baselines3 import SAC
+
+    torch.set_num_threads(1)
+    task = TASKS[task_name]
+    path.mkdir(parents=True, exist_ok=True)
+    env = envs.make_single(task.spec, seed=seed, action_repeat=task.action_repeat)
+    eval_env = envs.make(task.spec, num_envs=EVAL_EPISODES, action_repeat=task.action_repeat)
+    model = SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **SB3_SAC_DEFAULTS)
+    every = EVAL_EVERY_FRAMES // task.action_repeat
+    tmp = path / "metrics.csv.tmp"
+    columns = ["env_step", "wall_time_s", "eval_time_s", "eval_return_mean", "eval_return_std", "env_steps_per_s"]
+
+    class Evaluate(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.t0, self.eval_s, self.rows = time.monotonic(), 0.0, []
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % every:
+                return True
+            t = time.monotonic()
+
+            def policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+                return torch.as_tensor(self.model.predict(obs["state"].numpy(), deterministic=True)[0])
+
+            result = evaluate(policy, eval_env, seed=seed + EVAL_SEED_OFFSET)
+            self.eval_s += time.monotonic() - t
+            wall = time.monotonic() - self.t0
+            self.rows.append({
+                "env_step": self.num_timesteps, "wall_time_s": round(wall, 2), "eval_time_s": round(self.eval_s, 2),
+                "eval_return_mean": result["eval_return_mean"], "eval_return_std": result["eval_return_std"],
+                "env_steps_per_s": round(self.num_timesteps / max(wall - self.eval_s, 1e-9), 2),
+            })
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(self.rows)
+            return True
+
+    model.learn(total_timesteps=task.agent_steps, callback=Evaluate())
+    tmp.replace(path / "metrics.csv")  # only a finished run leaves a metrics.csv
+
+
+# -- scheduling ---------------------------------------------------------------------------------------------
+def run_all(tasks: list[str], libs: list[str], seeds: dict[str, int], jobs: int, out: Path,
+            overrides: list[str]) -> None:
+    pending = []
+    for seed in range(max(seeds.values())):
+        for name in tasks:
+            if seed >= seeds[name]:
+                continue
+            for lib in libs:  # alternate libraries so that side-by-side runs load both alike
+                path = run_dir(out, name, lib, seed)
+                if finished(path, TASKS[name]):
+                    continue
+                cmd = ours_command(TASKS[name], seed, path, overrides) if lib == "ours" else sb3_command(name, seed, path)
+                pending.append((f"{name}/{lib}/seed_{seed}", path, cmd))
+    print(f"{len(pending)} runs to do, {jobs} at a time; logs in <run dir>/output.log", flush=True)
+    running: list[tuple[str, subprocess.Popen, float]] = []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    while pending or running:
+        while pending and len(running) < jobs:
+            label, path, cmd = pending.pop(0)
+            path.mkdir(parents=True, exist_ok=True)
+            with open(path / "output.log", "a") as log:
+                running.append((label, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                        cwd=REPO_DIR), time.monotonic()))
+            print(f"{datetime.datetime.now():%H:%M} started {label}", flush=True)
+        for item in list(running):
+            label, proc, t0 = item
+            if proc.poll() is not None:
+                running.remove(item)
+                status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+                print(f"{datetime.datetime.now():%H:%M} {status} {label} after {time.monotonic() - t0:.0f}s",
+                      flush=True)
+        time.sleep(1.0)
+
+
+# -- report -------------------------------------------------------------------------------------------------
+def load_references() -> dict[str, dict[str, list[tuple[float, float, float]]]]:
+    """{task: {method label: [(frames, mean, std), ...]}} from the published curves, if present."""
+    if not REFERENCE_CSV.is_file():
+        return {}
+    by: dict[tuple[str, str, str], dict[float, list[float]]] = {}
+    with open(REFERENCE_CSV, newline="") as f:
+        for row in csv.DictReader(f):
+            step = float(row["env_step"])
+            if step > 100_000:
+                continue
+            key = (row["task"], row["method"], row.get("version", ""))
+            by.setdefault(key, {}).setdefault(step, []).append(float(row["return"]))
+    refs: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
+    for (task, method, version), points in by.items():
+        series = []
+        for step in sorted(points):
+            values = points[step]
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) if len(values) > 1 else 0.0
+            series.append((step, mean, std))
+        n = max(len(v) for v in points.values())
+        refs.setdefault(task, {})[f"{method} (published, {version}, {n} seeds)"] = series
+    return refs
+
+
+def _training_rate(path: Path, task: Task) -> tuple[float | None, float | None]:
+    """(wall time of the run in s, training env steps/s with evaluation time excluded) from its last row."""
+    with open(path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = rows[-1]
+    wall = float(last["wall_time_s"])
+    eval_s = float(last["eval_time_s"]) if last.get("eval_time_s") not in (None, "") else None
+    frames = float(last["env_step"]) * task.action_repeat
+    return wall, (frames / (wall - eval_s) if eval_s is not None and wall > eval_s else None)
+
+
+def report(tasks: list[str], libs: list[str], out: Path) -> dict:
+    references = load_references()
+    results: dict = {"protocol": {
+        "eval_every_frames": EVAL_EVERY_FRAMES, "eval_episodes": EVAL_EPISODES,
+        "learning_starts_frames_ours": LEARNING_STARTS_FRAMES, "sb3": "SAC at its defaults (bench/sb3.py)",
+        "statistics": "IQM and mean over seeds with 95% percentile-bootstrap intervals (robot_rl.stats)",
+    }, "tasks": {}}
+    for name in tasks:
+        task = TASKS[name]
+        entry: dict = {"spec": task.spec, "frames": task.frames, "action_repeat": task.action_repeat, "libraries": {}}
+        groups = {}
+        for lib in libs:
+            dirs = sorted(p.parent for p in (out / name / lib).glob("seed_*/metrics.csv") if finished(p.parent, task))
+            if not dirs:
+                continue
+            summary = stats.summarize_runs(dirs)
+            for point in summary["curve"]:
+                point["frames"] = point["env_step"] * task.action_repeat
+            timing = [_training_rate(d, task) for d in dirs]
+            walls = [w for w, _ in timing]
+            rates = [r for _, r in timing if r is not None]
+            entry["libraries"][lib] = {
+                "final": summary["final"], "curve": summary["curve"], "runs": [str(d) for d in dirs],
+                "wall_time_s_median": sorted(walls)[len(walls) // 2],
+                "train_frames_per_s_median": sorted(rates)[len(rates) // 2] if rates else None,
+            }
+            label = "robot_rl (default agent)" if lib == "ours" else "SB3 SAC (defaults)"
+            groups[label] = {**summary, "x": "frames"}
+        ours, sb3 = entry["libraries"].get("ours"), entry["libraries"].get("sb3")
+        if ours and sb3 and sb3["final"]["mean"]:
+            entry["ratio_mean"] = ours["final"]["mean"] / sb3["final"]["mean"]
+            entry["ratio_wall_time"] = ours["wall_time_s_median"] / sb3["wall_time_s_median"]
+        refs = references.get(task.reference, {})
+        entry["references"] = {k: v[-1] for k, v in refs.items()}
+        if groups:
+            stats.plot_curves(groups, out / f"{name}.png", title=f"{task.spec}, {task.frames:,} frames "
+                              f"(action repeat {task.action_repeat})", references=refs)
+        results["tasks"][name] = entry
+    return results
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| task | robot_rl IQM [95% CI] | robot_rl mean [95% CI] | SB3 SAC mean [95% CI] | ratio of means | "
+        "wall time per run, ours / SB3 | training frames/s, ours / SB3 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(s: dict | None, key: str) -> str:
+        if not s or not s["final"]["n"]:
+            return "not run"
+        f = s["final"]
+        lo, hi = f[f"{key}_ci"]
+        return f"{f[key]:,.0f} [{lo:,.0f}, {hi:,.0f}] (n={f['n']})"
+
+    for name, entry in results["tasks"].items():
+        ours, sb3 = entry["libraries"].get("ours"), entry["libraries"].get("sb3")
+        ratio = f"{entry['ratio_mean']:.2f}x" if "ratio_mean" in entry else "-"
+        wall = (f"{ours['wall_time_s_median'] / 60:.0f} / {sb3['wall_time_s_median'] / 60:.0f} min "
+                f"({entry['ratio_wall_time']:.2f}x)" if ours and sb3 else "-")
+        rate = (f"{ours['train_frames_per_s_median']:.0f} / {sb3['train_frames_per_s_median']:.0f}"
+                if ours and sb3 and ours["train_frames_per_s_median"] and sb3["train_frames_per_s_median"] else "-")
+        lines.append(f"| {entry['spec']} @{entry['frames'] // 1000}k frames (repeat {entry['action_repeat']}) | "
+                     f"{cell(ours, 'iqm')} | {cell(ours, 'mean')} | {cell(sb3, 'mean')} | {ratio} | {wall} | {rate} |")
+    return "\n".join(lines)
+
+
+def update_readme(text: str) -> None:
+    readme = REPO_DIR / "bench" / "README.md"
+    content = readme.read_text()
+    start, end = README_MARK
+    if start in content and end in content:
+        head, rest = content.split(start, 1)
+        content = head + start + "\n" + text + "\n" + end + rest.split(end, 1)[1]
+        readme.write_text(content)
+    else:
+        print(f"bench/README.md has no {start} ... {end} block; table not written", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of: {', '.join(TASKS)}")
+    p.add_argument("--libs", default=",".join(LIBRARIES), help="ours, sb3 or both")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per task (default: 5 on Hopper/Walker2d, 3 else)")
+    p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
+    p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the run directories go")
+    p.add_argument("--ours", default="", help="extra Hydra overrides for robot_rl, space-separated (e.g. agent=sac)")
+    p.add_argument("--report", action="store_true", help="only aggregate the runs that exist")
+    p.add_argument("--update-readme", action="store_true", help="write the table into bench/README.md")
+    p.add_argument("--sb3-run", nargs=3, metavar=("TASK", "SEED", "DIR"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.sb3_run:
+        sb3_run(args.sb3_run[0], int(args.sb3_run[1]), Path(args.sb3_run[2]))
+        return 0
+    tasks = [t for t in args.tasks.split(",") if t]
+    libs = [lib for lib in args.libs.split(",") if lib]
+    bad = [t for t in tasks if t not in TASKS] + [lib for lib in libs if lib not in LIBRARIES]
+    if bad:
+        p.error(f"unknown task or library {bad[0]!r}; tasks: {', '.join(TASKS)}; libraries: {', '.join(LIBRARIES)}")
+    seeds = {t: args.seeds or TASKS[t].seeds for t in tasks}
+    if not args.report:
+        run_all(tasks, libs, seeds, args.jobs, args.out_dir, args.ours.split())
+    results = report(tasks, libs, args.out_dir)
+    text = table(results)
+    print(text)
+    results["table"] = text
+    results["date"] = f"{datetime.date.today()}"
+    path = stats.write_json(results, RESULTS_DIR / f"{datetime.date.today()}-sample-efficiency.json")
+    print(f"results: {path}; plots: {args.out_dir}/<task>.png")
+    if args.update_readme:
+        update_readme(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
