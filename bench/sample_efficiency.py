@@ -18,7 +18,7 @@ excluded) are reported for both. Published SimbaV2 / FlashSAC curves (bench/refe
 drawn as dashed reference lines where that file has them.
 
 Runs are resumable: running the same command again skips finished runs and continues robot_rl runs from
-their latest checkpoint (an interrupted SB3 run starts again). `--report` only aggregates what exists.
+their latest checkpoint and SB3 runs from their last evaluation. `--report` only aggregates what exists.
 
     python -m bench.sample_efficiency --tasks hopper,walker2d --seeds 5 --jobs 2
     python -m bench.sample_efficiency --report --update-readme
@@ -103,29 +103,43 @@ def sb3_command(task_name: str, seed: int, path: Path) -> list[str]:
 
 # -- one SB3 run (a child process) --------------------------------------------------------------------------
 def sb3_run(task_name: str, seed: int, path: Path) -> None:
-    """SB3 SAC at its defaults on robot_rl's env, evaluated by robot_rl's evaluation on the same initial states."""
+    """SB3 SAC at its defaults on robot_rl's env, evaluated by robot_rl's evaluation on the same initial states.
+
+    At every evaluation the model, its replay buffer and the rows so far are saved (`sb3_checkpoint/`), so an
+    interrupted run continues from its last evaluation (with fresh episodes and random state, as ours does).
+    """
     import torch
+    from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
     import envs
     from bench.sb3 import SB3_SAC_DEFAULTS
     from robot_rl.evaluation import evaluate
     from robot_rl.trainer import EVAL_SEED_OFFSET
-    from stable_baselines3 import SAC
 
     torch.set_num_threads(1)
     task = TASKS[task_name]
     path.mkdir(parents=True, exist_ok=True)
+    ckpt = path / "sb3_checkpoint"
     env = envs.make_single(task.spec, seed=seed, action_repeat=task.action_repeat)
     eval_env = envs.make(task.spec, num_envs=EVAL_EPISODES, action_repeat=task.action_repeat)
-    model = SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **SB3_SAC_DEFAULTS)
+    rows: list[dict] = []
+    offset = {"wall": 0.0, "eval": 0.0}
+    if (ckpt / "rows.json").is_file():
+        model = SAC.load(ckpt / "model.zip", env=env, device="cpu")
+        model.load_replay_buffer(ckpt / "replay.pkl")
+        # a kill between the renames leaves rows one evaluation behind the model: keep what the model has seen
+        rows = [r for r in json.loads((ckpt / "rows.json").read_text()) if r["env_step"] <= model.num_timesteps]
+        offset = {"wall": rows[-1]["wall_time_s"], "eval": rows[-1]["eval_time_s"]}
+        print(f"resuming from env step {model.num_timesteps}", flush=True)
+    else:
+        model = SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **SB3_SAC_DEFAULTS)
     every = EVAL_EVERY_FRAMES // task.action_repeat
-    tmp = path / "metrics.csv.tmp"
     columns = ["env_step", "wall_time_s", "eval_time_s", "eval_return_mean", "eval_return_std", "env_steps_per_s"]
 
     class Evaluate(BaseCallback):
         def _on_training_start(self) -> None:
-            self.t0, self.eval_s, self.rows = time.monotonic(), 0.0, []
+            self.t0, self.eval_s, self.start_step = time.monotonic(), 0.0, self.num_timesteps
 
         def _on_step(self) -> bool:
             if self.num_timesteps % every:
@@ -138,19 +152,33 @@ def sb3_run(task_name: str, seed: int, path: Path) -> None:
             result = evaluate(policy, eval_env, seed=seed + EVAL_SEED_OFFSET)
             self.eval_s += time.monotonic() - t
             wall = time.monotonic() - self.t0
-            self.rows.append({
-                "env_step": self.num_timesteps, "wall_time_s": round(wall, 2), "eval_time_s": round(self.eval_s, 2),
+            rows.append({
+                "env_step": self.num_timesteps, "wall_time_s": round(offset["wall"] + wall, 2),
+                "eval_time_s": round(offset["eval"] + self.eval_s, 2),
                 "eval_return_mean": result["eval_return_mean"], "eval_return_std": result["eval_return_std"],
-                "env_steps_per_s": round(self.num_timesteps / max(wall - self.eval_s, 1e-9), 2),
+                "env_steps_per_s": round((self.num_timesteps - self.start_step) / max(wall - self.eval_s, 1e-9), 2),
             })
-            with open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(self.rows)
+            if self.num_timesteps < task.agent_steps:
+                ckpt.mkdir(exist_ok=True)
+                self.model.save(ckpt / "model.next.zip")
+                self.model.save_replay_buffer(ckpt / "replay.next.pkl")
+                (ckpt / "model.next.zip").replace(ckpt / "model.zip")
+                (ckpt / "replay.next.pkl").replace(ckpt / "replay.pkl")
+                tmp = ckpt / "rows.json.tmp"
+                tmp.write_text(json.dumps(rows))
+                tmp.replace(ckpt / "rows.json")  # last: a checkpoint counts only once all of it is written
             return True
 
-    model.learn(total_timesteps=task.agent_steps, callback=Evaluate())
+    remaining = task.agent_steps - model.num_timesteps
+    model.learn(total_timesteps=remaining, callback=Evaluate(), reset_num_timesteps=not rows)
+    tmp = path / "metrics.csv.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
     tmp.replace(path / "metrics.csv")  # only a finished run leaves a metrics.csv
+    for name in ("model.zip", "replay.pkl", "rows.json"):
+        (ckpt / name).unlink(missing_ok=True)
 
 
 # -- scheduling ---------------------------------------------------------------------------------------------
@@ -280,7 +308,7 @@ def table(results: dict) -> str:
         lo, hi = f[f"{key}_ci"]
         return f"{f[key]:,.0f} [{lo:,.0f}, {hi:,.0f}] (n={f['n']})"
 
-    for name, entry in results["tasks"].items():
+    for entry in results["tasks"].values():
         ours, sb3 = entry["libraries"].get("ours"), entry["libraries"].get("sb3")
         ratio = f"{entry['ratio_mean']:.2f}x" if "ratio_mean" in entry else "-"
         wall = (f"{ours['wall_time_s_median'] / 60:.0f} / {sb3['wall_time_s_median'] / 60:.0f} min "

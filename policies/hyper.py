@@ -111,8 +111,10 @@ class HyperHead(nn.Module):
     def __init__(self, members: int, hidden: int, out_dim: int, normalized_output: bool) -> None:
         super().__init__()
         self.hidden = HyperLinear(members, hidden, hidden)
-        gain = math.sqrt(2.0 / hidden)
-        self.gain = Scaler(members, hidden, init=gain, scale=gain)
+        # unit gain here (not sqrt(2/hidden) as inside the encoder, where a normalisation follows every gain): the
+        # head's outputs are logits and action means, whose scale matters; with a gain of sqrt(2/hidden) the
+        # categorical critic starts (and stays for thousands of updates) near the uniform distribution
+        self.gain = Scaler(members, hidden, init=1.0, scale=1.0)
         self.normalized_output = normalized_output
         if normalized_output:
             self.out = HyperLinear(members, hidden, out_dim)

@@ -11,7 +11,7 @@ import pytest
 from robot_rl.cli import main
 
 FAST = [
-    "agent.hidden_dims=[32,32]",
+    "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
     "train.steps=400",
     "train.learning_starts=100",
     "train.eval_every=200",
@@ -123,7 +123,7 @@ def test_gpu_fast_preset_trains_on_the_gpu_backends(capsys, tmp_path, spec):
         f"env.num_eval_envs={num_envs}",
         f"train.video={spec.startswith('warp:')}",
         "env.max_episode_steps=20",
-        "agent.hidden_dims=[32,32]",
+        "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
         "agent.batch_size=64",
         "agent.compile=false",
         f"train.steps={steps}",

@@ -13,7 +13,7 @@ from robot_rl.config import compose_train_config
 from robot_rl.datasets import read_dataset
 from robot_rl.trainer import Trainer
 
-TINY = ["agent.hidden_dims=[32,32]", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
+TINY = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ import torch
 from robot_rl.checkpoint import load
 
 ARGS = [
-    "agent.hidden_dims=[32,32]",
+    "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
     "train.steps=3000",
     "train.learning_starts=100",
     "train.eval_every=250",
