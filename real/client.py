@@ -1,7 +1,8 @@
 """The learner-side client: ``RobotClient`` (the RPCs) and ``RobotEnv`` (a gymnasium env over them).
 
 Every call carries the token and a deadline. Errors come back as ``BridgeError`` with the gRPC status code and a
-message that says what to do (``EStopLatched`` and ``Unauthenticated`` are the ones callers usually handle).
+message that says what to do (``EStopLatched`` and ``Unauthenticated`` are the ones callers usually handle;
+``RobotHolding`` and ``ControlLoopDead`` are ``UNAVAILABLE``: the first passes, the second does not).
 
 ``RobotEnv`` is a plain gymnasium env whose ``step`` is one control tick of the remote robot: reward and success
 come from the robot side, ``terminated`` is the success flag, the task's time limit is applied on this side, and
@@ -19,9 +20,9 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
+from .guard import TOKEN_ENV
 from .proto import PROTOCOL, pb, pb_grpc
 from .robot import CartesianLimits, RobotObservation, RobotSpec
-from .server import TOKEN_ENV
 
 
 class BridgeError(RuntimeError):
@@ -40,6 +41,15 @@ class Unauthenticated(BridgeError):
     """The server refused the token."""
 
 
+class RobotHolding(BridgeError):
+    """The robot's supervisor holds the robot after a soft breach of its measured limits (``UNAVAILABLE``, so
+    transient): the command was not executed; retry once the motion is back within limits."""
+
+
+class ControlLoopDead(BridgeError):
+    """The server's control loop died and the driver was stopped; every call fails until serve-robot restarts."""
+
+
 @dataclass
 class StepResult:
     observation: RobotObservation
@@ -56,6 +66,10 @@ def _error(e: grpc.RpcError, what: str, address: str) -> BridgeError:
                                      f"token (--token or {TOKEN_ENV})")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "e-stop" in (details or ""):
         return EStopLatched(code, f"{what}: {details}")
+    if code == grpc.StatusCode.UNAVAILABLE and (details or "").startswith("supervisor hold"):
+        return RobotHolding(code, f"{what}: {details}")
+    if code == grpc.StatusCode.UNAVAILABLE and "control loop died" in (details or ""):
+        return ControlLoopDead(code, f"{what}: {details}")
     if code == grpc.StatusCode.UNAVAILABLE:
         return BridgeError(code, f"{what}: robot server at {address} unavailable ({details}); is serve-robot running?")
     return BridgeError(code, f"{what}: {code.name}: {details}")

@@ -9,8 +9,14 @@ calls it from a single control thread, once per control period, so a driver need
   workspace box and step limits. A driver may still refuse (raise) but must never move outside them;
 * ``hold()`` keeps the current pose for one control period (no command arrived, the watchdog fired, or the
   e-stop is latched);
-* ``stop()`` halts at once (e-stop); the server calls ``hold()`` on later ticks until the latch is cleared;
-* ``observe()`` returns the latest ``RobotObservation``.
+* ``stop()`` halts at once (e-stop, a hard supervisor breach, a driver fault): the hand must not keep travelling
+  towards an earlier target. The server calls it from the control thread as soon as the e-stop is requested (not
+  at the next tick) and answers the ``EStop`` call only after it returned; later ticks call ``hold()`` until the
+  latch is cleared, and ``hold()`` after ``stop()`` must keep the robot where ``stop()`` left it;
+* ``observe()`` returns the latest ``RobotObservation``;
+* ``reset_position(seed)`` (optional) says where ``reset(seed)`` will put the end effector, so that the server can
+  first bring the hand there at a limited speed; the default ``None`` means ``reset`` moves the robot itself within
+  its limits (or needs an operator).
 
 Actions are normalised to [-1, 1] per dimension. For Cartesian robots (``spec.cartesian`` set) the first three
 action dimensions are a displacement of the end effector in the robot's base frame, ``cartesian.metres_per_unit``
@@ -79,7 +85,8 @@ class RobotObservation:
     state: np.ndarray
     reward: float = 0.0
     success: bool = False
-    stamp: float = 0.0  # time.monotonic() of the measurement, on the robot's machine
+    stamp: float = 0.0  # when it was measured (s, the robot's clock: time.monotonic() or a simulated clock); the
+    # supervisor's speed check divides by the difference of consecutive stamps
 
 
 class Robot(abc.ABC):
@@ -112,8 +119,14 @@ class Robot(abc.ABC):
         """Keep the current pose for one control period."""
 
     def stop(self) -> None:
-        """Emergency stop: halt now (default: hold)."""
+        """Emergency stop: halt now (default: hold). Override it when ``hold()`` keeps a target that may lead
+        the measured pose, as servo drivers do."""
         self.hold()
+
+    def reset_position(self, seed: int | None = None) -> np.ndarray | None:
+        """Where ``reset(seed)`` will put the end effector (Cartesian robots), without side effects; ``None`` (the
+        default) when ``reset`` moves the robot itself within the limits."""
+        return None
 
     def __enter__(self) -> Robot:
         self.connect()

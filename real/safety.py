@@ -13,6 +13,7 @@ Every rejection and clamp is counted by reason; ``SafetyResult.flags`` tells the
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ class SafetyFilter:
         self.high = np.asarray(spec.action_high, dtype=np.float64)
         self.rejected: Counter[str] = Counter()
         self.clamped: Counter[str] = Counter()
+        self._count_lock = threading.Lock()  # gRPC workers validate, the control loop clamps: both count
         c = spec.cartesian
         if c is not None:
             self._box_low = np.asarray(c.workspace_low, dtype=np.float64)
@@ -68,13 +70,13 @@ class SafetyFilter:
         try:
             a = np.array(action, dtype=np.float64)
         except (TypeError, ValueError) as e:
-            self.rejected["type"] += 1
+            self._count(self.rejected, "type")
             raise UnsafeCommand("type", f"action is not a numeric vector: {e}") from None
         if a.shape != (self.spec.action_dim,):
-            self.rejected["shape"] += 1
+            self._count(self.rejected, "shape")
             raise UnsafeCommand("shape", f"action must have shape ({self.spec.action_dim},), got {a.shape}")
         if not np.all(np.isfinite(a)):
-            self.rejected["nonfinite"] += 1
+            self._count(self.rejected, "nonfinite")
             raise UnsafeCommand("nonfinite", f"action contains NaN or inf: {a.tolist()}")
         return a
 
@@ -87,7 +89,7 @@ class SafetyFilter:
         c = self.spec.cartesian
         if c is not None:
             if state is None:
-                self.rejected["no_state"] += 1
+                self._count(self.rejected, "no_state")
                 raise UnsafeCommand("no_state", "no robot state yet: reset the robot before commanding it")
             ee = np.asarray(state, dtype=np.float64)[self._ee]
             delta = a[:3] * c.metres_per_unit
@@ -103,5 +105,14 @@ class SafetyFilter:
             a[:3] = delta / c.metres_per_unit
         for bit, name in _CLAMP_NAMES.items():
             if flags & bit:
-                self.clamped[name] += 1
+                self._count(self.clamped, name)
         return SafetyResult(a, flags)
+
+    def _count(self, counter: Counter[str], key: str) -> None:
+        with self._count_lock:
+            counter[key] += 1
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Copies of the rejection and clamp counters, taken consistently."""
+        with self._count_lock:
+            return dict(self.rejected), dict(self.clamped)

@@ -2,43 +2,68 @@
 
 One thread, the **control loop**, talks to the driver, at a fixed rate (``spec.control_hz``). Each tick it
 
-* applies the command queued since the last tick, after the safety filter has clamped it against the state
-  measured *at this tick*; or, when none was queued, calls ``driver.hold()`` (so a client that stops talking can
-  never leave the arm moving);
-* trips the **watchdog** when neither a command nor a heartbeat has arrived for ``watchdog_s`` (state
-  ``holding``; the next command resumes), and counts it;
-* while the **e-stop** is latched, holds and refuses every command until ``ClearEStop``;
-* measures its own timing: jitter (tick start minus its schedule), work per tick, overruns, and the queueing delay
-  of each command (arrival to its tick).
+* applies the command queued since the last tick, after the safety filter (``real.safety``) has clamped it against
+  the state measured *at this tick*; or, when none was queued, calls ``driver.hold()`` (so a client that stops
+  talking can never leave the arm moving);
+* hands the measured state to the **supervisor** (``real.supervisor``): a soft breach of the envelope, speed or
+  tracking limits holds the robot (commands refused with ``UNAVAILABLE`` until it settles), a hard one stops the
+  driver and latches the e-stop;
+* trips the **watchdog** when neither a command nor a heartbeat has arrived for ``watchdog_s`` (state ``holding``;
+  the next command resumes), and counts it;
+* runs a **reset** as a motion: the hand is driven to the driver's ``reset_position`` within the speed limits,
+  one tick at a time under the supervisor, and only then is the driver reset;
+* measures its own timing: jitter (tick start minus its schedule), work per tick, overruns, queueing delay.
 
-gRPC worker threads only validate requests and hand them to the loop: a malformed, NaN, wrongly shaped, oversized
-or unauthenticated message gets an error status and never reaches the driver, and a slow or stalled client only
-ties up its own call. Authentication is a shared token in the ``authorization`` metadata (``Bearer <token>``),
-compared in constant time; TLS is optional (``tls_cert``/``tls_key``).
+**E-stop.** An authenticated ``EStop`` latches when its headers arrive (``real.guard``), fails any queued command
+or reset at once (error status, never OK), and wakes the control loop, which calls ``driver.stop()`` immediately,
+between ticks; the call is answered after ``stop()`` returned. Later ticks hold until ``ClearEStop``. The first
+latching reason is kept, escaped and cut to ``max_reason_chars``.
+
+**Health.** Driver exceptions are driver faults (stop, latch, ``INTERNAL`` to the caller). Anything else that
+escapes a tick is a bug that ends the loop: the driver is stopped, and from then on every RPC answers
+``UNAVAILABLE`` with the reason. ``GetStatus`` reports the loop's health and the age of its last tick.
+
+gRPC workers only validate requests and hand them to the loop; every wait on their side has a deadline. Who may
+call and how many calls at once is ``real.guard.Gate``'s job (token on metadata, reserved EStop capacity, bounded
+body reads). Status snapshots copy a few counters under a short lock; the timing percentiles are recomputed at most
+twice a second by the caller, never by the loop.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 import time
-from collections import deque
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import numpy as np
 
+from .guard import (
+    CALL_ID,
+    TOKEN_ENV,
+    Gate,
+    GateLimits,
+    Refusals,
+    check_bindable,
+    format_address,
+    is_loopback,
+    safe_text,
+)
 from .proto import PROTOCOL, pb, pb_grpc
 from .robot import Robot, RobotObservation
 from .safety import SafetyFilter, UnsafeCommand
+from .supervisor import Breach, Supervisor, SupervisorConfig
 
 log = logging.getLogger(__name__)
 
-TOKEN_ENV = "ROBOT_RL_TOKEN"
+__all__ = ["TOKEN_ENV", "RobotServer", "ServerConfig", "StartupError"]
+
 _TIMING_WINDOW = 30_000  # samples kept for percentiles (10 minutes at 50 Hz)
+_TIMING_REFRESH_S = 0.5  # status percentiles are recomputed at most this often
+_HEADER_REASON = "EStop call (reason not received yet)"
 
 
 @dataclass
@@ -51,22 +76,81 @@ class ServerConfig:
     allow_unauthenticated: bool = False  # explicit opt-in; refused unless host is a loopback address
     watchdog_s: float = 0.5  # no command or heartbeat for this long -> hold, counted as a watchdog trip
     max_message_bytes: int = 64 * 1024  # larger requests are refused by gRPC with RESOURCE_EXHAUSTED
-    max_concurrent_calls: int = 8  # beyond this gRPC answers RESOURCE_EXHAUSTED instead of queueing
+    max_concurrent_calls: int = 8  # calls in flight other than EStop; beyond: RESOURCE_EXHAUSTED, counted
     tls_cert: str | None = None  # PEM server certificate chain; with tls_key: TLS instead of plaintext
     tls_key: str | None = None
+    estop_calls: int = 4  # EStop calls in flight: reserved capacity no other call can use
+    max_streams_per_connection: int = 8  # HTTP/2 streams one connection may have open
+    body_timeout_s: float = 1.0  # a request body must arrive this soon after its headers, or the call is cancelled
+    keepalive_s: float = 10.0  # ping idle connections this often; close them if no answer in keepalive_timeout_s
+    keepalive_timeout_s: float = 5.0
+    max_connection_idle_s: float = 300.0  # close connections without calls for this long (clients reconnect)
+    max_connection_age_s: float = 1800.0  # recycle every connection after this long (calls get 10 s to finish)
+    estop_ack_timeout_s: float = 1.0  # EStop answers DEADLINE_EXCEEDED if the driver has not acknowledged by then
+    max_reason_chars: int = 200  # e-stop reasons are cut to this length (and escaped) before logging
+    supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
+    reset_speed_fraction: float = 0.5  # reset motions move at this fraction of the step limit
+    reset_tolerance_m: float = 0.003  # a reset motion is done when the hand is this close to the start position
 
     def validate(self) -> None:
-        loopback = self.host in {"127.0.0.1", "localhost", "::1"}
         if not self.token and not self.allow_unauthenticated:
-            raise ValueError(
-                f"no token: pass --token or set {TOKEN_ENV} (or --allow-unauthenticated, loopback only)"
-            )
-        if not self.token and not loopback:
+            raise ValueError(f"no token: set {TOKEN_ENV} or pass --token-file (or --allow-unauthenticated, loopback "
+                             "only)")
+        if not self.token and not is_loopback(self.host):
             raise ValueError(f"refusing to serve without a token on the non-loopback address {self.host!r}")
         if self.watchdog_s <= 0:
             raise ValueError(f"watchdog_s must be > 0, got {self.watchdog_s}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both tls_cert and tls_key")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        for name in ("max_streams_per_connection", "max_reason_chars", "max_message_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("keepalive_s", "keepalive_timeout_s", "max_connection_idle_s", "max_connection_age_s",
+                     "estop_ack_timeout_s", "reset_tolerance_m"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.reset_speed_fraction <= 1:
+            raise ValueError(f"reset_speed_fraction must be in (0, 1], got {self.reset_speed_fraction}")
+        self.gate_limits().validate()
+        self.supervisor.validate()
+
+    def gate_limits(self) -> GateLimits:
+        return GateLimits(bulk_calls=self.max_concurrent_calls, estop_calls=self.estop_calls,
+                          body_timeout_s=self.body_timeout_s)
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """gRPC server options: no port sharing, message, stream and metadata limits, keepalive, idle and age."""
+        ms = lambda s: int(s * 1000)  # noqa: E731
+        return [
+            ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.max_metadata_size", 16 * 1024),
+            ("grpc.max_concurrent_streams", self.max_streams_per_connection),
+            ("grpc.keepalive_time_ms", ms(self.keepalive_s)),
+            ("grpc.keepalive_timeout_ms", ms(self.keepalive_timeout_s)),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),  # clients pinging faster get GOAWAY
+            ("grpc.http2.max_ping_strikes", 2),
+            ("grpc.max_connection_idle_ms", ms(self.max_connection_idle_s)),
+            ("grpc.max_connection_age_ms", ms(self.max_connection_age_s)),
+            ("grpc.max_connection_age_grace_ms", 10_000),
+        ]
+
+
+class StartupError(OSError):
+    """The server could not start; nothing it started is left running or connected. One-line message."""
+
+
+class _CallError(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _DriverFault(Exception):
+    """An exception raised by the driver (as opposed to a bug in the server)."""
 
 
 class _Pending:
@@ -79,16 +163,43 @@ class _Pending:
         self.arrived = time.monotonic()
         self.done = threading.Event()
         self.reply: pb.StepReply | None = None
-        self.error: tuple[grpc.StatusCode, str] | None = None
+        self.error: tuple[grpc.StatusCode, str, str] | None = None  # code, details, refusal counter
+
+    def fail(self, code: grpc.StatusCode, details: str, reason: str) -> None:
+        """Answer with an error (first answer wins) and release the waiting call."""
+        if not self.done.is_set():
+            self.error = (code, details, reason)
+            self.done.set()
 
 
-def _percentile(samples: deque[float], q: float) -> float:
-    return float(np.percentile(np.fromiter(samples, float), q)) if samples else 0.0
+class _ResetJob:
+    """A reset in progress: the hand is on its way to ``target`` (the driver's reset position)."""
+
+    __slots__ = ("item", "target", "cancelled")
+
+    def __init__(self, item: _Pending, target: np.ndarray) -> None:
+        self.item, self.target, self.cancelled = item, target, False
+
+
+class _Ring:
+    """Fixed-size sample window written by the control loop only; readers copy it without a lock."""
+
+    def __init__(self, size: int) -> None:
+        self._a = np.zeros(size)
+        self._n = 0
+
+    def append(self, x: float) -> None:
+        self._a[self._n % len(self._a)] = x
+        self._n += 1
+
+    def values(self) -> np.ndarray:
+        return self._a[: min(self._n, len(self._a))].copy()
 
 
 class RobotServer:
-    """Serves one ``Robot``. ``start()`` connects the driver and starts the control loop and gRPC; ``stop()``
-    holds the robot, stops both and disconnects the driver."""
+    """Serves one ``Robot``. ``start()`` binds the port, connects the driver and starts the control loop and gRPC
+    (on any failure, undoes what it did and raises ``StartupError``); ``stop()`` holds the robot, stops both and
+    disconnects the driver."""
 
     def __init__(self, robot: Robot, config: ServerConfig) -> None:
         config.validate()
@@ -96,70 +207,136 @@ class RobotServer:
         self.spec = robot.spec
         self.period = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec)
+        self.supervisor = Supervisor(self.spec, config.supervisor)
+        self.refusals = Refusals()
         self._lock = threading.Lock()
         self._pending: _Pending | None = None
+        self._current: _Pending | None = None
+        self._reset_job: _ResetJob | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+        self._gate: Gate | None = None
+        self._started = self._connected = False
         self.port = 0
-        self._auth: _TokenCheck | None = None
 
         self.state = "running"
         self.estop_reason = ""
+        self.hold_reason = ""
+        self.loop_error = ""
+        self._latch_owner: int | None = None
+        self._hold_since = 0.0
+        self._clean_ticks = 0
+        self._rebase_pending = False
         self._last_contact = time.monotonic()
+        self._last_tick = time.monotonic()
         self._obs: RobotObservation | None = None
-        self.counters = {"ticks": 0, "commands": 0, "holds": 0, "watchdog_trips": 0, "estops": 0, "overruns": 0}
-        self.jitter: deque[float] = deque(maxlen=_TIMING_WINDOW)
-        self.work: deque[float] = deque(maxlen=_TIMING_WINDOW)
-        self.queue: deque[float] = deque(maxlen=_TIMING_WINDOW)
+        action_dim = self.spec.action_dim
+        self._rest_action = np.zeros(action_dim)
+        self._rest_action[3:] = np.asarray(self.spec.action_low, np.float64)[3:]  # gripper open on both drivers
+        self._last_applied = self._rest_action.copy()
+        self.counters = {"ticks": 0, "commands": 0, "holds": 0, "watchdog_trips": 0, "estops": 0, "overruns": 0,
+                         "stops": 0, "resets": 0}
+        self.breaches: dict[str, int] = {}
+
+        # E-stop requests and the driver's acknowledgements (generation numbers: every request gets one).
+        self._ack = threading.Condition()
+        self._stop_requested = 0
+        self._stop_done = 0
+        self._stop_error: str | None = None
+        self._stop_requested_at = 0.0
+        self._estop_ack_s = 0.0
+        self._dead = False
+
+        self._jitter = _Ring(_TIMING_WINDOW)
+        self._work = _Ring(_TIMING_WINDOW)
+        self._queue = _Ring(_TIMING_WINDOW)
+        self._timing_lock = threading.Lock()
+        self._timing_at = -1.0
+        self._timing: dict[str, float] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> int:
-        """Start serving; returns the bound port."""
-        self.robot.connect()
-        self._obs = self.robot.observe()
-        self._last_contact = time.monotonic()
-        self._thread = threading.Thread(target=self._control_loop, name="control-loop", daemon=True)
-        self._thread.start()
+        """Start serving; returns the bound port. Raises ``StartupError`` (one line) and leaves nothing running."""
+        if self._started:
+            raise RuntimeError("RobotServer.start() called twice")
+        self._started = True
         c = self.config
-        options = [
-            ("grpc.max_receive_message_length", c.max_message_bytes),
-            ("grpc.max_send_message_length", 4 * 1024 * 1024),
-        ]
-        self._auth = _TokenCheck(c.token) if c.token else None
-        interceptors = [self._auth] if self._auth else []
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=c.max_concurrent_calls, thread_name_prefix="bridge-rpc"),
-            interceptors=interceptors,
-            options=options,
-            maximum_concurrent_rpcs=c.max_concurrent_calls,
-        )
-        pb_grpc.add_RobotBridgeServicer_to_server(_Servicer(self), self._server)
-        address = f"{c.host}:{c.port}"
-        if c.tls_cert:
-            with open(c.tls_cert, "rb") as f_cert, open(c.tls_key, "rb") as f_key:  # type: ignore[arg-type]
-                creds = grpc.ssl_server_credentials([(f_key.read(), f_cert.read())])
-            self.port = self._server.add_secure_port(address, creds)
-        else:
-            self.port = self._server.add_insecure_port(address)
-        if self.port == 0:
-            self.stop()
-            raise OSError(f"could not bind {address}: is another server running there?")
-        self._server.start()
+        address = format_address(c.host, c.port)
+        try:
+            check_bindable(c.host, c.port)
+            self._gate = Gate(c.token, c.gate_limits(), self._estop_from_headers, self.refusals)
+            self._executor = futures.ThreadPoolExecutor(max_workers=self._gate.limits.workers,
+                                                        thread_name_prefix="bridge-rpc")
+            self._server = grpc.server(self._executor, interceptors=[self._gate], options=c.grpc_options(),
+                                       maximum_concurrent_rpcs=None)
+            pb_grpc.add_RobotBridgeServicer_to_server(_Servicer(self), self._server)
+            try:
+                if c.tls_cert:
+                    with open(c.tls_cert, "rb") as f_cert, open(c.tls_key, "rb") as f_key:  # type: ignore[arg-type]
+                        creds = grpc.ssl_server_credentials([(f_key.read(), f_cert.read())])
+                    self.port = self._server.add_secure_port(address, creds)
+                else:
+                    self.port = self._server.add_insecure_port(address)
+            except RuntimeError:
+                self.port = 0
+            if self.port == 0:
+                raise OSError(f"cannot listen on {address}: gRPC could not bind it (in use, or not local?)")
+            self.robot.connect()
+            self._connected = True
+            obs = self.robot.observe()
+            if np.asarray(obs.state).shape != (self.spec.state_dim,) or not np.all(np.isfinite(obs.state)):
+                raise RuntimeError("the driver's first observation is not a finite state of the spec's size")
+            self._obs = obs
+            self.supervisor.rebase(obs)
+            self._last_contact = self._last_tick = time.monotonic()
+            self._thread = threading.Thread(target=self._control_loop, name=f"control-loop-{id(self):x}",
+                                            daemon=True)
+            self._thread.start()
+            self._server.start()
+        except BaseException as e:
+            self._shutdown(grace_s=0.0, hold=False)
+            if isinstance(e, Exception):
+                message = " ".join(f"{e}".split()) or type(e).__name__
+                if not isinstance(e, OSError):
+                    message = f"could not start serving {self.spec.name}: {type(e).__name__}: {message}"
+                raise StartupError(message) from e
+            raise
         return self.port
 
     def stop(self, grace_s: float = 0.5) -> None:
+        """Stop gRPC and the control loop, hold the robot, disconnect the driver. Safe to call twice."""
+        self._shutdown(grace_s, hold=True)
+
+    def _shutdown(self, grace_s: float, hold: bool) -> None:
         if self._server is not None:
-            self._server.stop(grace_s).wait()
+            self._server.stop(grace_s).wait(timeout=grace_s + 2.0)
             self._server = None
         self._stop.set()
+        self._wake.set()
+        thread_stuck = False
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+            thread_stuck = self._thread.is_alive()
             self._thread = None
-        try:
-            self.robot.hold()
-        finally:
-            self.robot.disconnect()
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        if self._connected:
+            if thread_stuck:  # the loop is inside a driver call: a second thread must not call the driver
+                log.error("the control loop did not stop within 5 s (stuck in a driver call); driver left as is")
+                return
+            self._connected = False
+            try:
+                if hold and not self.loop_error:
+                    self.robot.hold()
+            finally:
+                self.robot.disconnect()
 
     def wait(self) -> None:
         """Block until ``stop()`` (or Ctrl-C in the caller)."""
@@ -173,75 +350,178 @@ class RobotServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- called by gRPC workers ----------------------------------------------------------------------------------
+    # -- called by gRPC workers (and the polling thread: _estop_from_headers) ------------------------------------
     def touch(self) -> None:
         self._last_contact = time.monotonic()
 
+    def check_alive(self) -> None:
+        """Raise ``_CallError(UNAVAILABLE)`` once the control loop has died."""
+        if self.loop_error:
+            self.refusals.add("loop_dead")
+            raise _CallError(grpc.StatusCode.UNAVAILABLE, f"the robot's control loop died ({self.loop_error}); the "
+                                                          "driver was stopped; restart serve-robot")
+
     def submit(self, item: _Pending, timeout_s: float) -> pb.StepReply:
-        """Queue ``item`` for the next tick and wait for it; raises ``_CallError``."""
+        """Queue ``item`` for the next tick and wait for it, at most ``timeout_s`` (then it is withdrawn, or for a
+        reset the motion is abandoned and the robot holds); raises ``_CallError`` with the reason otherwise."""
+        self.check_alive()
         with self._lock:
+            refusal = None
             if self.state == "estop" and item.kind != "hold":
-                self.safety.rejected["estop"] += 1
-                raise _CallError(grpc.StatusCode.FAILED_PRECONDITION, f"e-stop latched ({self.estop_reason}); "
-                                 "clear it with ClearEStop before commanding or resetting the robot")
-            if self._pending is not None:
-                self.safety.rejected["busy"] += 1
-                raise _CallError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                 "a command is already queued for this tick (one client at a time)")
-            self._pending = item
+                refusal = (grpc.StatusCode.FAILED_PRECONDITION, self._estop_message(), "estop")
+            elif self.state == "supervisor_hold" and item.kind != "hold":
+                refusal = (grpc.StatusCode.UNAVAILABLE, self._hold_message(), "holding")
+            elif self._pending is not None or self._reset_job is not None:
+                refusal = (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           "busy: a reset is in progress" if self._reset_job is not None else
+                           "a command is already queued for this tick (one client at a time)", "busy")
+            else:
+                self._pending = item
+        if refusal is not None:
+            self.refusals.add(refusal[2])
+            raise _CallError(refusal[0], refusal[1])
         if not item.done.wait(timeout_s):
             with self._lock:
+                job = self._reset_job
                 if self._pending is item:  # never applied: withdraw it so a late tick cannot execute it
                     self._pending = None
-                    self.safety.rejected["deadline"] += 1
-                    raise _CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "no control tick before the deadline")
-            item.done.wait()  # being applied right now: the reply is moments away
+                    item.fail(grpc.StatusCode.DEADLINE_EXCEEDED, "no control tick before the deadline; not executed",
+                              "deadline")
+                elif job is not None and job.item is item:
+                    job.cancelled, self._reset_job = True, None
+                    item.fail(grpc.StatusCode.DEADLINE_EXCEEDED,
+                              "the reset did not reach the start position before the deadline; the robot holds "
+                              "where it is", "deadline")
+            # Being applied right now: the reply is moments away, unless the loop is stuck in a driver call.
+            if not item.done.wait(max(1.0, 5 * self.period)):
+                self.refusals.add("loop_stalled")
+                raise _CallError(grpc.StatusCode.UNAVAILABLE, "the control loop did not finish this tick in time "
+                                                              "(stalled in a driver call?)")
         if item.error is not None:
-            raise _CallError(*item.error)
+            code, details, reason = item.error
+            self.refusals.add(reason)
+            raise _CallError(code, details)
         assert item.reply is not None
         return item.reply
 
-    def estop(self, reason: str) -> None:
+    def _estop_message(self) -> str:
+        return (f"e-stop latched ({self.estop_reason}); not executed; clear it with ClearEStop before commanding or "
+                "resetting the robot")
+
+    def _hold_message(self) -> str:
+        return (f"supervisor hold ({self.hold_reason}); not executed; commands resume when the measured motion is "
+                "back within limits")
+
+    def request_estop(self, reason: str, owner: int | None = None) -> int:
+        """Latch the e-stop (the first reason is kept), fail what is queued, and ask the control loop to call
+        ``driver.stop()`` now. Returns the request's number for ``wait_stopped`` (0 when the loop is dead).
+        Never blocks on the loop: it is called from gRPC's polling thread."""
+        failed: list[_Pending] = []
         with self._lock:
-            if self.state != "estop":
+            if self.loop_error:
+                return 0
+            first = self.state != "estop"
+            if first:
+                self.state, self.estop_reason, self._latch_owner = "estop", reason, owner
+                self.hold_reason = ""
                 self.counters["estops"] += 1
-            self.state, self.estop_reason = "estop", reason or "requested"
-        log.warning("e-stop latched: %s", self.estop_reason)
+                if self._pending is not None:
+                    failed.append(self._pending)
+                    self._pending = None
+                if self._reset_job is not None:
+                    self._reset_job.cancelled = True
+                    failed.append(self._reset_job.item)
+                    self._reset_job = None
+        for item in failed:
+            item.fail(grpc.StatusCode.FAILED_PRECONDITION, f"e-stop latched ({reason}) before this command's tick; "
+                                                           "not executed", "estop")
+        with self._ack:
+            if self._stop_requested == self._stop_done:
+                self._stop_requested_at = time.monotonic()
+            self._stop_requested += 1
+            generation = self._stop_requested
+        self._wake.set()
+        if first:
+            log.warning("e-stop latched: %s", reason)
+        return generation
+
+    def _estop_from_headers(self, call_id: int) -> None:
+        self.request_estop(_HEADER_REASON, owner=call_id)
+
+    def estop(self, reason: str, owner: int | None = None) -> int:
+        """``request_estop`` with a client's reason (escaped, cut); the reason replaces the placeholder of the
+        latch this same call made when its headers arrived."""
+        reason = safe_text(reason, self.config.max_reason_chars) or "requested"
+        with self._lock:
+            named = self.state == "estop" and owner is not None and self._latch_owner == owner
+            if named and self.estop_reason == _HEADER_REASON:
+                self.estop_reason = reason
+        if named:
+            log.warning("e-stop reason: %s", reason)
+        return self.request_estop(reason, owner)
+
+    def wait_stopped(self, generation: int, timeout_s: float) -> tuple[bool, str | None]:
+        """Wait until the driver's ``stop()`` for request ``generation`` returned: (acknowledged, error or None)."""
+        with self._ack:
+            ok = self._ack.wait_for(lambda: self._stop_done >= generation or self._dead, timeout_s)
+            if self._dead and self._stop_done < generation:
+                return False, "the control loop died"
+            return bool(ok), self._stop_error if ok else None
 
     def clear_estop(self) -> None:
+        self.check_alive()
+        cleared = False
         with self._lock:
             if self.state == "estop":
-                self.state, self.estop_reason = "running", ""
+                self.state, self.estop_reason, self._latch_owner = "running", "", None
                 self._last_contact = time.monotonic()
-        log.warning("e-stop cleared")
+                self._rebase_pending = True  # the supervisor starts afresh (a hand outside may come back in)
+                cleared = True
+        if cleared:
+            log.warning("e-stop cleared")
 
     def status(self) -> pb.Status:
+        """A snapshot: counters copied under a short lock, timing percentiles from a cache (never blocks the loop)."""
+        now = time.monotonic()
         with self._lock:
             c = dict(self.counters)
-            state, reason = self.state, self.estop_reason
-            jitter, work, queue = list(self.jitter), list(self.work), list(self.queue)
-        j = deque(jitter)
-        rejected = dict(self.safety.rejected)
-        if self._auth is not None and self._auth.refused:
-            rejected["unauthenticated"] = self._auth.refused
+            state, reason, hold, error = self.state, self.estop_reason, self.hold_reason, self.loop_error
+            breaches = dict(self.breaches)
+            last_tick = self._last_tick
+            if state in ("running", "holding") and self._reset_job is not None:
+                state = "resetting"
+        rejected, clamped = self.safety.counts()
+        for k, v in self.refusals.snapshot().items():
+            rejected[k] = rejected.get(k, 0) + v
+        t = self._timing_summary()
+        age = now - last_tick
+        health = "dead" if error else ("stalled" if age > max(5 * self.period, 0.25) else "ok")
         return pb.Status(
-            state=state,
-            ticks=c["ticks"],
-            commands=c["commands"],
-            holds=c["holds"],
-            watchdog_trips=c["watchdog_trips"],
-            estops=c["estops"],
-            rejected=rejected,
-            clamped=dict(self.safety.clamped),
-            jitter_p50_s=_percentile(j, 50),
-            jitter_p99_s=_percentile(j, 99),
-            jitter_max_s=max(jitter, default=0.0),
-            overruns=c["overruns"],
-            tick_work_p99_s=_percentile(deque(work), 99),
-            queue_p50_s=_percentile(deque(queue), 50),
-            queue_p99_s=_percentile(deque(queue), 99),
-            estop_reason=reason,
+            state=state, ticks=c["ticks"], commands=c["commands"], holds=c["holds"],
+            watchdog_trips=c["watchdog_trips"], estops=c["estops"], rejected=rejected, clamped=clamped,
+            jitter_p50_s=t["jitter_p50"], jitter_p99_s=t["jitter_p99"], jitter_max_s=t["jitter_max"],
+            overruns=c["overruns"], tick_work_p99_s=t["work_p99"], queue_p50_s=t["queue_p50"],
+            queue_p99_s=t["queue_p99"], estop_reason=reason, health=health, last_tick_age_s=age,
+            breaches=breaches, hold_reason=hold, estop_ack_s=self._estop_ack_s, stops=c["stops"],
+            resets=c["resets"], loop_error=error,
         )
+
+    def _timing_summary(self) -> dict[str, float]:
+        now = time.monotonic()
+        if now - self._timing_at > _TIMING_REFRESH_S and self._timing_lock.acquire(blocking=False):
+            try:
+                jitter, work, queue = self._jitter.values(), self._work.values(), self._queue.values()
+                pct = lambda a, q: float(np.percentile(a, q)) if len(a) else 0.0  # noqa: E731
+                self._timing = {
+                    "jitter_p50": pct(jitter, 50), "jitter_p99": pct(jitter, 99),
+                    "jitter_max": float(jitter.max()) if len(jitter) else 0.0, "work_p99": pct(work, 99),
+                    "queue_p50": pct(queue, 50), "queue_p99": pct(queue, 99),
+                }
+                self._timing_at = now
+            finally:
+                self._timing_lock.release()
+        return self._timing or dict.fromkeys(
+            ("jitter_p50", "jitter_p99", "jitter_max", "work_p99", "queue_p50", "queue_p99"), 0.0)
 
     def spec_message(self) -> pb.Spec:
         s = self.spec
@@ -260,56 +540,171 @@ class RobotServer:
 
     # -- the control loop ----------------------------------------------------------------------------------------
     def _control_loop(self) -> None:
-        period = self.period
-        next_tick = time.monotonic()
-        while not self._stop.is_set():
-            start = time.monotonic()
-            self._tick(start, start - next_tick)
-            work = time.monotonic() - start
-            next_tick += period
-            now = time.monotonic()
+        try:
+            period = self.period
+            next_tick = time.monotonic()
+            while not self._stop.is_set():
+                self._wake.clear()
+                self._service_stop()  # an e-stop is served between ticks, at once
+                now = time.monotonic()
+                if now < next_tick:
+                    self._wake.wait(next_tick - now)
+                    continue
+                self._tick(now, now - next_tick)
+                end = time.monotonic()
+                self._work.append(end - now)
+                next_tick += period
+                if end > next_tick:  # overran: count it and start again from now instead of bursting to catch up
+                    with self._lock:
+                        self.counters["overruns"] += 1
+                    next_tick = end
+        except BaseException as e:  # a bug, not a driver fault: stop the driver, answer UNAVAILABLE from now on
+            self._die(e)
+
+    def _die(self, e: BaseException) -> None:
+        reason = safe_text(f"{type(e).__name__}: {e}", 300)
+        log.error("control loop died (%s); stopping the driver", reason, exc_info=e)
+        with self._lock:
+            self.loop_error, self.state = reason, "dead"
+            items = [self._pending, self._current, self._reset_job.item if self._reset_job else None]
+            self._pending = self._current = self._reset_job = None
+        for item in items:
+            if item is not None:
+                item.fail(grpc.StatusCode.UNAVAILABLE, f"the robot's control loop died ({reason})", "loop_dead")
+        try:
+            self.robot.stop()
+        except Exception as stop_error:
+            log.exception("driver stop() failed after the control loop died")
             with self._lock:
-                self.work.append(work)
-                if now > next_tick:  # overran: count it and start again from now instead of bursting to catch up
-                    self.counters["overruns"] += 1
-                    next_tick = now
-            self._stop.wait(max(0.0, next_tick - time.monotonic()))
+                self.loop_error = f"{reason}; driver stop() failed too: {safe_text(str(stop_error), 200)}"
+        with self._lock:
+            self.counters["stops"] += 1
+        with self._ack:
+            self._dead = True
+            self._ack.notify_all()
+
+    def _service_stop(self) -> None:
+        """Call ``driver.stop()`` if an e-stop was requested since the last call, and acknowledge it."""
+        with self._ack:
+            generation = self._stop_requested
+            if generation <= self._stop_done:
+                return
+            requested_at = self._stop_requested_at
+        error = None
+        try:
+            self.robot.stop()
+        except Exception as e:
+            error = safe_text(f"{type(e).__name__}: {e}", 200)
+            log.error("driver stop() failed: %s", error)
+        with self._lock:
+            self.counters["stops"] += 1
+        with self._ack:
+            self._stop_done, self._stop_error = generation, error
+            self._estop_ack_s = time.monotonic() - requested_at
+            self._ack.notify_all()
+
+    def _latch_and_stop(self, reason: str) -> None:
+        """From the control thread: latch and stop the driver now (driver fault, hard breach)."""
+        self.request_estop(safe_text(reason, self.config.max_reason_chars))
+        self._service_stop()
+
+    def _driver(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise _DriverFault(f"{getattr(fn, '__name__', 'driver')}: {type(e).__name__}: {e}") from e
+
+    def _ee(self, obs: RobotObservation | None) -> np.ndarray | None:
+        c = self.spec.cartesian
+        if c is None or obs is None:
+            return None
+        return np.asarray(obs.state, np.float64)[slice(*c.ee_slice)]
 
     def _tick(self, now: float, lateness: float) -> None:
         with self._lock:
             item, self._pending = self._pending, None
-            state = self.state
+            self._current = item
+            state, job = self.state, self._reset_job
+            rebase, self._rebase_pending = self._rebase_pending, False
             self.counters["ticks"] += 1
-            self.jitter.append(max(0.0, lateness))
+            self._last_tick = now
+            if job is not None:
+                self._last_contact = now  # a client waiting for its reset is in contact
+        self._jitter.append(max(0.0, lateness))
+        before = self._obs
+        if rebase:
+            self.supervisor.rebase(self._obs)
         applied: np.ndarray | None = None
         flags = 0
+        target: np.ndarray | None = None
+        obs: RobotObservation | None = None
+        finished: _Pending | None = None  # a reset job's request, answered this tick
+        check = state != "estop"
         try:
-            if item is not None and item.kind == "reset" and state != "estop":
-                self._obs = self.robot.reset(item.seed)
-            elif item is not None and item.kind == "step" and state != "estop":
+            if state == "estop":
+                self._driver(self.robot.hold)
+                if item is not None and item.kind != "hold":
+                    item.fail(grpc.StatusCode.FAILED_PRECONDITION, self._estop_message(), "estop")
+            elif job is not None:
+                if item is not None:
+                    item.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy: a reset is in progress", "busy")
+                if state == "supervisor_hold":
+                    self._driver(self.robot.hold)
+                else:
+                    obs, target, finished = self._reset_tick(job)
+            elif state == "supervisor_hold" and item is not None and item.kind != "hold":
+                self._driver(self.robot.hold)
+                item.fail(grpc.StatusCode.UNAVAILABLE, self._hold_message(), "holding")
+            elif item is not None and item.kind == "reset":
+                position = self._driver(self.robot.reset_position, item.seed) if self.spec.cartesian else None
+                if position is None:  # the driver moves the robot itself (or needs its operator)
+                    obs = self._driver(self.robot.reset, item.seed)
+                    self._reset_done()
+                    finished, item, check = item, None, False
+                else:
+                    job = _ResetJob(item, np.asarray(position, np.float64))
+                    with self._lock:
+                        if self.state == "estop":  # latched since this tick began
+                            item.fail(grpc.StatusCode.FAILED_PRECONDITION, self._estop_message(), "estop")
+                            job = None
+                        else:
+                            self._reset_job = job
+                    item = None
+                    if job is not None:
+                        obs, target, finished = self._reset_tick(job)
+            elif item is not None and item.kind == "step":
                 assert item.action is not None
-                safe = self.safety.clamp(item.action, self._obs.state if self._obs is not None else None)
-                self.robot.command(safe.action)
-                applied, flags = safe.action, safe.flags
-                self._obs = self.robot.observe()
+                try:
+                    safe = self.safety.clamp(item.action, self._obs.state if self._obs is not None else None)
+                except UnsafeCommand as e:  # never reaches the driver; the robot holds this tick
+                    item.fail(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason)
+                    self._driver(self.robot.hold)
+                else:
+                    ee = self._ee(self._obs)
+                    if ee is not None and self.spec.cartesian is not None:
+                        target = ee + safe.action[:3] * self.spec.cartesian.metres_per_unit
+                    self._driver(self.robot.command, safe.action)
+                    applied, flags = safe.action, safe.flags
+                    self._last_applied = safe.action.copy()
             else:
-                self.robot.hold()
-                self._obs = self.robot.observe()
-        except UnsafeCommand as e:
-            self.robot.hold()
-            if item is not None:
-                item.error = (grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except Exception as e:  # a driver fault: hold, latch the e-stop, tell the caller; the loop keeps running
-            log.exception("driver error; latching the e-stop")
-            self.estop(f"driver error: {e}")
-            try:
-                self.robot.stop()
-            except Exception:
-                log.exception("driver stop() failed")
-            if item is not None:
-                item.error = (grpc.StatusCode.INTERNAL, f"driver error: {e}")
+                self._driver(self.robot.hold)
+            if obs is None:
+                obs = self._driver(self.robot.observe)
+            self._obs = obs
+            if finished is not None and finished.kind == "reset":
+                check = check and self._reset_jump_ok(before, obs)
+                self.supervisor.rebase(obs)
+            if check:
+                self._react(self.supervisor.check(obs, target), now)
+        except _DriverFault as e:
+            log.error("driver error; stopping the driver and latching the e-stop: %s", safe_text(str(e), 500))
+            self._latch_and_stop(f"driver error: {e}")
+            for it in (item, finished):
+                if it is not None:
+                    it.fail(grpc.StatusCode.INTERNAL, safe_text(f"driver error: {e}", 500), "driver_error")
 
         with self._lock:
+            self._current = None
             if applied is not None:
                 self.counters["commands"] += 1
                 if self.state == "holding":
@@ -321,106 +716,178 @@ class RobotServer:
                 self.state = "holding"
                 self.counters["watchdog_trips"] += 1
                 log.warning("watchdog: no command or heartbeat for %.3f s; holding", idle)
-            if item is not None:
-                self.queue.append(now - item.arrived)
-        if item is not None:
-            if item.error is None:
-                obs = self._obs
-                assert obs is not None
-                item.reply = pb.StepReply(
-                    observation=pb.Observation(
-                        state=np.asarray(obs.state, np.float32).tolist(), reward=obs.reward, success=obs.success,
-                        stamp=obs.stamp,
-                    ),
-                    seq=item.seq,
-                    tick=self.counters["ticks"],
-                    applied_action=[] if applied is None else applied.tolist(),
-                    clamp_flags=flags,
-                    queue_s=now - item.arrived,
-                )
-            item.done.set()
+        for it in (item, finished):
+            if it is None or it.done.is_set():
+                continue
+            self._queue.append(now - it.arrived)
+            o = self._obs
+            assert o is not None
+            it.reply = pb.StepReply(
+                observation=pb.Observation(state=np.asarray(o.state, np.float32).tolist(), reward=o.reward,
+                                           success=o.success, stamp=o.stamp),
+                seq=it.seq, tick=self.counters["ticks"],
+                applied_action=[] if applied is None or it is not item else applied.tolist(),
+                clamp_flags=flags if it is item else 0, queue_s=now - it.arrived,
+            )
+            it.done.set()
 
+    def _reset_done(self) -> None:
+        with self._lock:
+            self.counters["resets"] += 1
+        self._last_applied = self._rest_action.copy()
 
-class _CallError(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
+    def _reset_tick(self, job: _ResetJob) -> tuple[RobotObservation | None, np.ndarray | None, _Pending | None]:
+        """One tick of a reset motion: a step of at most ``reset_speed_fraction`` step limits towards the start
+        position, through the safety filter; at the start position, the driver's reset. Returns (observation if
+        the driver reset, commanded target, the finished request)."""
+        c = self.spec.cartesian
+        assert c is not None
+        ee = self._ee(self._obs)
+        assert ee is not None
+        delta = job.target - ee
+        dist = float(np.linalg.norm(delta))
+        done = dist <= self.config.reset_tolerance_m
+        with self._lock:
+            live = not job.cancelled and self._reset_job is job
+            if live and done:
+                self._reset_job = None
+        if not live:  # withdrawn (deadline) or e-stopped since this tick began: hold
+            self._driver(self.robot.hold)
+            return None, None, None
+        if done:
+            obs = self._driver(self.robot.reset, job.item.seed)
+            self._reset_done()
+            return obs, None, job.item
+        step = delta * min(1.0, self.config.reset_speed_fraction * self.supervisor.step_limit_m / dist)
+        action = self._last_applied.copy()
+        action[:3] = step / c.metres_per_unit
+        safe = self.safety.clamp(np.clip(action, self.safety.low, self.safety.high), self._obs.state)
+        self._driver(self.robot.command, safe.action)
+        return None, ee + safe.action[:3] * c.metres_per_unit, None
+
+    def _reset_jump_ok(self, before: RobotObservation | None, after: RobotObservation) -> bool:
+        """After a server-driven reset the driver's own reset may move the hand by little more than the tolerance
+        (its preview was wrong otherwise): a larger jump is a hard breach."""
+        a, b = self._ee(before), self._ee(after)
+        if a is None or b is None:
+            return True
+        jump = float(np.linalg.norm(b - a))
+        if jump <= self.config.reset_tolerance_m + 0.005:
+            return True
+        with self._lock:
+            self.breaches["reset_jump_hard"] = self.breaches.get("reset_jump_hard", 0) + 1
+        self._latch_and_stop(f"supervisor: the driver's reset moved the hand {jump * 1e3:.1f} mm in one tick")
+        return False
+
+    def _react(self, breaches: list[Breach], now: float) -> None:
+        """Hold on a soft breach, stop and latch on a hard one; count every breached tick."""
+        c = self.config.supervisor
+        if breaches:
+            with self._lock:
+                for b in breaches:
+                    self.breaches[b.key] = self.breaches.get(b.key, 0) + 1
+            hard = next((b for b in breaches if b.level == "hard"), None)
+            if hard is not None:
+                log.warning("supervisor: hard breach (%s); stopping the driver", hard.message)
+                self._latch_and_stop(f"supervisor: {hard.message}")
+                return
+            with self._lock:
+                if self.state in ("running", "holding"):
+                    self.state, self._hold_since = "supervisor_hold", now
+                    log.warning("supervisor: soft breach (%s); holding", breaches[0].message)
+                if self.state == "supervisor_hold":
+                    self.hold_reason, self._clean_ticks = breaches[0].message, 0
+        else:
+            with self._lock:
+                if self.state == "supervisor_hold":
+                    self._clean_ticks += 1
+                    if self._clean_ticks >= c.settle_ticks:
+                        self.state, self.hold_reason = "running", ""
+                        self._last_contact = now
+        with self._lock:
+            overdue = self.state == "supervisor_hold" and now - self._hold_since > c.max_hold_s
+            reason = self.hold_reason
+        if overdue:
+            self._latch_and_stop(f"supervisor: a hold did not clear within {c.max_hold_s:g} s ({reason})")
 
 
 class _Servicer(pb_grpc.RobotBridgeServicer):
+    """The RPC handlers: validate every field, then hand the request to the server (see ``RobotServer``)."""
+
     def __init__(self, server: RobotServer) -> None:
         self.s = server
 
-    def _deadline(self, context: grpc.ServicerContext) -> float:
+    def _deadline(self, context: grpc.ServicerContext, cap: float) -> float:
         remaining = context.time_remaining()
-        # A call without a deadline still gets a bounded wait: a few periods is plenty for one tick.
-        cap = max(1.0, 10 * self.s.period)
         return cap if remaining is None else max(0.0, min(remaining, cap))
 
-    def _run(self, context: grpc.ServicerContext, item: _Pending) -> pb.StepReply:
+    def _answer(self, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
         try:
-            return self.s.submit(item, self._deadline(context))
+            return fn(*args)
         except _CallError as e:
             context.abort(e.code, e.details)
             raise  # unreachable: abort raises
 
+    def _invalid(self, context: grpc.ServicerContext, details: str) -> None:
+        self.s.refusals.add("invalid_request")
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
+
     def GetSpec(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.Spec:
+        self._answer(context, self.s.check_alive)
         return self.s.spec_message()
 
     def Reset(self, request: pb.ResetRequest, context: grpc.ServicerContext) -> pb.StepReply:
+        self._answer(context, self.s.check_alive)
+        if request.seed < 0:
+            self._invalid(context, f"seed must be >= 0, got {request.seed}")
+        if not request.has_seed and request.seed != 0:
+            self._invalid(context, f"seed {request.seed} given without has_seed")
         self.s.touch()
-        # A reset may take seconds on hardware (a move to home), so its wait is the client's deadline, up to 60 s.
-        remaining = context.time_remaining()
         item = _Pending("reset", seed=int(request.seed) if request.has_seed else None)
-        try:
-            return self.s.submit(item, 60.0 if remaining is None else min(remaining, 60.0))
-        except _CallError as e:
-            context.abort(e.code, e.details)
-            raise
+        # A reset is a motion at limited speed (seconds on hardware): its wait is the client's deadline, up to 60 s.
+        return self._answer(context, self.s.submit, item, self._deadline(context, 60.0))
 
     def Step(self, request: pb.StepRequest, context: grpc.ServicerContext) -> pb.StepReply:
+        self._answer(context, self.s.check_alive)
         self.s.touch()
+        # A call without a deadline still gets a bounded wait: a few periods is plenty for one tick.
+        cap = max(1.0, 10 * self.s.period)
         if request.hold:
-            return self._run(context, _Pending("hold", seq=request.seq))
+            if len(request.action):
+                self._invalid(context, "a hold request must not carry an action")
+            return self._answer(context, self.s.submit, _Pending("hold", seq=request.seq), self._deadline(context, cap))
         try:
             action = self.s.safety.validate(np.asarray(request.action, dtype=np.float64))
         except UnsafeCommand as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        return self._run(context, _Pending("step", action=action, seq=request.seq))
+        item = _Pending("step", action=action, seq=request.seq)
+        return self._answer(context, self.s.submit, item, self._deadline(context, cap))
 
     def Heartbeat(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.Status:
+        self._answer(context, self.s.check_alive)
         self.s.touch()
-        return pb.Status(state=self.s.state)  # cheap: a heartbeat must not cost a percentile computation
+        return pb.Status(state=self.s.state)  # cheap: a heartbeat must not cost a status snapshot
 
     def EStop(self, request: pb.EStopRequest, context: grpc.ServicerContext) -> pb.Status:
-        self.s.estop(request.reason)
+        generation = self.s.estop(request.reason, CALL_ID.get())
+        self._answer(context, self.s.check_alive)
+        ok, error = self.s.wait_stopped(generation, self.s.config.estop_ack_timeout_s)
+        self._answer(context, self.s.check_alive)
+        if not ok:
+            self.s.refusals.add("estop_unacknowledged")
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                          f"e-stop latched, but the driver has not acknowledged the stop within "
+                          f"{self.s.config.estop_ack_timeout_s:g} s (control loop busy in a driver call?); use the "
+                          "robot's own emergency stop")
+        if error is not None:
+            context.abort(grpc.StatusCode.INTERNAL, f"e-stop latched, but the driver's stop() failed ({error}); use "
+                                                    "the robot's own emergency stop")
         return self.s.status()
 
     def ClearEStop(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.Status:
-        self.s.clear_estop()
+        self._answer(context, self.s.clear_estop)
         return self.s.status()
 
     def GetStatus(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.Status:
+        self._answer(context, self.s.check_alive)
         return self.s.status()
-
-
-class _TokenCheck(grpc.ServerInterceptor):
-    """Refuses every call whose ``authorization`` metadata is not ``Bearer <token>`` (constant-time compare)."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-        self.refused = 0
-
-        def deny(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-
-    def intercept_service(self, continuation: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
-        supplied = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
-        if isinstance(supplied, str):
-            supplied = supplied.encode()
-        if hmac.compare_digest(supplied, self._expected):
-            return continuation(handler_call_details)
-        self.refused += 1
-        return self._deny

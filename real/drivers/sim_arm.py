@@ -4,10 +4,22 @@ It stands in for a physical arm everywhere a real one would be: ``robot-rl serve
 with the same server, safety filter and watchdog, and the learner talks to it over the network. Time advances only
 when the server ticks it, once per control period, so on the server it runs in real time. The task (``reach``,
 ``push``, ``pick_place``) supplies the reward and success a real cell would get from a classifier or the operator.
+
+Like a real servoed arm, the simulated one does not follow commands exactly: the env's desired grip position may
+lead the hand by up to 5 cm and the servos overshoot, which is what the server's supervisor watches (measured
+state). Three things make it behave as the server needs a robot to:
+
+* ``stop()`` freezes the servo targets (desired grip position and joint targets) on the measured pose, so the hand
+  decelerates where it is instead of travelling on to a target that leads it; it does not advance time;
+* ``reset_position(seed)`` previews where ``reset(seed)`` will put the hand (the same draw on a scratch copy of the
+  env), so that the server can drive the hand there at the speed limit before the scene is reset;
+* observation stamps are on the simulated clock (time at ``connect`` plus simulated seconds), so measured speeds
+  are true simulated speeds even when the host stalls the control loop.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -68,18 +80,45 @@ class SimArm(Robot):
         )
         self._obs: RobotObservation | None = None
         self._gripper = -1.0
+        self._clock0 = time.monotonic()
+        self._sim_s = 0.0  # simulated seconds since connect (reset does not rewind it)
+        self._scratch: ArmEnv | None = None
+        self._reward, self._hz = reward, control_hz
 
     def connect(self) -> None:
+        self._clock0, self._sim_s = time.monotonic(), 0.0
         self.reset(self._seed)
 
     def disconnect(self) -> None:
         self.env.close()
+        if self._scratch is not None:
+            self._scratch.close()
+
+    def _stamp(self) -> float:
+        return self._clock0 + self._sim_s
 
     def reset(self, seed: int | None = None) -> RobotObservation:
         state, info = self.env.reset(seed=seed)
         self._gripper = -1.0
-        self._obs = RobotObservation(state, 0.0, bool(info["success"]), time.monotonic())
+        self._obs = RobotObservation(state, 0.0, bool(info["success"]), self._stamp())
         return self._obs
+
+    def reset_position(self, seed: int | None = None) -> np.ndarray:
+        """The grip position ``reset(seed)`` will start from: the same reset run on a scratch env with a copy of
+        this env's random stream, so that this env's stream is untouched."""
+        if self._scratch is None:
+            self._scratch = ArmEnv(self.task, self._reward, control_hz=self._hz)
+        if seed is None:
+            self._scratch.np_random = copy.deepcopy(self.env.np_random)
+        state, _ = self._scratch.reset(seed=seed)
+        return np.asarray(state[:3], np.float64)
+
+    def stop(self) -> None:
+        """Freeze the servo targets on the measured pose (see the module docstring); time does not advance."""
+        env = self.env
+        env._x_des = env.data.site_xpos[env._grip].copy()
+        env._q_cmd = env.data.qpos[env._arm_qpos].copy()
+        env.data.ctrl[env._arm_act] = env._q_cmd
 
     def observe(self) -> RobotObservation:
         if self._obs is None:
@@ -96,4 +135,5 @@ class SimArm(Robot):
 
     def _advance(self, action: np.ndarray) -> None:
         state, reward, _, _, info = self.env.step(action)
-        self._obs = RobotObservation(state, float(reward), bool(info["success"]), time.monotonic())
+        self._sim_s += self.env.control_dt
+        self._obs = RobotObservation(state, float(reward), bool(info["success"]), self._stamp())

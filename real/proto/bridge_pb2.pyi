@@ -97,7 +97,7 @@ class EStopRequest(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
-    __slots__ = ("state", "ticks", "commands", "holds", "watchdog_trips", "estops", "rejected", "clamped", "jitter_p50_s", "jitter_p99_s", "jitter_max_s", "overruns", "tick_work_p99_s", "queue_p50_s", "queue_p99_s", "estop_reason")
+    __slots__ = ("state", "ticks", "commands", "holds", "watchdog_trips", "estops", "rejected", "clamped", "jitter_p50_s", "jitter_p99_s", "jitter_max_s", "overruns", "tick_work_p99_s", "queue_p50_s", "queue_p99_s", "estop_reason", "health", "last_tick_age_s", "breaches", "hold_reason", "estop_ack_s", "stops", "resets", "loop_error")
     class RejectedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,13 @@ class Status(_message.Message):
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class ClampedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class BreachesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +135,14 @@ class Status(_message.Message):
     QUEUE_P50_S_FIELD_NUMBER: _ClassVar[int]
     QUEUE_P99_S_FIELD_NUMBER: _ClassVar[int]
     ESTOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    BREACHES_FIELD_NUMBER: _ClassVar[int]
+    HOLD_REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTOP_ACK_S_FIELD_NUMBER: _ClassVar[int]
+    STOPS_FIELD_NUMBER: _ClassVar[int]
+    RESETS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_ERROR_FIELD_NUMBER: _ClassVar[int]
     state: str
     ticks: int
     commands: int
@@ -144,4 +159,12 @@ class Status(_message.Message):
     queue_p50_s: float
     queue_p99_s: float
     estop_reason: str
-    def __init__(self, state: _Optional[str] = ..., ticks: _Optional[int] = ..., commands: _Optional[int] = ..., holds: _Optional[int] = ..., watchdog_trips: _Optional[int] = ..., estops: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., clamped: _Optional[_Mapping[str, int]] = ..., jitter_p50_s: _Optional[float] = ..., jitter_p99_s: _Optional[float] = ..., jitter_max_s: _Optional[float] = ..., overruns: _Optional[int] = ..., tick_work_p99_s: _Optional[float] = ..., queue_p50_s: _Optional[float] = ..., queue_p99_s: _Optional[float] = ..., estop_reason: _Optional[str] = ...) -> None: ...
+    health: str
+    last_tick_age_s: float
+    breaches: _containers.ScalarMap[str, int]
+    hold_reason: str
+    estop_ack_s: float
+    stops: int
+    resets: int
+    loop_error: str
+    def __init__(self, state: _Optional[str] = ..., ticks: _Optional[int] = ..., commands: _Optional[int] = ..., holds: _Optional[int] = ..., watchdog_trips: _Optional[int] = ..., estops: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., clamped: _Optional[_Mapping[str, int]] = ..., jitter_p50_s: _Optional[float] = ..., jitter_p99_s: _Optional[float] = ..., jitter_max_s: _Optional[float] = ..., overruns: _Optional[int] = ..., tick_work_p99_s: _Optional[float] = ..., queue_p50_s: _Optional[float] = ..., queue_p99_s: _Optional[float] = ..., estop_reason: _Optional[str] = ..., health: _Optional[str] = ..., last_tick_age_s: _Optional[float] = ..., breaches: _Optional[_Mapping[str, int]] = ..., hold_reason: _Optional[str] = ..., estop_ack_s: _Optional[float] = ..., stops: _Optional[int] = ..., resets: _Optional[int] = ..., loop_error: _Optional[str] = ...) -> None: ...

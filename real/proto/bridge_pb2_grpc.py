@@ -103,7 +103,9 @@ class RobotBridgeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EStop(self, request, context):
-        """Latch the emergency stop: the robot stops now and refuses commands until ClearEStop.
+        """Latch the emergency stop: the robot stops now and refuses commands until ClearEStop. The latch happens when
+        the call's headers arrive; the answer comes after the driver acknowledged the stop. EStop has reserved
+        server capacity that no other call can use.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

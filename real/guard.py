@@ -1,0 +1,365 @@
+"""The robot server's front door: who may call, how many calls at once, and how long anyone may stall one.
+
+Why a module of its own: gRPC Python's own limits are global and wait without bound. One worker pool and one
+``maximum_concurrent_rpcs`` serve every method, so a flood or a few stalled calls refuse the e-stop too; and a
+unary handler's worker waits for the request body for as long as the client keeps the stream open, so a client
+that sends headers and never a body holds a worker (with no deadline, forever). ``Gate`` replaces both:
+
+* it runs as a server interceptor, on gRPC's polling thread, **before any worker is involved**: the token is
+  checked on the call's metadata alone, and a refused call is answered by a handler that never reads the body;
+* every call is admitted into a **class** with its own limit: ``EStop`` has reserved slots that no other method
+  can use, so has ``ClearEStop`` (an operator can always recover), everything else shares ``bulk`` slots, refusals have a few slots of their own (beyond those, gRPC
+  answers ``UNIMPLEMENTED`` without a worker). The worker pool is sized to the sum of the classes, so an admitted
+  call never queues behind another class's work;
+* an authenticated ``EStop`` latches the robot's e-stop **when its headers arrive** (``on_estop``), before its body
+  is read and whether or not a slot is free;
+* admitted calls read their one request message with a deadline (``body_timeout_s``): a ``Reaper`` thread cancels
+  a call whose body has not arrived in time, which frees its worker and its slot;
+* every refusal is counted by reason (``Refusals``), and ``GetStatus`` reports them.
+
+Also here: the token's sources (``load_token``), reason strings made safe for logs (``safe_text``), and address
+helpers (IPv6 literals bracketed, loopback detection, a clean bind pre-check).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import heapq
+import hmac
+import ipaddress
+import itertools
+import os
+import socket
+import stat
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+TOKEN_ENV = "ROBOT_RL_TOKEN"
+SERVICE = "/robot_rl.bridge.v1.RobotBridge/"
+ESTOP_METHOD = SERVICE + "EStop"
+CLEAR_METHOD = SERVICE + "ClearEStop"
+METHODS = frozenset(SERVICE + m for m in ("GetSpec", "Reset", "Step", "Heartbeat", "EStop", "ClearEStop", "GetStatus"))
+
+# The admitted call's id, visible to the servicer method that handles it (EStop uses it to name its latch).
+CALL_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("robot_rl_call_id", default=None)
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """How many calls of each class may be in flight, and how long a request body may take to arrive."""
+
+    bulk_calls: int = 8  # every method but EStop and ClearEStop
+    estop_calls: int = 4  # EStop only: reserved, never used by other traffic
+    clear_calls: int = 2  # ClearEStop only: an operator can always recover, whatever the other traffic
+    refusal_calls: int = 4  # calls being refused (each needs a worker for a moment to send its status)
+    body_timeout_s: float = 1.0
+
+    def validate(self) -> None:
+        for name in ("bulk_calls", "estop_calls", "clear_calls", "refusal_calls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.body_timeout_s > 0:
+            raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
+
+    @property
+    def workers(self) -> int:
+        """Worker threads so that every admitted call finds one at once (plus slack for threads finishing)."""
+        return self.bulk_calls + self.estop_calls + self.clear_calls + self.refusal_calls + 2
+
+
+class Refusals:
+    """A thread-safe counter of refused calls by reason (gRPC workers, the polling thread and the loop all count)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, reason: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[reason] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def __getitem__(self, reason: str) -> int:
+        with self._lock:
+            return self._counts[reason]
+
+
+class _Timer:
+    __slots__ = ("when", "fn", "cancelled", "fired")
+
+    def __init__(self, when: float, fn: Callable[[], None]) -> None:
+        self.when, self.cancelled, self.fired = when, False, False
+        self.fn: Callable[[], None] | None = fn
+
+
+class Reaper:
+    """One thread that runs callbacks at deadlines (cancelling stalled calls) instead of a timer thread per call."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: list[tuple[float, int, _Timer]] = []
+        self._seq = itertools.count()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="bridge-reaper", daemon=True)
+        self._thread.start()
+
+    def schedule(self, delay_s: float, fn: Callable[[], None]) -> _Timer:
+        timer = _Timer(time.monotonic() + delay_s, fn)
+        with self._cv:
+            heapq.heappush(self._heap, (timer.when, next(self._seq), timer))
+            if self._heap[0][2] is timer:
+                self._cv.notify()
+        return timer
+
+    @staticmethod
+    def cancel(timer: _Timer) -> None:
+        # Lazily dropped from the heap when its time comes. Drop the callback now: it holds the call, and gRPC
+        # releases a call's HTTP/2 stream (counted against the per-connection limit) only when nothing does.
+        timer.cancelled, timer.fn = True, None
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    self._cv.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+                if self._closed:
+                    return
+                _, _, timer = heapq.heappop(self._heap)
+            fn = timer.fn
+            if not timer.cancelled and fn is not None:
+                timer.fired = True
+                try:
+                    fn()
+                except Exception:  # a call that is already gone cannot be cancelled; nothing to do
+                    pass
+
+
+class Gate(grpc.ServerInterceptor):
+    """Token check, admission by class, latch-on-headers for EStop, bounded body reads (module docstring).
+
+    Args:
+        token: the shared token, or None to admit every caller (loopback only; checked by the server's config).
+        limits: the per-class limits and the body deadline.
+        on_estop: called on the polling thread with the call id when an authenticated EStop's headers arrive;
+            must not block.
+        refusals: where refusals are counted.
+    """
+
+    def __init__(self, token: str | None, limits: GateLimits, on_estop: Callable[[int], None],
+                 refusals: Refusals) -> None:
+        limits.validate()
+        self._expected = f"Bearer {token}".encode() if token else None
+        self.limits = limits
+        self._on_estop = on_estop
+        self.refusals = refusals
+        self._lock = threading.Lock()
+        self._capacity = {"bulk": limits.bulk_calls, "estop": limits.estop_calls, "clear": limits.clear_calls,
+                          "refusal": limits.refusal_calls}
+        self._in_flight = dict.fromkeys(self._capacity, 0)
+        self._ids = itertools.count(1)
+        self.reaper = Reaper()
+
+    def in_flight(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._in_flight)
+
+    def close(self) -> None:
+        self.reaper.close()
+
+    # -- on gRPC's polling thread: no blocking, no body --------------------------------------------------------
+    def intercept_service(self, continuation: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        method = handler_call_details.method
+        if self._expected is not None:
+            supplied = _metadata(handler_call_details.invocation_metadata, "authorization")
+            if not hmac.compare_digest(supplied, self._expected):
+                return self._refuse("unauthenticated", grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+        if method not in METHODS:
+            self.refusals.add("unknown_method")
+            return None  # gRPC answers UNIMPLEMENTED itself, without a worker
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            self.refusals.add("unknown_method")
+            return None
+        call_id = next(self._ids)
+        cls = "clear" if method == CLEAR_METHOD else "bulk"
+        if method == ESTOP_METHOD:
+            cls = "estop"
+            self._on_estop(call_id)  # latched now, whatever happens to the rest of the call
+        if not self._acquire(cls):
+            return self._refuse(f"overload_{cls}", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"too many {cls} calls in flight ({self._capacity[cls]}); retry"
+                                + ("; the e-stop was latched nonetheless" if cls == "estop" else ""))
+        return self._admitted(handler, cls, call_id)
+
+    def _acquire(self, cls: str) -> bool:
+        with self._lock:
+            if self._in_flight[cls] >= self._capacity[cls]:
+                return False
+            self._in_flight[cls] += 1
+            return True
+
+    def _release(self, cls: str) -> None:
+        with self._lock:
+            self._in_flight[cls] -= 1
+
+    def _refuse(self, reason: str, code: grpc.StatusCode, details: str) -> Any:
+        self.refusals.add(reason)
+        if not self._acquire("refusal"):
+            self.refusals.add("unanswered")  # a flood beyond the refusal slots: UNIMPLEMENTED with no worker
+            return None
+
+        def refuse(request_iterator: Iterable[bytes], context: grpc.ServicerContext) -> Any:
+            try:
+                context.abort(code, details)  # without reading the body: a stalled body costs nothing here
+            finally:
+                self._release("refusal")
+
+        return grpc.stream_unary_rpc_method_handler(refuse)
+
+    def _admitted(self, handler: grpc.RpcMethodHandler, cls: str, call_id: int) -> Any:
+        inner = handler.unary_unary
+
+        def behavior(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                request = self._read_body(request_iterator, context)
+                token = CALL_ID.set(call_id)
+                try:
+                    return inner(request, context)
+                finally:
+                    CALL_ID.reset(token)
+            finally:
+                self._release(cls)
+
+        # Served as a client-streaming method so that the body is read here, with a deadline, and not by gRPC
+        # before the handler runs (which would wait without one). On the wire a unary call is the same.
+        return grpc.stream_unary_rpc_method_handler(
+            behavior, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _read_body(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        timer = self.reaper.schedule(self.limits.body_timeout_s, context.cancel)
+        try:
+            return next(request_iterator)
+        except StopIteration:  # the stream ended without a message: cut off by us, or a malformed/missing body
+            self.refusals.add("stalled_body" if timer.fired else "bad_body")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no valid request message (malformed or missing body)")
+        except grpc.RpcError:
+            self.refusals.add("stalled_body" if timer.fired else "client_cancelled")
+            raise  # gRPC knows this error (the call is gone): it sends nothing and logs nothing
+        finally:
+            Reaper.cancel(timer)
+
+
+def _metadata(metadata: Any, key: str) -> bytes:
+    for k, v in metadata or ():
+        if k == key:
+            return v.encode() if isinstance(v, str) else bytes(v)
+    return b""
+
+
+# -- tokens ------------------------------------------------------------------------------------------------------
+def load_token(token: str | None = None, token_file: str | None = None,
+               env: dict[str, str] | None = None) -> tuple[str | None, list[str]]:
+    """The shared token and warnings about how it was given.
+
+    Sources, first found wins: ``token_file`` (its first line), ``token`` (a command-line flag: visible to every
+    local user in the process list, hence a warning), the ``ROBOT_RL_TOKEN`` environment variable. Raises
+    ``ValueError`` with a one-line message for an unreadable or empty file, or both file and flag.
+    """
+    env = os.environ if env is None else env
+    warnings: list[str] = []
+    if token_file and token:
+        raise ValueError("give the token once: --token-file or --token, not both")
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                value = f.readline().strip()
+            mode = os.stat(token_file).st_mode
+        except OSError as e:
+            raise ValueError(f"cannot read the token file {token_file}: {e.strerror or e}") from None
+        if not value:
+            raise ValueError(f"the token file {token_file} is empty")
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            warnings.append(f"the token file {token_file} is readable by other users; chmod 600 it")
+        return value, warnings
+    if token:
+        warnings.append(f"--token is visible to every local user in the process list; prefer {TOKEN_ENV} or "
+                        "--token-file")
+        return token, warnings
+    return env.get(TOKEN_ENV) or None, warnings
+
+
+# -- reasons and addresses ---------------------------------------------------------------------------------------
+def safe_text(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` and escaped so that it is one printable line (no forged log lines)."""
+    cut = text[:max_chars]
+    escaped = cut.encode("unicode_escape").decode("ascii")
+    escaped = "".join(ch if 32 <= ord(ch) < 127 else f"\\x{ord(ch):02x}" for ch in escaped)
+    return escaped + (f"... [{len(text) - max_chars} more characters]" if len(text) > max_chars else "")
+
+
+def _literal(host: str) -> str:
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (``127.0.0.0/8``, ``::1``, bracketed or not)."""
+    h = _literal(host)
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port`` with an IPv6 literal bracketed (``[::1]:50051``), as gRPC expects."""
+    h = _literal(host)
+    return f"[{h}]:{port}" if ":" in h else f"{h}:{port}"
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise ``OSError`` with a one-line reason if ``host:port`` cannot be bound (in use, not a local address).
+
+    Done with a plain socket before gRPC binds, because gRPC reports a failed bind only as a generic error plus
+    a log line of its own. ``SO_REUSEADDR`` as servers use it: a port left in TIME_WAIT by a previous run is free.
+    Port 0 (any free port) is not checked.
+    """
+    if port == 0:
+        return
+    h = _literal(host)
+    try:
+        infos = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(f"cannot listen on {format_address(host, port)}: unknown host ({e.strerror})") from None
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                why = {errno.EADDRINUSE: "the port is in use (another serve-robot?)",
+                       errno.EADDRNOTAVAIL: "not an address of this machine",
+                       errno.EACCES: "permission denied (ports below 1024 need privileges)"}.get(
+                    e.errno or 0, e.strerror or str(e))
+                raise OSError(f"cannot listen on {format_address(host, port)}: {why}") from None
