@@ -31,7 +31,7 @@ Several seeds: `robot-rl train|finetune ... seed=0,1,2,3,4 jobs=2` trains each s
 writes the mean and IQM over seeds with 95% bootstrap intervals (seeds.json) and curves with bands (curves.png).
 
 Robot commands (--flags; see docs/hardware.md):
-  serve-robot  serve a robot driver:      robot-rl serve-robot --driver sim_arm --task reach --token $ROBOT_RL_TOKEN
+  serve-robot  serve a robot driver:      robot-rl serve-robot --driver sim_arm --task reach  (token: $ROBOT_RL_TOKEN)
   teleop       drive it, record demos:    robot-rl teleop --robot 127.0.0.1:50051 --device keyboard --out data/demos
   hil-train    learn with interventions:  robot-rl hil-train --robot 127.0.0.1:50051 --device scripted
   deploy       run a checkpoint safely:   robot-rl deploy --robot 127.0.0.1:50051 --checkpoint runs/<run>/learner.pt

@@ -27,7 +27,9 @@ software stop, not a safety-rated one: the robot's own emergency stop and safety
 protection.
 
 ``reset()`` moves to ``home_pose`` with a blocking ``moveL`` (a straight line in Cartesian space from wherever
-the TCP is: make sure that line is clear).
+the TCP is: make sure that line is clear) at ``move_speed``, which may not exceed ``max_speed_mps``. Being
+blocking, it holds the server's control loop for the whole move: an ``EStop`` during it latches at once but is
+acknowledged (``stop()``) only when ``moveL`` returns, so keep the pendant's emergency stop at hand.
 
 Gripper: there is no gripper driver. Pass ``gripper`` (called with ``action[3]`` on every command, -1 open ..
 +1 closed, and with -1 on reset) and optionally ``gripper_state`` (returns the state vector's gripper entry,
@@ -150,6 +152,8 @@ class URRobot(Robot):
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        if move_speed > max_speed_mps:  # reset() moves home with moveL at move_speed: the same limit applies
+            raise ValueError(f"move_speed {move_speed} m/s exceeds max_speed_mps {max_speed_mps}")
         self.spec = RobotSpec(
             name="ur_rtde",
             state_dim=STATE_DIM,

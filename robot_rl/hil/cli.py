@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import ast
 import logging
-import os
 import signal
 import sys
 import time
@@ -40,7 +39,24 @@ def _kv(pairs: list[str] | None, flag: str) -> dict[str, Any]:
 
 
 def _token_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--token", default=None, help=f"shared token (default: the {TOKEN_ENV} environment variable)")
+    p.add_argument("--token-file", default=None,
+                   help=f"file whose first line is the shared token (default: the {TOKEN_ENV} environment variable)")
+    p.add_argument("--token", default=None,
+                   help="shared token on the command line (visible to every local user in the process list: "
+                        f"prefer {TOKEN_ENV} or --token-file)")
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The token from --token-file, --token or the environment; warnings on stderr; one-line errors."""
+    from real.guard import load_token
+
+    try:
+        token, warnings = load_token(args.token, args.token_file)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    for warning in warnings:
+        print(f"robot-rl: warning: {warning}", file=sys.stderr, flush=True)
+    return token
 
 
 def _robot_args(p: argparse.ArgumentParser) -> None:
@@ -62,7 +78,7 @@ def _teleop_args(p: argparse.ArgumentParser, default: str | None) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from real.client import RobotClient
 
-    return RobotClient(args.robot, args.token, tls_root_cert=args.tls_root_cert, step_timeout_s=args.step_timeout_s)
+    return RobotClient(args.robot, _token(args), tls_root_cert=args.tls_root_cert, step_timeout_s=args.step_timeout_s)
 
 
 def _teleop(args: argparse.Namespace, spec_name: str, defaults: dict[str, Any] | None = None) -> Any:
@@ -143,7 +159,7 @@ def serve_robot(argv: list[str]) -> int:
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
                   **kwargs}
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token = _token(args)
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
                           watchdog_s=args.watchdog_s, max_message_bytes=args.max_message_bytes, tls_cert=args.tls_cert, tls_key=args.tls_key)
     try:
@@ -167,10 +183,12 @@ def serve_robot(argv: list[str]) -> int:
             time.sleep(args.status_every if args.status_every > 0 else 1.0)
             if args.status_every > 0:
                 s = server.status()
-                print(f"[status] {s.state} | ticks {s.ticks:,} | commands {s.commands:,} | holds {s.holds:,} | "
-                      f"watchdog {s.watchdog_trips} | estops {s.estops} | rejected {sum(s.rejected.values())} | "
+                print(f"[status] {s.state} | loop {s.health} | ticks {s.ticks:,} | commands {s.commands:,} | "
+                      f"holds {s.holds:,} | watchdog {s.watchdog_trips} | estops {s.estops} | "
+                      f"breaches {sum(s.breaches.values())} | rejected {sum(s.rejected.values())} | "
                       f"clamped {sum(s.clamped.values())} | jitter p99 {s.jitter_p99_s * 1e3:.2f} ms | "
-                      f"overruns {s.overruns}", flush=True)
+                      f"overruns {s.overruns}" + (f" | loop error: {s.loop_error}" if s.loop_error else ""),
+                      flush=True)
     except KeyboardInterrupt:
         pass
     finally:

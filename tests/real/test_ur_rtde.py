@@ -319,3 +319,5 @@ def test_constructor_validation():
         URRobot("ip", HOME, LOW, HIGH, servo_lookahead_s=0.5)
     with pytest.raises(ValueError):
         URRobot("ip", HOME, HIGH, LOW)  # box upside down
+    with pytest.raises(ValueError, match="move_speed"):
+        URRobot("ip", HOME, LOW, HIGH, move_speed=0.6, max_speed_mps=0.5)  # reset() would exceed the speed limit
