@@ -195,6 +195,16 @@ class _Ring:
     def values(self) -> np.ndarray:
         return self._a[: min(self._n, len(self._a))].copy()
 
+    @property
+    def count(self) -> int:
+        return self._n
+
+    def since(self, n0: int) -> np.ndarray:
+        """The samples appended since ``count`` was ``n0`` (the most recent window's worth at most)."""
+        n, size = self._n, len(self._a)
+        idx = np.arange(max(n0, n - size), n) % size
+        return self._a[idx].copy()
+
 
 class RobotServer:
     """Serves one ``Robot``. ``start()`` binds the port, connects the driver and starts the control loop and gRPC
@@ -522,6 +532,24 @@ class RobotServer:
                 self._timing_lock.release()
         return self._timing or dict.fromkeys(
             ("jitter_p50", "jitter_p99", "jitter_max", "work_p99", "queue_p50", "queue_p99"), 0.0)
+
+    def timing_mark(self) -> dict[str, Any]:
+        """A mark for ``timing_since``: sample counts and counters now (benchmarks compare stretches of time)."""
+        with self._lock:
+            counters = dict(self.counters)
+        return {"jitter": self._jitter.count, "work": self._work.count, "queue": self._queue.count,
+                "counters": counters, "refusals": self.refusals.snapshot()}
+
+    def timing_since(self, mark: dict[str, Any]) -> dict[str, Any]:
+        """Raw timing samples (s) and counter increments since ``mark``."""
+        now = self.timing_mark()
+        return {
+            "jitter": self._jitter.since(mark["jitter"]), "work": self._work.since(mark["work"]),
+            "queue": self._queue.since(mark["queue"]),
+            "counters": {k: v - mark["counters"].get(k, 0) for k, v in now["counters"].items()},
+            "refusals": {k: v - mark["refusals"].get(k, 0) for k, v in now["refusals"].items()
+                         if v - mark["refusals"].get(k, 0)},
+        }
 
     def spec_message(self) -> pb.Spec:
         s = self.spec

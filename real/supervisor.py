@@ -19,8 +19,8 @@ The server reacts (``real.server``): a soft breach makes the robot **hold** (com
 until ``settle_ticks`` ticks in a row are clean; a hold that has not cleared after ``max_hold_s`` becomes hard); a
 hard breach **stops** the driver and **latches** the e-stop. Every breached tick is counted by kind and level.
 The tolerances above 1 are there because a real servo (and the simulated one) overshoots a commanded speed for a
-tick or two; the defaults were chosen so that the scripted reach expert on the simulated arm never breaches while
-full-speed random reversals do (``tests/real/test_bridge_faults.py``).
+tick or two: on the simulated arm a proportional reach controller moves the hand up to 1.3x the step limit and never
+breaches (``tests/real/test_bridge_faults.py``), full-speed random reversals reach 1.4-2.3x.
 """
 
 from __future__ import annotations

@@ -1,0 +1,374 @@
+"""The robot bridge under abuse: does the e-stop get through, does the loop keep time, is a normal client served?
+
+A ``serve-robot``-equivalent server (simulated arm, token, safety filter, supervisor) runs in its own process at
+``--hz``. For each abuse class an attacker process (or a careless one) runs for ``--seconds`` while this process
+runs a **normal client** (a step every tick, small zero-mean actions) and an **e-stop prober** (every
+``--probe-every`` seconds: ``EStop``, timed on the client's clock, then ``ClearEStop``). Classes:
+
+* ``baseline``: no abuse (what the machine gives anyway);
+* ``garbage_bytes``: TCP connections that send random bytes;
+* ``http2_junk``: the HTTP/2 preface followed by random frames;
+* ``oversized``: authenticated 8 MB requests (the limit is 64 kB);
+* ``half_open``: 200 connections that never send anything;
+* ``stalled_unauth`` / ``stalled_auth``: 16 calls without / with the token that send headers and never a body,
+  no deadline, renewed as soon as the server cuts them off (after its 1 s body deadline);
+* ``flood_unauth``: unauthenticated calls back to back;
+* ``flood_auth``: authenticated ``Heartbeat`` calls back to back from 12 threads (more than the 8 bulk slots);
+* ``status_poll``: ``GetStatus`` at 200 Hz.
+
+Per class: the control loop's jitter (tick start minus schedule) and overruns, measured by the server over exactly
+that stretch; EStop latency (client round trip; the server answers after the driver's ``stop()`` returned); the
+fraction of the normal client's steps that were served (steps refused only because the prober had just latched the
+e-stop are left out); and the server's refusal counters. Writes ``bench/results/<date>-bridge-abuse.json``;
+``--readme`` also rewrites the table in ``bench/README.md`` between its ``bridge-abuse`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TOKEN = "bench-abuse-token"
+CLASSES = ("baseline", "garbage_bytes", "http2_junk", "oversized", "half_open", "stalled_unauth", "stalled_auth",
+           "flood_unauth", "flood_auth", "status_poll")
+BENCH_DIR = Path(__file__).resolve().parent
+SERVICE = "/robot_rl.bridge.v1.RobotBridge/"
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+# -- the server process ----------------------------------------------------------------------------------------
+def _serve(conn: Any, hz: float) -> None:
+    """Serve the simulated arm; answer ``mark`` / ``since`` / ``stop`` requests on ``conn``."""
+    import logging
+
+    from real.drivers.sim_arm import SimArm
+    from real.server import RobotServer, ServerConfig
+
+    logging.getLogger("real").setLevel(logging.ERROR)  # the prober latches and clears the e-stop twice a second
+    server = RobotServer(SimArm("reach", control_hz=hz, seed=0), ServerConfig(port=0, token=TOKEN, watchdog_s=1.0))
+    conn.send(server.start())
+    try:
+        while True:
+            cmd, arg = conn.recv()
+            if cmd == "mark":
+                conn.send(server.timing_mark())
+            elif cmd == "since":
+                conn.send(server.timing_since(arg))
+            else:
+                break
+    finally:
+        server.stop()
+
+
+# -- the attacker process --------------------------------------------------------------------------------------
+def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
+    import grpc
+
+    address = f"127.0.0.1:{port}"
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def count(key: str) -> None:
+        with lock:
+            counts[key] = counts.get(key, 0) + 1
+
+    def channel() -> grpc.Channel:
+        return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1),
+                                                       ("grpc.max_send_message_length", -1)])
+
+    def raw_sends(payload: Any) -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+                    s.sendall(payload())
+                count("connections")
+            except OSError:
+                count("connect_errors")
+
+    def calls(method: str, metadata: Any, body: bytes, rate_hz: float | None = None) -> None:
+        ch = channel()
+        call = ch.unary_unary(SERVICE + method)
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                call(body, timeout=2.0, metadata=metadata)
+                count("ok")
+            except grpc.RpcError as e:
+                count(e.code().name)
+            if rate_hz:
+                stop.wait(max(0.0, 1.0 / rate_hz - (time.monotonic() - t)))
+        ch.close()
+
+    def stalled(metadata: Any) -> None:
+        ch = channel()
+        call = ch.stream_unary(SERVICE + "Step")
+
+        def never() -> Any:
+            stop.wait(3.0)  # no body; ends the stream (still without a message) at the latest 3 s later
+            return
+            yield b""
+
+        while not stop.is_set():
+            future = call.future(never(), metadata=metadata)
+            try:
+                future.result(timeout=5.0)
+                count("ok")
+            except grpc.RpcError as e:
+                count(e.code().name)
+            except grpc.FutureTimeoutError:
+                future.cancel()
+                count("client_timeout")
+        ch.close()
+
+    junk_preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    threads: list[threading.Thread] = []
+    held: list[socket.socket] = []
+    if kind == "garbage_bytes":
+        threads = [threading.Thread(target=raw_sends, args=(lambda: os.urandom(4096),)) for _ in range(2)]
+    elif kind == "http2_junk":
+        threads = [threading.Thread(target=raw_sends, args=(lambda: junk_preface + os.urandom(2048),))
+                   for _ in range(2)]
+    elif kind == "oversized":
+        big = b"\x0a" + b"\xff" * (8 * 1024 * 1024)
+        threads = [threading.Thread(target=calls, args=("Step", AUTH, big))]
+    elif kind == "half_open":
+        for _ in range(200):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=1.0))
+            except OSError:
+                count("connect_errors")
+        counts["held_connections"] = len(held)
+    elif kind in ("stalled_unauth", "stalled_auth"):
+        threads = [threading.Thread(target=stalled, args=(AUTH if kind == "stalled_auth" else (),)) for _ in range(16)]
+    elif kind == "flood_unauth":
+        threads = [threading.Thread(target=calls, args=("GetStatus", (), b"")) for _ in range(2)]
+    elif kind == "flood_auth":
+        threads = [threading.Thread(target=calls, args=("Heartbeat", AUTH, b"")) for _ in range(12)]
+    elif kind == "status_poll":
+        threads = [threading.Thread(target=calls, args=("GetStatus", AUTH, b"", 200.0))]
+    for t in threads:
+        t.daemon = True
+        t.start()
+    time.sleep(0.5)  # let it take hold before measuring
+    ready.set()
+    stop.wait()
+    for t in threads:
+        t.join(6.0)
+    for s in held:
+        s.close()
+    out.put(counts)
+
+
+# -- this process: the normal client and the e-stop prober -----------------------------------------------------
+class _Normal(threading.Thread):
+    """Steps every tick with small zero-mean actions, as an actor would; counts what was served."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(daemon=True)
+        from real.client import RobotClient
+
+        self.client = RobotClient(address, TOKEN, step_timeout_s=0.5)
+        self.stop_flag = threading.Event()
+        self.ok = 0
+        self.estop_window = 0
+        self.errors: dict[str, int] = {}
+        self.rtt: list[float] = []
+
+    def run(self) -> None:
+        from real.client import BridgeError, EStopLatched
+
+        t0 = time.monotonic()
+        while not self.stop_flag.is_set():
+            phase = 2 * np.pi * (time.monotonic() - t0) / 4.0
+            action = [0.3 * np.sin(phase), 0.3 * np.cos(phase), 0.0, -1.0]
+            t = time.perf_counter()
+            try:
+                self.client.step(action)
+                self.ok += 1
+                self.rtt.append(time.perf_counter() - t)
+            except EStopLatched:
+                self.estop_window += 1  # the prober's own e-stop, not the abuse
+                time.sleep(0.005)
+            except BridgeError as e:
+                self.errors[e.code.name] = self.errors.get(e.code.name, 0) + 1
+                time.sleep(0.005)
+        self.client.close()
+
+
+def _probe(address: str, seconds: float, every: float) -> tuple[list[float], dict[str, int]]:
+    from real.client import BridgeError, RobotClient
+
+    client = RobotClient(address, TOKEN, timeout_s=2.0)
+    latencies: list[float] = []
+    failures: dict[str, int] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(every)
+        t = time.perf_counter()
+        try:
+            client.estop("bench probe")
+            latencies.append(time.perf_counter() - t)
+        except BridgeError as e:
+            failures[e.code.name] = failures.get(e.code.name, 0) + 1
+        for _ in range(20):  # clear it again; ClearEStop has its own reserved slots
+            try:
+                client.clear_estop()
+                break
+            except BridgeError:
+                time.sleep(0.05)
+    client.close()
+    return latencies, failures
+
+
+def _ms(a: np.ndarray | list[float], q: float) -> float:
+    a = np.asarray(a, float)
+    return float(np.percentile(a, q) * 1e3) if len(a) else float("nan")
+
+
+def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz: float) -> dict[str, Any]:
+    address = f"127.0.0.1:{port}"
+    ctx = mp.get_context("spawn")
+    stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    attacker = ctx.Process(target=_abuse, args=(kind, port, stop, ready, out), daemon=True)
+    attacker.start()
+    if not ready.wait(60.0):
+        raise RuntimeError(f"the {kind} attacker did not start")
+    normal = _Normal(address)
+    conn.send(("mark", None))
+    mark = conn.recv()
+    normal.start()
+    latencies, failures = _probe(address, seconds, every)
+    normal.stop_flag.set()
+    normal.join(5.0)
+    conn.send(("since", mark))
+    since = conn.recv()
+    stop.set()
+    counts = out.get(timeout=30.0)
+    attacker.join(10.0)
+    attempts = normal.ok + sum(normal.errors.values())
+    jitter = since["jitter"]
+    return {
+        "class": kind,
+        "ticks": int(since["counters"]["ticks"]),
+        "loop_jitter_p50_ms": _ms(jitter, 50), "loop_jitter_p99_ms": _ms(jitter, 99),
+        "loop_jitter_max_ms": float(jitter.max() * 1e3) if len(jitter) else float("nan"),
+        "tick_work_p99_ms": _ms(since["work"], 99),
+        "overruns": int(since["counters"]["overruns"]),
+        "estops": len(latencies), "estop_failures": failures,
+        "estop_p50_ms": _ms(latencies, 50), "estop_max_ms": float(max(latencies) * 1e3) if latencies else float("nan"),
+        "normal_steps_ok": normal.ok, "normal_step_errors": normal.errors,
+        "normal_steps_in_estop_window": normal.estop_window,
+        "served_fraction": normal.ok / attempts if attempts else float("nan"),
+        "normal_step_rtt_p99_ms": _ms(normal.rtt, 99),
+        "expected_ticks": int(round(seconds * hz)),
+        "server_refusals": since["refusals"],
+        "attacker": counts,
+    }
+
+
+def _cpu_steal() -> list[int] | None:
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def _machine() -> dict[str, Any]:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCH_DIR, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"cores": os.cpu_count(), "load_average": list(os.getloadavg()), "os": platform.platform(),
+            "python": platform.python_version(), "git_commit": commit}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table of the README section."""
+    head = ("| abuse class | loop jitter p50 / p99 / max (ms) | overruns | EStop p50 / max (ms), answered | "
+            "normal client served |\n|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        answered = f"{r['estops']}/{r['estops'] + sum(r['estop_failures'].values())}"
+        lines.append(f"| {r['class']} | {r['loop_jitter_p50_ms']:.2f} / {r['loop_jitter_p99_ms']:.2f} / "
+                     f"{r['loop_jitter_max_ms']:.1f} | {r['overruns']} of {r['ticks']} | {r['estop_p50_ms']:.1f} / "
+                     f"{r['estop_max_ms']:.1f}, {answered} | {100 * r['served_fraction']:.1f}% |")
+    return head + "\n".join(lines) + "\n"
+
+
+def _update_readme(text: str) -> None:
+    path = BENCH_DIR / "README.md"
+    readme = path.read_text()
+    start, end = "<!-- bridge-abuse:start -->", "<!-- bridge-abuse:end -->"
+    if start not in readme or end not in readme:
+        raise SystemExit(f"{path} has no {start} ... {end} block")
+    before, rest = readme.split(start, 1)
+    _, after = rest.split(end, 1)
+    path.write_text(f"{before}{start}\n{text}{end}{after}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=8.0, help="length of each abuse class")
+    p.add_argument("--hz", type=float, default=50.0, help="control rate of the server")
+    p.add_argument("--probe-every", type=float, default=0.5, help="seconds between EStop probes")
+    p.add_argument("--classes", default=",".join(CLASSES), help="comma-separated subset of: " + ", ".join(CLASSES))
+    p.add_argument("--out", type=Path, default=None, help="result file (default bench/results/<date>-bridge-abuse.json)")
+    p.add_argument("--readme", action="store_true", help="rewrite the table in bench/README.md")
+    args = p.parse_args(argv)
+    kinds = [k.strip() for k in args.classes.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(CLASSES))
+    if unknown:
+        raise SystemExit(f"unknown abuse classes {unknown}; choose from {', '.join(CLASSES)}")
+    os.environ.setdefault("MUJOCO_GL", "egl")
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    server = ctx.Process(target=_serve, args=(child, args.hz), daemon=True)
+    server.start()
+    port = parent.recv()
+    cpu0 = _cpu_steal()
+    rows = []
+    try:
+        for kind in kinds:
+            row = _run_class(kind, port, parent, args.seconds, args.probe_every, args.hz)
+            rows.append(row)
+            print(f"{kind:15s} jitter p99 {row['loop_jitter_p99_ms']:6.2f} ms  overruns {row['overruns']:3d}  "
+                  f"EStop p50 {row['estop_p50_ms']:5.1f} max {row['estop_max_ms']:6.1f} ms "
+                  f"({row['estops']} ok, failures {row['estop_failures']})  served {100 * row['served_fraction']:5.1f}%"
+                  f"  refusals {row['server_refusals']}", flush=True)
+    finally:
+        parent.send(("stop", None))
+        server.join(15.0)
+    cpu1 = _cpu_steal()
+    steal = None
+    if cpu0 and cpu1 and len(cpu0) >= 8:
+        d = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+        steal = d[7] / max(1, sum(d[:8]))
+    result = {"config": {"seconds": args.seconds, "hz": args.hz, "probe_every_s": args.probe_every},
+              "machine": _machine(), "cpu_steal_fraction": steal, "classes": rows}
+    out = args.out or BENCH_DIR / "results" / f"{datetime.date.today().isoformat()}-bridge-abuse.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=float) + "\n")
+    text = table(rows)
+    print(text + f"results: {out}")
+    if args.readme:
+        _update_readme(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()
