@@ -12,6 +12,10 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from robot_rl.agents.sac import SACConfig
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -257,7 +261,7 @@ def _train(overrides: list[str], finetune: bool = False) -> int:
         print(f"run directory: {run_dir}", flush=True)
         print(
             f"training {cfg.env.spec} for {cfg.train.steps:,} env steps "
-            f"(SAC: {cfg.agent.num_critics} critics, UTD {cfg.agent.utd}, {cfg.env.num_envs} env(s), {cfg.device})",
+            f"({_describe_agent(cfg.agent)}, {cfg.env.num_envs} env(s), {cfg.device})",
             flush=True,
         )
     summary = trainer.run()
@@ -270,6 +274,16 @@ def _train(overrides: list[str], finetune: bool = False) -> int:
         flush=True,
     )
     return 0
+
+
+def _describe_agent(agent: SACConfig) -> str:
+    """One phrase for the run header: which networks and critic, how many critics and updates per step."""
+    if agent.network == "hyper":
+        critic = f"{agent.num_atoms}-atom" if agent.num_atoms > 1 else "scalar"
+        nets = f"SAC, hyperspherical {agent.critic_width}-wide critics ({critic})"
+    else:
+        nets = f"SAC, MLP {'x'.join(map(str, agent.hidden_dims))} critics"
+    return f"{nets}: {agent.num_critics} critics, UTD {agent.utd}"
 
 
 def _check_overrides(overrides: list[str]) -> None:

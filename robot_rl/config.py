@@ -35,7 +35,7 @@ class EnvConfig:
 
 @dataclass
 class LoopConfig:
-    steps: int = _help(15_000, "environment steps (transitions, summed over envs) to train for")
+    steps: int = _help(10_000, "environment steps (transitions, summed over envs) to train for")
     learning_starts: int = _help(1_000, "uniform-random actions for this many steps before learning")
     eval_every: int = _help(1_000, "evaluate (and checkpoint) every this many environment steps")
     checkpoint_every: int | None = _help(None, "checkpoint every this many env steps (default: eval_every)")

@@ -11,8 +11,9 @@ import torch
 
 from robot_rl.checkpoint import load
 
+SMALL_AGENT = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32"]
 ARGS = [
-    "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
+    *SMALL_AGENT,
     "train.steps=3000",
     "train.learning_starts=100",
     "train.eval_every=250",
@@ -66,7 +67,7 @@ def test_sigkill_then_resume_continues_from_latest_checkpoint(tmp_path):
 
 def test_corrupt_checkpoint_gives_clear_error(tmp_path):
     run = tmp_path / "run"
-    proc = _cli(f"run_dir={run}", *ARGS[:1], "train.steps=300", "train.eval_every=300", *ARGS[3:])
+    proc = _cli(f"run_dir={run}", *ARGS, "train.steps=300", "train.eval_every=300")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     latest = run / "checkpoints" / "latest.pt"

@@ -16,9 +16,10 @@ def _train(run_dir, *overrides) -> list[dict[str, float]]:
         return [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
 
 
-def test_pendulum_sac_reaches_minus_250_within_15k_steps(tmp_path):
+def test_pendulum_sac_reaches_minus_250_within_10k_steps(tmp_path):
+    """The default agent (agent=simba) on the default task; measured: -220 at 3k steps, -193 at 6k (seed 0)."""
     rows = _train(tmp_path / "run", "experiment=pendulum", "seed=0")
-    assert rows[-1]["env_step"] == 15_000
+    assert rows[-1]["env_step"] == 10_000
     best = max(r["eval_return_mean"] for r in rows)
     assert best >= -250, [round(r["eval_return_mean"]) for r in rows]
     # and it stays solved: the last evaluation is solved too, not a lucky spike
