@@ -32,6 +32,7 @@ twice a second by the caller, never by the loop.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent import futures
@@ -91,6 +92,7 @@ class ServerConfig:
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     reset_speed_fraction: float = 0.5  # reset motions move at this fraction of the step limit
     reset_tolerance_m: float = 0.003  # a reset motion is done when the hand is this close to the start position
+    control_priority: int = 10  # SCHED_FIFO priority the control thread asks for (0: do not ask); see _prioritise
 
     def validate(self) -> None:
         if not self.token and not self.allow_unauthenticated:
@@ -236,6 +238,7 @@ class RobotServer:
         self.estop_reason = ""
         self.hold_reason = ""
         self.loop_error = ""
+        self.loop_priority = ""
         self._latch_owner: int | None = None
         self._hold_since = 0.0
         self._clean_ticks = 0
@@ -513,7 +516,7 @@ class RobotServer:
             overruns=c["overruns"], tick_work_p99_s=t["work_p99"], queue_p50_s=t["queue_p50"],
             queue_p99_s=t["queue_p99"], estop_reason=reason, health=health, last_tick_age_s=age,
             breaches=breaches, hold_reason=hold, estop_ack_s=self._estop_ack_s, stops=c["stops"],
-            resets=c["resets"], loop_error=error,
+            resets=c["resets"], loop_error=error, loop_priority=self.loop_priority,
         )
 
     def _timing_summary(self) -> dict[str, float]:
@@ -567,7 +570,28 @@ class RobotServer:
         return msg
 
     # -- the control loop ----------------------------------------------------------------------------------------
+    def _prioritise(self) -> str:
+        """Ask the OS to run the control thread before ordinary work, best effort: real-time ``SCHED_FIFO`` at
+        ``control_priority`` if this process may (root or CAP_SYS_NICE), else nice -10, else nothing. Why: on a
+        loaded machine the scheduler, not the server, decides when a tick starts; gRPC's own threads, an attacker's
+        junk and other programs all compete with the loop for the CPU. Returns what was granted."""
+        p = self.config.control_priority
+        if p <= 0 or not hasattr(os, "sched_setscheduler"):
+            return "normal"
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(p))  # 0: this thread (Linux)
+            return f"SCHED_FIFO {p}"
+        except (OSError, ValueError):
+            pass
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
+            return "nice -10"
+        except (OSError, ValueError):
+            return "normal (no permission for a higher one)"
+
     def _control_loop(self) -> None:
+        self.loop_priority = self._prioritise()
+        log.info("control loop priority: %s", self.loop_priority)
         try:
             period = self.period
             next_tick = time.monotonic()

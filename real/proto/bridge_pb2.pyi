@@ -97,7 +97,7 @@ class EStopRequest(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
-    __slots__ = ("state", "ticks", "commands", "holds", "watchdog_trips", "estops", "rejected", "clamped", "jitter_p50_s", "jitter_p99_s", "jitter_max_s", "overruns", "tick_work_p99_s", "queue_p50_s", "queue_p99_s", "estop_reason", "health", "last_tick_age_s", "breaches", "hold_reason", "estop_ack_s", "stops", "resets", "loop_error")
+    __slots__ = ("state", "ticks", "commands", "holds", "watchdog_trips", "estops", "rejected", "clamped", "jitter_p50_s", "jitter_p99_s", "jitter_max_s", "overruns", "tick_work_p99_s", "queue_p50_s", "queue_p99_s", "estop_reason", "health", "last_tick_age_s", "breaches", "hold_reason", "estop_ack_s", "stops", "resets", "loop_error", "loop_priority")
     class RejectedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +143,7 @@ class Status(_message.Message):
     STOPS_FIELD_NUMBER: _ClassVar[int]
     RESETS_FIELD_NUMBER: _ClassVar[int]
     LOOP_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOOP_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     state: str
     ticks: int
     commands: int
@@ -167,4 +168,5 @@ class Status(_message.Message):
     stops: int
     resets: int
     loop_error: str
-    def __init__(self, state: _Optional[str] = ..., ticks: _Optional[int] = ..., commands: _Optional[int] = ..., holds: _Optional[int] = ..., watchdog_trips: _Optional[int] = ..., estops: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., clamped: _Optional[_Mapping[str, int]] = ..., jitter_p50_s: _Optional[float] = ..., jitter_p99_s: _Optional[float] = ..., jitter_max_s: _Optional[float] = ..., overruns: _Optional[int] = ..., tick_work_p99_s: _Optional[float] = ..., queue_p50_s: _Optional[float] = ..., queue_p99_s: _Optional[float] = ..., estop_reason: _Optional[str] = ..., health: _Optional[str] = ..., last_tick_age_s: _Optional[float] = ..., breaches: _Optional[_Mapping[str, int]] = ..., hold_reason: _Optional[str] = ..., estop_ack_s: _Optional[float] = ..., stops: _Optional[int] = ..., resets: _Optional[int] = ..., loop_error: _Optional[str] = ...) -> None: ...
+    loop_priority: str
+    def __init__(self, state: _Optional[str] = ..., ticks: _Optional[int] = ..., commands: _Optional[int] = ..., holds: _Optional[int] = ..., watchdog_trips: _Optional[int] = ..., estops: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., clamped: _Optional[_Mapping[str, int]] = ..., jitter_p50_s: _Optional[float] = ..., jitter_p99_s: _Optional[float] = ..., jitter_max_s: _Optional[float] = ..., overruns: _Optional[int] = ..., tick_work_p99_s: _Optional[float] = ..., queue_p50_s: _Optional[float] = ..., queue_p99_s: _Optional[float] = ..., estop_reason: _Optional[str] = ..., health: _Optional[str] = ..., last_tick_age_s: _Optional[float] = ..., breaches: _Optional[_Mapping[str, int]] = ..., hold_reason: _Optional[str] = ..., estop_ack_s: _Optional[float] = ..., stops: _Optional[int] = ..., resets: _Optional[int] = ..., loop_error: _Optional[str] = ..., loop_priority: _Optional[str] = ...) -> None: ...

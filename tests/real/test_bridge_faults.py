@@ -280,7 +280,9 @@ def test_a_normal_controller_does_not_breach():
             obs = client.reset(seed=seed)
             for _ in range(40):
                 obs = client.step(np.r_[np.clip(obs.state[26:29] / 0.01, -1, 1), -1.0]).observation
-        assert dict(server.status().breaches) == {}
+        status = server.status()
+        assert dict(status.breaches) == {}
+        assert status.loop_priority  # what the OS granted the control thread (SCHED_FIFO when root), reported
     finally:
         client.close()
         server.stop()
