@@ -264,6 +264,7 @@ def _ms(a: np.ndarray | list[float], q: float) -> float:
 
 def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz: float) -> dict[str, Any]:
     address = f"127.0.0.1:{port}"
+    cpu0 = _cpu_times()
     ctx = mp.get_context("spawn")
     stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
     attacker = ctx.Process(target=_abuse, args=(kind, port, stop, ready, out), daemon=True)
@@ -284,6 +285,11 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
     attacker.join(10.0)
     attempts = normal.ok + sum(normal.errors.values())
     jitter = since["jitter"]
+    cpu1 = _cpu_times()
+    busy = None
+    if cpu0 and cpu1 and len(cpu0) >= 8:
+        d = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+        busy = 1.0 - (d[3] + d[4]) / max(1, sum(d[:8]))  # not idle, not waiting for I/O
     return {
         "class": kind,
         "ticks": int(since["counters"]["ticks"]),
@@ -301,10 +307,13 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
         "expected_ticks": int(round(seconds * hz)),
         "server_refusals": since["refusals"],
         "attacker": counts,
+        # The host's state over the class (every process on it, the other jobs included).
+        "host_load_average_1min": os.getloadavg()[0],
+        "host_cpu_busy_fraction": busy,
     }
 
 
-def _cpu_steal() -> list[int] | None:
+def _cpu_times() -> list[int] | None:
     try:
         with open("/proc/stat") as f:
             return [int(x) for x in f.readline().split()[1:]]
@@ -325,13 +334,14 @@ def _machine() -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the README section."""
     head = ("| abuse class | loop jitter p50 / p99 / max (ms) | overruns | EStop p50 / max (ms), answered | "
-            "normal client served |\n|---|---|---|---|---|\n")
+            "normal client served | host load (1 min) |\n|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         answered = f"{r['estops']}/{r['estops'] + sum(r['estop_failures'].values())}"
         lines.append(f"| {r['class']} | {r['loop_jitter_p50_ms']:.2f} / {r['loop_jitter_p99_ms']:.2f} / "
                      f"{r['loop_jitter_max_ms']:.1f} | {r['overruns']} of {r['ticks']} | {r['estop_p50_ms']:.1f} / "
-                     f"{r['estop_max_ms']:.1f}, {answered} | {100 * r['served_fraction']:.1f}% |")
+                     f"{r['estop_max_ms']:.1f}, {answered} | {100 * r['served_fraction']:.1f}% | "
+                     f"{r['host_load_average_1min']:.1f} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -370,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     server.start()
     port, server_nice = parent.recv()
     loop_priority = parent.recv()
-    cpu0 = _cpu_steal()
+    cpu0 = _cpu_times()
     rows = []
     try:
         for kind in kinds:
@@ -383,7 +393,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         parent.send(("stop", None))
         server.join(15.0)
-    cpu1 = _cpu_steal()
+    cpu1 = _cpu_times()
     steal = None
     if cpu0 and cpu1 and len(cpu0) >= 8:
         d = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
