@@ -3,6 +3,8 @@
 * ``real.robot``: the ``Robot`` interface a driver implements (``real/drivers/``: ``sim_arm``, ``ur_rtde``);
 * ``real.teleop``: the ``Teleop`` interface and devices (keyboard, gamepad, SpaceMouse, scripted, replay);
 * ``real.safety``: the robot-side filter every command passes (rejections and clamps, counted);
+* ``real.supervisor``: limits on the measured state (envelope, speed, tracking): hold or stop and latch;
+* ``real.guard``: the server's front door (token on metadata, reserved e-stop capacity, bounded body reads);
 * ``real.server`` / ``real.client``: the wire protocol (``real/proto/bridge.proto``), the fixed-rate control
   loop with watchdog and e-stop latch, and the learner-side client, also as a gymnasium env.
 

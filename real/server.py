@@ -23,6 +23,9 @@ latching reason is kept, escaped and cut to ``max_reason_chars``.
 escapes a tick is a bug that ends the loop: the driver is stopped, and from then on every RPC answers
 ``UNAVAILABLE`` with the reason. ``GetStatus`` reports the loop's health and the age of its last tick.
 
+**Priority.** The control thread asks the OS for real-time scheduling (``control_priority``; granted to root or
+with CAP_SYS_NICE, else nice -10 if allowed) and reports what it got (``GetStatus.loop_priority``).
+
 gRPC workers only validate requests and hand them to the loop; every wait on their side has a deadline. Who may
 call and how many calls at once is ``real.guard.Gate``'s job (token on metadata, reserved EStop capacity, bounded
 body reads). Status snapshots copy a few counters under a short lock; the timing percentiles are recomputed at most
