@@ -150,6 +150,7 @@ def serve_robot(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     from real.drivers import make_driver
+    from real.guard import format_address
     from real.server import RobotServer, ServerConfig
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
@@ -174,7 +175,7 @@ def serve_robot(argv: list[str]) -> int:
         raise CommandError(str(e)) from None
     auth = "token required" if token else "UNAUTHENTICATED (loopback only)"
     tls = ", TLS" if args.tls_cert else ""
-    print(f"serving {robot.spec.name} on {args.host}:{port} at {robot.spec.control_hz:g} Hz ({auth}{tls}); "
+    print(f"serving {robot.spec.name} on {format_address(args.host, port)} at {robot.spec.control_hz:g} Hz ({auth}{tls}); "
           "Ctrl-C to stop", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     start = time.monotonic()
