@@ -32,6 +32,7 @@ import datetime
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -95,6 +96,15 @@ def ours_command(task: Task, seed: int, path: Path, overrides: list[str]) -> lis
         f"train.learning_starts={LEARNING_STARTS_FRAMES // k}", "train.video=false", "threads=1", "quiet=true",
         f"seed={seed}", f"run_dir={path}", *overrides,
     ]
+
+
+def _drop_partial_run(path: Path) -> None:
+    """An unfinished robot_rl run without its checkpoint (checkpoints are not committed: a fresh clone has only the
+    metrics of a run interrupted in an earlier session) starts again: its partial files would refuse a new run."""
+    if path.is_dir() and not (path / "checkpoints" / "latest.pt").is_file():
+        for name in ("metrics.csv", "config.yaml", "learning_curve.png"):
+            (path / name).unlink(missing_ok=True)
+        shutil.rmtree(path / "tensorboard", ignore_errors=True)
 
 
 def sb3_command(task_name: str, seed: int, path: Path) -> list[str]:
@@ -193,6 +203,8 @@ def run_all(tasks: list[str], libs: list[str], seeds: dict[str, int], jobs: int,
                 path = run_dir(out, name, lib, seed)
                 if finished(path, TASKS[name]):
                     continue
+                if lib == "ours":
+                    _drop_partial_run(path)
                 cmd = ours_command(TASKS[name], seed, path, overrides) if lib == "ours" else sb3_command(name, seed, path)
                 pending.append((f"{name}/{lib}/seed_{seed}", path, cmd))
     print(f"{len(pending)} runs to do, {jobs} at a time; logs in <run dir>/output.log", flush=True)
