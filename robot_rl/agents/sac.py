@@ -200,6 +200,23 @@ class ReturnScale(torch.nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
+def build_actor(
+    obs_dim: int, action_dim: int, cfg: SACConfig, obs_norm: RunningNorm | None = None
+) -> TanhGaussianActor:
+    """The actor `cfg` describes, untrained: the one constructor for the learner and for every process that only
+    acts (robot actors, `deploy`), so an actor's weights always load into the network they came from.
+
+    With `cfg.obs_norm` and no `obs_norm` given, the actor gets its own (empty) normaliser, whose statistics
+    then come with the weights.
+    """
+    if obs_norm is None and cfg.obs_norm:
+        obs_norm = RunningNorm(obs_dim)
+    if cfg.network == "hyper":
+        trunk = HyperActorTrunk(obs_dim, 2 * action_dim, cfg.actor_width, cfg.actor_blocks)
+        return TanhGaussianActor(obs_dim, action_dim, trunk=trunk, obs_norm=obs_norm)
+    return TanhGaussianActor(obs_dim, action_dim, cfg.hidden_dims, cfg.actor_layer_norm, obs_norm=obs_norm)
+
+
 class SAC:
     """Actor, critic ensemble, target ensemble, temperature and their optimisers, on one device."""
 
@@ -208,17 +225,13 @@ class SAC:
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.device = torch.device(device)
         self.obs_norm = RunningNorm(obs_dim).to(self.device) if cfg.obs_norm else None
+        self.actor = build_actor(obs_dim, action_dim, cfg, obs_norm=self.obs_norm)
         if cfg.network == "hyper":
-            trunk = HyperActorTrunk(obs_dim, 2 * action_dim, cfg.actor_width, cfg.actor_blocks)
-            self.actor = TanhGaussianActor(obs_dim, action_dim, trunk=trunk, obs_norm=self.obs_norm)
             self.critic = HyperQEnsemble(
                 obs_dim, action_dim, cfg.num_critics, cfg.critic_width, cfg.critic_blocks, cfg.num_atoms, cfg.v_max,
                 obs_norm=self.obs_norm,
             )
         else:
-            self.actor = TanhGaussianActor(
-                obs_dim, action_dim, cfg.hidden_dims, cfg.actor_layer_norm, obs_norm=self.obs_norm
-            )
             self.critic = QEnsemble(
                 obs_dim, action_dim, cfg.num_critics, cfg.hidden_dims, cfg.critic_layer_norm, obs_norm=self.obs_norm
             )

@@ -259,8 +259,7 @@ def hil_train(argv: list[str]) -> int:
 
     import torch
 
-    from policies import TanhGaussianActor
-    from robot_rl.agents.sac import SACConfig
+    from robot_rl.agents.sac import SACConfig, build_actor
     from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink
     from robot_rl.hil.session import Session
 
@@ -284,7 +283,7 @@ def hil_train(argv: list[str]) -> int:
         raise CommandError(str(e)) from None
 
     torch.manual_seed(args.seed)
-    actor = TanhGaussianActor(spec.state_dim, spec.action_dim, sac.hidden_dims, sac.actor_layer_norm)
+    actor = build_actor(spec.state_dim, spec.action_dim, sac)
 
     def policy(state: Any) -> Any:
         with torch.no_grad():
@@ -421,9 +420,8 @@ def deploy(argv: list[str]) -> int:
 
 def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
     """The actor network of a training checkpoint or a hil-train ``learner.pt``."""
-    from policies import TanhGaussianActor
     from robot_rl import checkpoint
-    from robot_rl.agents.sac import SACConfig
+    from robot_rl.agents.sac import SACConfig, build_actor
 
     state = checkpoint.load(path)
     if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
@@ -435,7 +433,7 @@ def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
         sac = SACConfig(**config["sac"])
     else:
         raise checkpoint.CheckpointError(f"{path} is neither a training checkpoint nor a hil-train learner.pt")
-    actor = TanhGaussianActor(obs_dim, action_dim, sac.hidden_dims, sac.actor_layer_norm)
+    actor = build_actor(obs_dim, action_dim, sac)
     try:
         actor.load_state_dict(state["agent"]["actor"])
     except RuntimeError as e:

@@ -314,3 +314,18 @@ def test_simba_offline_learners_run_on_categorical_critics():
 def test_num_atoms_needs_the_hyper_network():
     with pytest.raises(ValueError, match="num_atoms"):
         SAC(4, 2, SACConfig(num_atoms=51))
+
+
+def test_build_actor_rebuilds_a_simba_actor_with_its_observation_statistics():
+    """Acting processes (robot actors, deploy) build the actor from the config alone: the weights of the default
+    agent, normaliser included, must load into it and act the same (they did not: it built an MLP actor)."""
+    from robot_rl.agents.sac import build_actor
+
+    cfg = SACConfig(**SIMBA)
+    agent = SAC(4, 2, cfg)
+    agent.observe({"state": torch.randn(64, 4) * 5 + 3}, torch.randn(64), torch.zeros(64, dtype=torch.bool))
+    actor = build_actor(4, 2, cfg)
+    actor.load_state_dict(agent.actor.state_dict())
+    obs = torch.randn(8, 4) * 5 + 3
+    with torch.no_grad():
+        torch.testing.assert_close(actor(obs, deterministic=True)[0], agent.act({"state": obs}, deterministic=True))

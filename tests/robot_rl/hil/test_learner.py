@@ -392,3 +392,40 @@ def test_a_chunk_being_stored_still_counts_as_queued(tmp_path: Path) -> None:
     finally:
         release.set()
         service.stop(save=False)
+
+
+def test_deploy_loads_a_checkpoint_of_the_default_train_agent(tmp_path: Path) -> None:
+    """`robot-rl train` saves the default agent (agent=simba); `deploy` must rebuild that actor, not an MLP one."""
+    from dataclasses import asdict
+
+    from robot_rl import checkpoint
+    from robot_rl.agents.sac import SAC
+    from robot_rl.config import compose_train_config
+    from robot_rl.hil.cli import load_actor
+
+    cfg = compose_train_config(["agent.critic_width=32", "agent.actor_width=32"])
+    agent = SAC(OBS, ACT, cfg.agent)
+    agent.observe({"state": torch.randn(32, OBS) + 2}, torch.randn(32), torch.zeros(32, dtype=torch.bool))
+    path = tmp_path / "latest.pt"
+    checkpoint.atomic_save({"format": 1, "agent": agent.state_dict(), "config": asdict(cfg)}, path)
+    actor = load_actor(path, OBS, ACT)
+    obs = torch.randn(5, OBS) + 2
+    with torch.no_grad():
+        torch.testing.assert_close(actor(obs, deterministic=True)[0], agent.act({"state": obs}, deterministic=True))
+
+
+def test_hil_learner_runs_the_default_agent_and_its_actor_state_loads_for_acting() -> None:
+    from robot_rl.agents.sac import build_actor
+
+    sac = SACConfig(network="hyper", critic_width=32, actor_width=16, num_atoms=21, obs_norm=True,
+                    reward_scale=True, batch_size=16)
+    learner = HILLearner(config(sac=sac))
+    learner.add(chunk(40, intervention=np.arange(40) % 5 == 0))
+    assert learner.agent.obs_norm.count.item() == 40  # every received row updates the statistics
+    metrics = learner.train(3)
+    assert metrics and all(np.isfinite(v) for v in metrics.values())
+    actor = build_actor(OBS, ACT, sac)
+    actor.load_state_dict(learner.actor_state())
+    obs = torch.randn(4, OBS)
+    with torch.no_grad():
+        torch.testing.assert_close(actor(obs, deterministic=True)[0], learner.agent.act({"state": obs}, deterministic=True))
