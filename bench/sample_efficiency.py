@@ -30,7 +30,6 @@ import argparse
 import csv
 import datetime
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -43,7 +42,6 @@ from bench.common import REPO_DIR, RESULTS_DIR
 from robot_rl import stats
 
 OUT_DIR = RESULTS_DIR / "sample_efficiency"
-REFERENCE_CSV = REPO_DIR / "bench" / "reference" / "published_curves.csv"
 EVAL_EVERY_FRAMES = 10_000
 EVAL_EPISODES = 10
 LEARNING_STARTS_FRAMES = 5_000
@@ -56,7 +54,7 @@ class Task:
     frames: int
     action_repeat: int
     seeds: int  # the default number of seeds (the issue's minimum)
-    reference: str  # the task's name in bench/reference/published_curves.csv
+    reference: str  # the task's name in bench/reference/published_curves.csv (their runs: gymnasium v4)
 
     @property
     def agent_steps(self) -> int:
@@ -64,9 +62,9 @@ class Task:
 
 
 TASKS = {
-    "hopper": Task("gym:Hopper-v5", 100_000, 1, 5, "Hopper-v4"),
-    "walker2d": Task("gym:Walker2d-v5", 100_000, 1, 5, "Walker2d-v4"),
-    "halfcheetah": Task("gym:HalfCheetah-v5", 100_000, 1, 3, "HalfCheetah-v4"),
+    "hopper": Task("gym:Hopper-v5", 100_000, 1, 5, "hopper"),
+    "walker2d": Task("gym:Walker2d-v5", 100_000, 1, 5, "walker2d"),
+    "halfcheetah": Task("gym:HalfCheetah-v5", 100_000, 1, 3, "halfcheetah"),
     "cartpole-swingup": Task("dmc:cartpole-swingup", 100_000, 2, 3, "cartpole-swingup"),
     "walker-walk": Task("dmc:walker-walk", 100_000, 2, 3, "walker-walk"),
 }
@@ -230,28 +228,16 @@ def run_all(tasks: list[str], libs: list[str], seeds: dict[str, int], jobs: int,
 
 # -- report -------------------------------------------------------------------------------------------------
 def load_references() -> dict[str, dict[str, list[tuple[float, float, float]]]]:
-    """{task: {method label: [(frames, mean, std), ...]}} from the published curves, if present."""
-    if not REFERENCE_CSV.is_file():
+    """{task: {legend label: [(frames, mean, std), ...]}} from the published curves (bench/reference/)."""
+    from bench.reference import DEFAULT_PATH, load_reference, reference_labels
+
+    if not DEFAULT_PATH.is_file():
         return {}
-    by: dict[tuple[str, str, str], dict[float, list[float]]] = {}
-    with open(REFERENCE_CSV, newline="") as f:
-        for row in csv.DictReader(f):
-            step = float(row["env_step"])
-            if step > 100_000:
-                continue
-            key = (row["task"], row["method"], row.get("version", ""))
-            by.setdefault(key, {}).setdefault(step, []).append(float(row["return"]))
-    refs: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
-    for (task, method, version), points in by.items():
-        series = []
-        for step in sorted(points):
-            values = points[step]
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) if len(values) > 1 else 0.0
-            series.append((step, mean, std))
-        n = max(len(v) for v in points.values())
-        refs.setdefault(task, {})[f"{method} (published, {version}, {n} seeds)"] = series
-    return refs
+    labels = reference_labels()
+    return {
+        task: {labels[(task, method)]: [p for p in series if p[0] <= 100_000] for method, series in methods.items()}
+        for task, methods in load_reference().items()
+    }
 
 
 def _training_rate(path: Path, task: Task) -> tuple[float | None, float | None]:

@@ -32,3 +32,13 @@ def load_reference(path: str | Path | None = None) -> dict[str, dict[str, list[t
         for series in methods.values():
             series.sort()
     return curves
+
+
+def reference_labels(path: str | Path | None = None) -> dict[tuple[str, str], str]:
+    """{(task, method): "method (published, version, N seeds)"}: the legend entry a plot gives each curve."""
+    path = DEFAULT_PATH if path is None else Path(path)
+    labels: dict[tuple[str, str], str] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            labels[(row["task"], row["method"])] = f"{row['method']} (published, {row['version']}, {row['seeds']} seeds)"
+    return labels
