@@ -315,6 +315,16 @@ def table(results: dict) -> str:
                 if ours and sb3 and ours["train_frames_per_s_median"] and sb3["train_frames_per_s_median"] else "-")
         lines.append(f"| {entry['spec']} @{entry['frames'] // 1000}k frames (repeat {entry['action_repeat']}) | "
                      f"{cell(ours, 'iqm')} | {cell(ours, 'mean')} | {cell(sb3, 'mean')} | {ratio} | {wall} | {rate} |")
+    lines.append("")
+    for entry in results["tasks"].values():
+        per_lib = []
+        for lib, label in (("ours", "robot_rl"), ("sb3", "SB3")):
+            s = entry["libraries"].get(lib)
+            if s and s["final"]["n"]:
+                per_lib.append(f"{label} {', '.join(f'{v:,.0f}' for v in s['final']['values'])}")
+        refs = "; ".join(f"{k}: {v[1]:,.0f} ± {v[2]:,.0f}" for k, v in entry.get("references", {}).items())
+        lines.append(f"- {entry['spec']}: per seed at the last evaluation, {'; '.join(per_lib) or 'none'}"
+                     + (f". Published at 100k: {refs}." if refs else "."))
     return "\n".join(lines)
 
 
@@ -353,12 +363,19 @@ def main(argv: list[str] | None = None) -> int:
     seeds = {t: args.seeds or TASKS[t].seeds for t in tasks}
     if not args.report:
         run_all(tasks, libs, seeds, args.jobs, args.out_dir, args.ours.split())
+    from bench.common import machine_info
+
     results = report(tasks, libs, args.out_dir)
-    text = table(results)
+    results["date"] = f"{datetime.date.today()}"
+    results["machine"] = machine_info(1, "cpu")
+    name = f"{datetime.date.today()}-sample-efficiency.json"
+    m = results["machine"]
+    text = (f"Reported {results['date']} (`bench/results/{name}`): {m.get('cpu')}, {m.get('cores')} cores, one torch "
+            f"thread per run, two runs side by side. n = seeds finished; with n = 1 a figure is an anecdote.\n\n"
+            + table(results))
     print(text)
     results["table"] = text
-    results["date"] = f"{datetime.date.today()}"
-    path = stats.write_json(results, RESULTS_DIR / f"{datetime.date.today()}-sample-efficiency.json")
+    path = stats.write_json(results, RESULTS_DIR / name)
     print(f"results: {path}; plots: {args.out_dir}/<task>.png")
     if args.update_readme:
         update_readme(text)
