@@ -35,9 +35,7 @@ import datetime
 import json
 import multiprocessing as mp
 import os
-import platform
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -263,8 +261,12 @@ def _ms(a: np.ndarray | list[float], q: float) -> float:
 
 
 def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz: float) -> dict[str, Any]:
+    # imported here, not at the top: bench.common imports torch, and the spawned server and attacker processes
+    # re-import this module
+    from bench.common import cpu_fractions, cpu_times
+
     address = f"127.0.0.1:{port}"
-    cpu0 = _cpu_times()
+    cpu0 = cpu_times()
     ctx = mp.get_context("spawn")
     stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
     attacker = ctx.Process(target=_abuse, args=(kind, port, stop, ready, out), daemon=True)
@@ -285,11 +287,8 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
     attacker.join(10.0)
     attempts = normal.ok + sum(normal.errors.values())
     jitter = since["jitter"]
-    cpu1 = _cpu_times()
-    busy = None
-    if cpu0 and cpu1 and len(cpu0) >= 8:
-        d = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
-        busy = 1.0 - (d[3] + d[4]) / max(1, sum(d[:8]))  # not idle, not waiting for I/O
+    cpu1 = cpu_times()
+    busy = (cpu_fractions(cpu0, cpu1) or {}).get("busy")
     return {
         "class": kind,
         "ticks": int(since["counters"]["ticks"]),
@@ -311,24 +310,6 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
         "host_load_average_1min": os.getloadavg()[0],
         "host_cpu_busy_fraction": busy,
     }
-
-
-def _cpu_times() -> list[int] | None:
-    try:
-        with open("/proc/stat") as f:
-            return [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-
-
-def _machine() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCH_DIR, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"cores": os.cpu_count(), "load_average": list(os.getloadavg()), "os": platform.platform(),
-            "python": platform.python_version(), "git_commit": commit}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -357,6 +338,8 @@ def _update_readme(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from bench.common import cpu_fractions, cpu_times, machine_info
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=8.0, help="length of each abuse class")
     p.add_argument("--hz", type=float, default=50.0, help="control rate of the server")
@@ -380,7 +363,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     server.start()
     port, server_nice = parent.recv()
     loop_priority = parent.recv()
-    cpu0 = _cpu_times()
+    cpu0 = cpu_times()
     rows = []
     try:
         for kind in kinds:
@@ -393,15 +376,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         parent.send(("stop", None))
         server.join(15.0)
-    cpu1 = _cpu_times()
-    steal = None
-    if cpu0 and cpu1 and len(cpu0) >= 8:
-        d = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
-        steal = d[7] / max(1, sum(d[:8]))
+    cpu1 = cpu_times()
+    steal = (cpu_fractions(cpu0, cpu1) or {}).get("steal")
     result = {"config": {"seconds": args.seconds, "hz": args.hz, "probe_every_s": args.probe_every,
                          "server_nice": server_nice, "client_nice": client_nice, "attacker_nice": 0,
                          "control_loop_priority": loop_priority},
-              "machine": _machine(), "cpu_steal_fraction": steal, "classes": rows}
+              "machine": machine_info(1, "cpu"), "cpu_steal_fraction": steal, "classes": rows}
     out = args.out or BENCH_DIR / "results" / f"{datetime.date.today().isoformat()}-bridge-abuse.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=float) + "\n")

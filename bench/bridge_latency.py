@@ -26,7 +26,7 @@ from concurrent import futures
 
 import numpy as np
 
-from bench.common import machine_info, results_path, write_json
+from bench.common import cpu_fractions, cpu_times, machine_info, results_path, write_json
 
 TOKEN = "bench-token"
 
@@ -62,22 +62,6 @@ def _start(target, *args) -> tuple[mp.Process, mp.Event, int]:
     p = ctx.Process(target=target, args=(q, stop, *args), daemon=True)
     p.start()
     return p, stop, q.get(timeout=60)
-
-
-def _cpu_times() -> list[int] | None:
-    """The aggregate ``cpu`` line of /proc/stat (Linux), to tell how much CPU the hypervisor stole meanwhile."""
-    try:
-        with open("/proc/stat") as f:
-            return [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-
-
-def _steal_fraction(before: list[int] | None, after: list[int] | None) -> float | None:
-    if before is None or after is None or len(before) < 8:
-        return None
-    delta = [b - a for a, b in zip(before, after, strict=True)]
-    return delta[7] / max(1, sum(delta[:8]))  # user nice system idle iowait irq softirq steal
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -122,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
             bare.append(time.perf_counter() - t)
 
         status0 = client.status()
-        cpu0 = _cpu_times()
+        cpu0 = cpu_times()
         rng = np.random.default_rng(0)
         step_rtt, queue, tick_to_client, periods = [], [], [], []
         errors = 0
@@ -150,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{np.percentile(step_rtt, 99) * 1e3:.1f} ms", flush=True)
                 next_report += 30.0
         status = client.status()
-        cpu1 = _cpu_times()
+        cpu1 = cpu_times()
         client.close()
         bare_channel.close()
     finally:
@@ -182,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "step_errors": errors,
         # A shared VM's host can take CPU time away (steal); tens of percent ruins any timing figure.
-        "cpu_steal_fraction": _steal_fraction(cpu0, cpu1),
+        "cpu_steal_fraction": (cpu_fractions(cpu0, cpu1) or {}).get("steal"),
         "load_average_after": os.getloadavg(),
     }
     path = write_json(results_path(args.name), result)

@@ -82,6 +82,25 @@ def ratio(num: Any, den: Any) -> float | None:
 
 
 # -- what the figures were measured on ----------------------------------------------------------------------
+def cpu_times() -> list[int] | None:
+    """The aggregate ``cpu`` line of /proc/stat (Linux): user nice system idle iowait irq softirq steal ..."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_fractions(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+    """Between two `cpu_times()`: the busy fraction (not idle, not waiting for I/O) and the fraction the
+    hypervisor stole, which on a shared VM, rather than the code measured, can set a timing's tail."""
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    d = [b - a for a, b in zip(before[:8], after[:8], strict=True)]
+    total = max(1, sum(d))
+    return {"busy": 1.0 - (d[3] + d[4]) / total, "steal": d[7] / total}
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

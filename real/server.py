@@ -465,8 +465,8 @@ class RobotServer:
         self.request_estop(_HEADER_REASON, owner=call_id)
 
     def estop(self, reason: str, owner: int | None = None) -> int:
-        """``request_estop`` with a client's reason (escaped, cut); the reason replaces the placeholder of the
-        latch this same call made when its headers arrived."""
+        """``request_estop`` with a client's reason (escaped, cut). The latch itself was made when this call's
+        headers arrived, under the provisional reason ``_HEADER_REASON``; the client's own reason replaces it."""
         reason = safe_text(reason, self.config.max_reason_chars) or "requested"
         with self._lock:
             named = self.state == "estop" and owner is not None and self._latch_owner == owner
