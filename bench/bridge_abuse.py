@@ -67,10 +67,10 @@ def _serve(conn: Any, hz: float) -> None:
 
     _nice(-10)  # as a robot server should be run (docs/hardware.md); its control thread asks for SCHED_FIFO itself
 
-    from real.drivers.sim_arm import SimArm
-    from real.server import RobotServer, ServerConfig
+    from robot_rl.real.drivers.sim_arm import SimArm
+    from robot_rl.real.server import RobotServer, ServerConfig
 
-    logging.getLogger("real").setLevel(logging.ERROR)  # the prober latches and clears the e-stop twice a second
+    logging.getLogger("robot_rl.real").setLevel(logging.ERROR)  # the prober latches and clears the e-stop twice a second
     server = RobotServer(SimArm("reach", control_hz=hz, seed=0), ServerConfig(port=0, token=TOKEN, watchdog_s=1.0))
     conn.send((server.start(), os.getpriority(os.PRIO_PROCESS, 0)))
     time.sleep(0.2)
@@ -198,7 +198,7 @@ class _Normal(threading.Thread):
 
     def __init__(self, address: str) -> None:
         super().__init__(daemon=True)
-        from real.client import RobotClient
+        from robot_rl.real.client import RobotClient
 
         self.client = RobotClient(address, TOKEN, step_timeout_s=0.5)
         self.stop_flag = threading.Event()
@@ -208,7 +208,7 @@ class _Normal(threading.Thread):
         self.rtt: list[float] = []
 
     def run(self) -> None:
-        from real.client import BridgeError, EStopLatched
+        from robot_rl.real.client import BridgeError, EStopLatched
 
         t0 = time.monotonic()
         while not self.stop_flag.is_set():
@@ -229,7 +229,7 @@ class _Normal(threading.Thread):
 
 
 def _probe(address: str, seconds: float, every: float) -> tuple[list[float], list[float], dict[str, int]]:
-    from real.client import BridgeError, RobotClient
+    from robot_rl.real.client import BridgeError, RobotClient
 
     client = RobotClient(address, TOKEN, timeout_s=2.0)
     latencies: list[float] = []

@@ -32,8 +32,8 @@ TOKEN = "bench-token"
 
 
 def _serve_robot(port_q: mp.Queue, stop: mp.Event, hz: float) -> None:
-    from real.drivers.sim_arm import SimArm
-    from real.server import RobotServer, ServerConfig
+    from robot_rl.real.drivers.sim_arm import SimArm
+    from robot_rl.real.server import RobotServer, ServerConfig
 
     server = RobotServer(SimArm("reach", control_hz=hz, seed=0), ServerConfig(port=0, token=TOKEN, watchdog_s=0.5))
     port_q.put(server.start())
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("MUJOCO_GL", "egl")
 
     import grpc
-
-    from real.client import RobotClient
+    from robot_rl.real.client import RobotClient
 
     robot_proc, robot_stop, robot_port = _start(_serve_robot, args.hz)
     bare_proc, bare_stop, bare_port = _start(_serve_bare)

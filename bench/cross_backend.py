@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import torch
+from robot_rl.envs.sim import SimEnv, make_task
 
 from bench.envs_throughput import machine_info
-from envs.sim import SimEnv, make_task
 
 TASKS = ("cartpole-swingup", "Hopper-v5", "reach", "push")
 

@@ -30,10 +30,10 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
+from robot_rl.envs.mujoco_backend import MujocoBatchedEnv
 
-import envs
 from bench.common import cpu_model
-from envs.mujoco_backend import MujocoBatchedEnv
+from robot_rl import envs
 
 IMPLS = ("sync", "gym", "mujoco", "mujoco-1t")
 ACTION_POOL = 64  # distinct pre-drawn action batches, cycled through

@@ -6,7 +6,7 @@ Tasks (env steps = simulator control steps = frames):
 
 Protocol, identical for both libraries: every 10k env steps, 10 deterministic episodes on robot_rl's batched
 evaluation envs from fixed seeds (`seed + EVAL_SEED_OFFSET + i` for episode i: the same initial states at every
-evaluation and for both libraries). Both train on the same environment (`envs.make`/`envs.make_single` of the
+evaluation and for both libraries). Both train on the same environment (`robot_rl.envs.make`/`robot_rl.envs.make_single` of the
 same spec: float32 observations, actions in [-1, 1]). SB3 runs SAC at its defaults (bench/sb3.py); robot_rl
 runs `robot-rl train` at its defaults (the default agent) with the protocol's steps and evaluation settings,
 and `learning_starts` of 5k frames. Each run is one process with one torch thread; `--jobs` runs side by side.
@@ -120,8 +120,8 @@ def sb3_run(task_name: str, seed: int, path: Path) -> None:
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
-    import envs
     from bench.sb3 import SB3_SAC_DEFAULTS
+    from robot_rl import envs
     from robot_rl.evaluation import evaluate
     from robot_rl.trainer import EVAL_SEED_OFFSET
 

@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from robot_rl.envs.mujoco_backend import TASKS as NATIVE_MUJOCO_TASKS
+from robot_rl.envs.sim import SimEnv, make_task, task_names
 
-import envs
 from bench.common import _git, _version, machine_info, results_path, sync, write_json
 from bench.envs_throughput import ACTION_POOL, Stepper, _cycle, _load
 from bench.envs_throughput import build as build_gym_stepper
-from envs.mujoco_backend import TASKS as NATIVE_MUJOCO_TASKS
-from envs.sim import SimEnv, make_task, task_names
+from robot_rl import envs
 
 BACKENDS = ("mujoco", "mujoco-sim", "mjx", "warp")
 DEFAULT_TASKS = ("cartpole-swingup", "Hopper-v5", "reach", "push")
@@ -330,8 +330,7 @@ def describe_machine(device: str, cuda: bool) -> dict[str, Any]:
         # mjx_physics first: it stops JAX from reserving 75% of GPU memory and sets up the compilation cache,
         # both of which only work before JAX starts.
         import jax
-
-        import envs.sim.mjx_physics  # noqa: F401
+        import robot_rl.envs.sim.mjx_physics  # noqa: F401
 
         info["jax_devices"] = [str(d) for d in jax.devices()]
     except Exception as err:  # the mjx extra may be missing; that is recorded, not fatal

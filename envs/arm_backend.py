@@ -1,6 +1,6 @@
-"""Tabletop arm backend: ``arm:<task>[-sparse][-pixels]`` specs over ``envs.arm.ArmEnv``.
+"""Tabletop arm backend: ``arm:<task>[-sparse][-pixels]`` specs over ``robot_rl.envs.arm.ArmEnv``.
 
-Tasks are ``reach``, ``push`` and ``pick_place`` (see ``envs.arm.tasks`` for control, observation layout and
+Tasks are ``reach``, ``push`` and ``pick_place`` (see ``robot_rl.envs.arm.tasks`` for control, observation layout and
 rewards). Suffixes, in this order:
 
 * ``-sparse``: reward 1.0 on success, else 0.0 (without it: the dense shaped reward);
@@ -9,7 +9,7 @@ rewards). Suffixes, in this order:
   ``render_size`` of 240x320 is meant for videos, not for learning from pixels).
 
 Examples: ``arm:reach``, ``arm:push-sparse``, ``arm:pick_place-sparse-pixels``. The default time limit is the
-task's (``envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100 control steps at 20 Hz), divided by
+task's (``robot_rl.envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100 control steps at 20 Hz), divided by
 ``action_repeat``. ``camera_id`` picks the camera for pixels and ``render()`` (0 = ``front``, 1 = ``side``).
 """
 

@@ -1,7 +1,7 @@
 """The batched-environment contract and its synchronous implementation.
 
 Every backend (gymnasium, dm_control, ...) is reduced to a list of single gymnasium envs with flat float32
-observations and actions normalised to [-1, 1] (see ``envs.wrappers``). ``SyncBatchedEnv`` steps such a list
+observations and actions normalised to [-1, 1] (see ``robot_rl.envs.wrappers``). ``SyncBatchedEnv`` steps such a list
 in one Python loop and speaks torch to the learner. We deliberately do not use gymnasium's vector envs: the
 async one is slower on few cores, and the sync one's autoreset happens on the *next* step, which would make
 every learner deal with a dead transition. Here a finished sub-env is reset inside the same ``step`` and its
@@ -27,7 +27,7 @@ _SUCCESS_KEYS = ("success", "is_success")
 
 
 class UnknownEnvError(ValueError):
-    """Raised by ``envs.make`` for a spec no backend knows; the message names the valid choices."""
+    """Raised by ``robot_rl.envs.make`` for a spec no backend knows; the message names the valid choices."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class SyncBatchedEnv(BatchedEnv):
     The sub-envs must have a flat float32 Box observation space (batched as ``obs["state"]``) or a ``Dict`` of
     Boxes with a flat float32 ``"state"`` and further float32 / uint8 groups such as ``"pixels"`` (H, W, 3),
     each batched under its own key (``final_obs`` likewise), and a Box(-1, 1) action space (what
-    ``envs.make_single`` builds). Finished sub-envs are reset with ``seed=None`` so that a seeded run stays
+    ``robot_rl.envs.make_single`` builds). Finished sub-envs are reset with ``seed=None`` so that a seeded run stays
     reproducible across autoresets.
     """
 

@@ -1,7 +1,7 @@
 """dm_control suite backend: ``dmc:<domain>-<task>`` specs, e.g. ``dmc:walker-walk``.
 
 ``DmcEnv`` adapts a dm_control environment to ``gymnasium.Env``. The suite's own time limit is disabled and
-re-applied by a gymnasium TimeLimit (see ``envs.wrappers``) so it counts agent steps under action repeat and
+re-applied by a gymnasium TimeLimit (see ``robot_rl.envs.wrappers``) so it counts agent steps under action repeat and
 can be overridden; dm_control's ``LAST`` step then only signals true termination.
 """
 

@@ -2,7 +2,7 @@
 
 Isaac Lab environments (``isaaclab.envs.ManagerBasedRLEnv`` / ``DirectRLEnv``) are already batched on the
 simulation device, so the adapter here adds no Python loop over sub-envs; it translates Isaac Lab's step
-contract into ours (``envs.core.BatchedEnv``) with a handful of batched torch ops per step:
+contract into ours (``robot_rl.envs.core.BatchedEnv``) with a handful of batched torch ops per step:
 
 * observations: ``{"state": obs[obs_group]}``, flattened to float32 [N, D]; ``obs_group`` defaults to
   ``"policy"``. Other groups (e.g. an asymmetric ``"critic"``) are not returned; pick one with ``obs_group``.
@@ -65,7 +65,7 @@ FINAL_OBS_FROM_RESET = "reset_obs"
 
 
 def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
-    """Isaac Lab tasks exist only as batches; ``envs.make_single`` cannot build one."""
+    """Isaac Lab tasks exist only as batches; ``robot_rl.envs.make_single`` cannot build one."""
     raise ValueError(
         f"Isaac Lab envs are batched only: use envs.make('{PREFIX}{name}', num_envs=N) "
         f"(a single env is envs.make('{PREFIX}{name}', num_envs=1)); envs.make_single is not supported"
@@ -75,7 +75,7 @@ def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
 def make_batched(
     spec: str, name: str, num_envs: int, device: str | torch.device, seed: int | None, options: EnvOptions
 ) -> IsaacLabEnv:
-    """Entry point used by ``envs.make`` for ``isaaclab:`` specs: start Isaac Sim, build the task, wrap it.
+    """Entry point used by ``robot_rl.envs.make`` for ``isaaclab:`` specs: start Isaac Sim, build the task, wrap it.
 
     Options are checked before Isaac Sim starts (it takes a while), so a bad option fails fast.
     """

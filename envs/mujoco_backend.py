@@ -142,10 +142,10 @@ def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
 def make_batched(
     spec: str, name: str, num_envs: int, device: str | torch.device, seed: int | None, options: EnvOptions
 ) -> BatchedEnv:
-    """Entry point used by ``envs.make`` for ``mujoco:`` specs.
+    """Entry point used by ``robot_rl.envs.make`` for ``mujoco:`` specs.
 
     gymnasium's locomotion tasks get the native stepper of this module (bit-identical to gymnasium); the other
-    tasks of ``envs.sim`` (cartpole-swingup, the arm tasks) run there on CPU MuJoCo, as on MJX and Warp.
+    tasks of ``robot_rl.envs.sim`` (cartpole-swingup, the arm tasks) run there on CPU MuJoCo, as on MJX and Warp.
     """
     if name not in TASKS and name in _sim_task_names():
         from .sim.backend import cpu
@@ -251,12 +251,12 @@ def _default_nthread(num_envs: int) -> int:
 class MujocoBatchedEnv(BatchedEnv):
     """``num_envs`` copies of a gymnasium v5 MuJoCo task stepped as one batch (see the module docstring).
 
-    Semantics are those of ``BatchedEnv`` and match ``envs.make("gym:<name>")`` step for step: actions in
+    Semantics are those of ``BatchedEnv`` and match ``robot_rl.envs.make("gym:<name>")`` step for step: actions in
     [-1, 1] mapped affinely to the actuator ctrlrange (clipped; NaN/inf rejected), same-step autoreset with
     ``info["final_obs"]``, episode statistics, action repeat that stops at termination, a time limit in agent
     steps, ``reset(seed=s)`` seeding sub-env i with s + i.
 
-    Args beyond ``envs.make``'s: ``nthread`` (physics threads; default ``min(os.cpu_count(), num_envs)``) and
+    Args beyond ``robot_rl.envs.make``'s: ``nthread`` (physics threads; default ``min(os.cpu_count(), num_envs)``) and
     ``stepper`` ("batch" = ``mujoco.batch``, "loop" = ``mj_step`` loop; default "batch" where available).
     """
 

@@ -5,16 +5,16 @@ receding horizon (``ActionChunker``); ``save_policy`` / ``load_policy`` store th
 JSON config, loadable for inference without any training code.
 """
 
-from policies.actor import TanhGaussianActor
-from policies.bc_mlp import MLPPolicy
-from policies.chunk_policy import ChunkPolicy
-from policies.chunking import ActionChunker
-from policies.diffusion import DiffusionPolicy
-from policies.ensemble import EnsembleLayerNorm, EnsembleLinear, EnsembleMLP, QEnsemble
-from policies.flow import FlowPolicy
-from policies.io import PolicyFormatError, load_policy, save_policy
-from policies.mlp import mlp
-from policies.normalize import Normalizer
+from robot_rl.policies.actor import TanhGaussianActor
+from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.chunking import ActionChunker
+from robot_rl.policies.diffusion import DiffusionPolicy
+from robot_rl.policies.ensemble import EnsembleLayerNorm, EnsembleLinear, EnsembleMLP, QEnsemble
+from robot_rl.policies.flow import FlowPolicy
+from robot_rl.policies.io import PolicyFormatError, load_policy, save_policy
+from robot_rl.policies.mlp import mlp
+from robot_rl.policies.normalize import Normalizer
 
 __all__ = [
     "ActionChunker",

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from robot_rl.policies.mlp import mlp
+from robot_rl.policies.normalize import RunningNorm
 from torch import Tensor, nn
-
-from policies.mlp import mlp
-from policies.normalize import RunningNorm
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -19,7 +18,7 @@ class TanhGaussianActor(nn.Module):
     """obs [B, O] -> action in (-1, 1)^A, a = tanh(u), u ~ N(mean(obs), std(obs)).
 
     The log-std is squashed smoothly into [log_std_min, log_std_max] rather than clipped, so its gradient never
-    vanishes at the bounds. `trunk` replaces the MLP (obs [B, O] -> [B, 2A], e.g. `policies.hyper.HyperActorTrunk`);
+    vanishes at the bounds. `trunk` replaces the MLP (obs [B, O] -> [B, 2A], e.g. `robot_rl.policies.hyper.HyperActorTrunk`);
     `obs_norm` normalises observations first, and its statistics are saved with the actor's weights.
     """
 

@@ -15,10 +15,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.mlp import mlp
 from torch import Tensor
-
-from policies.chunk_policy import ChunkPolicy
-from policies.mlp import mlp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -3,7 +3,7 @@
 The contract every BC policy implements, and what residual RL, DSRL, ReinFlow and DPPO build on:
 
 - `act(obs, deterministic=False, noise=None) -> [N, A]` in [-1, 1]: the next action of each env, played from
-  its current action chunk (`policies.chunking.ActionChunker`); this is the base action a residual policy
+  its current action chunk (`robot_rl.policies.chunking.ActionChunker`); this is the base action a residual policy
   corrects.
 - `predict_chunk(obs, noise=None, deterministic=False) -> [N, H, A]` in [-1, 1]: one chunk, no queue.
   `noise` is the policy's latent, a standard normal of shape [N, *noise_shape] = [N, H, A]: the initial
@@ -20,7 +20,7 @@ Observations are the `state` group of an env's observation dict (or the bare [N,
 observations are not supported yet. Normalisers (`obs_norm`, `action_norm`) are buffers, fitted once with
 `fit_normalization` before training, and saved with the weights. Subclasses implement `_sample` and
 `_loss` in the normalised spaces and `config()` (their constructor keyword arguments, for
-`policies.io.save_policy`).
+`robot_rl.policies.io.save_policy`).
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ import abc
 from typing import Any
 
 import torch
+from robot_rl.policies.chunking import ActionChunker
+from robot_rl.policies.normalize import Normalizer
 from torch import Tensor, nn
-
-from policies.chunking import ActionChunker
-from policies.normalize import Normalizer
 
 Obs = dict[str, Tensor] | Tensor
 

@@ -13,9 +13,8 @@ import math
 from collections.abc import Sequence
 
 import torch
+from robot_rl.policies.mlp import mlp
 from torch import Tensor, nn
-
-from policies.mlp import mlp
 
 
 def sinusoidal_embedding(t: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:

@@ -16,7 +16,7 @@ clipped, eps is recomputed from the clipped x0_hat so the step stays consistent 
 is that one update, returning the Gaussian's mean and std too: DPPO's log-probabilities of the denoising
 chain are built from them.
 
-The network is `policies.denoiser.DenoiserMLP` (an MLP over [obs, flattened noisy chunk, time embedding]).
+The network is `robot_rl.policies.denoiser.DenoiserMLP` (an MLP over [obs, flattened noisy chunk, time embedding]).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.denoiser import DenoiserMLP
 from torch import Tensor
-
-from policies.chunk_policy import ChunkPolicy
-from policies.denoiser import DenoiserMLP
 
 SCHEDULES = ("cosine", "linear")
 

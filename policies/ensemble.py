@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from robot_rl.policies.normalize import RunningNorm
 from torch import Tensor, nn
-
-from policies.normalize import RunningNorm
 
 
 class EnsembleLinear(nn.Module):

@@ -7,7 +7,7 @@ settable at inference); a straight path makes few steps accurate, which is why R
 with K = 1-4. ReinFlow turns each Euler step into a Gaussian transition by adding learned noise to it,
 so `euler_step` is exposed on its own. The final sample is clipped to [-c, c] in the normalised space.
 
-The network is `policies.denoiser.DenoiserMLP`, fed t * `TIME_SCALE` so its sinusoidal features see the
+The network is `robot_rl.policies.denoiser.DenoiserMLP`, fed t * `TIME_SCALE` so its sinusoidal features see the
 same range of times as a diffusion model's integer timesteps.
 
 Shortcut model (`shortcut=True`, Frans et al. 2024): the network also sees the step size d and predicts the
@@ -27,10 +27,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.denoiser import DenoiserMLP
 from torch import Tensor
-
-from policies.chunk_policy import ChunkPolicy
-from policies.denoiser import DenoiserMLP
 
 TIME_SCALE = 100.0
 

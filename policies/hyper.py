@@ -14,7 +14,7 @@ and every weight vector of a hidden layer is re-projected onto the unit sphere a
   per-feature rate and projected back onto the sphere (`x <- normalize(x + alpha * (mlp(x) - x))`).
 
 Every module here is an ensemble of `members` independent networks evaluated in one batched matmul per layer
-(weights `[E, in, out]`), as `policies.ensemble` does for the MLP critics; an actor is an ensemble of one.
+(weights `[E, in, out]`), as `robot_rl.policies.ensemble` does for the MLP critics; an actor is an ensemble of one.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+from robot_rl.policies.normalize import RunningNorm
 from torch import Tensor, nn
-
-from policies.normalize import RunningNorm
 
 
 def l2_normalize(x: Tensor, dim: int = -1, eps: float = 1e-8) -> Tensor:

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from policies.bc_mlp import MLPPolicy
-from policies.chunk_policy import ChunkPolicy
-from policies.diffusion import DiffusionPolicy
-from policies.flow import FlowPolicy
+from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.diffusion import DiffusionPolicy
+from robot_rl.policies.flow import FlowPolicy
 
 FORMAT = "robot_rl.policy"
 FORMAT_VERSION = 1

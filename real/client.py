@@ -7,7 +7,7 @@ message that says what to do (``EStopLatched`` and ``Unauthenticated`` are the o
 ``RobotEnv`` is a plain gymnasium env whose ``step`` is one control tick of the remote robot: reward and success
 come from the robot side, ``terminated`` is the success flag, the task's time limit is applied on this side, and
 ``info["applied_action"]`` is the action the robot really executed after the safety clamps (what a transition
-should store). ``make_env`` wraps it as a batch-of-one ``envs.BatchedEnv`` so the trainer can use it unchanged.
+should store). ``make_env`` wraps it as a batch-of-one ``robot_rl.envs.BatchedEnv`` so the trainer can use it unchanged.
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def make_env(
     max_episode_steps: int | None = None,
     **client_kwargs: Any,
 ) -> Any:
-    """The remote robot as a batch-of-one ``envs.BatchedEnv`` (time limit: ``max_episode_steps`` or the spec's)."""
-    from envs import SyncBatchedEnv
+    """The remote robot as a batch-of-one ``robot_rl.envs.BatchedEnv`` (time limit: ``max_episode_steps`` or the spec's)."""
+    from robot_rl.envs import SyncBatchedEnv
 
     env: gym.Env = RobotEnv(RobotClient(address, token, **client_kwargs))
     limit = max_episode_steps or env.spec_robot.time_limit

@@ -1,11 +1,11 @@
 """The ``Robot`` interface: what a driver implements so the bridge can serve it.
 
-A driver is one file in ``real/drivers/`` with one class implementing ``Robot``. The server (``real.server``)
+A driver is one file in ``real/drivers/`` with one class implementing ``Robot``. The server (``robot_rl.real.server``)
 calls it from a single control thread, once per control period, so a driver needs no locking of its own:
 
 * ``reset(seed)`` starts an episode (a real arm moves to its home pose; the simulated arm draws a new scene);
 * ``command(action)`` applies one action for one control period. The server has already checked and clamped
-  it (``real.safety``): it is finite, the right shape, inside ``spec.action_low/high`` and inside the
+  it (``robot_rl.real.safety``): it is finite, the right shape, inside ``spec.action_low/high`` and inside the
   workspace box and step limits. A driver may still refuse (raise) but must never move outside them;
 * ``hold()`` keeps the current pose for one control period (no command arrived, the watchdog fired, or the
   e-stop is latched);
@@ -21,7 +21,7 @@ calls it from a single control thread, once per control period, so a driver need
 Actions are normalised to [-1, 1] per dimension. For Cartesian robots (``spec.cartesian`` set) the first three
 action dimensions are a displacement of the end effector in the robot's base frame, ``cartesian.metres_per_unit``
 metres per control step at 1.0; the safety layer uses that to keep the commanded target inside the workspace
-box. Teleop devices produce actions in this same frame (``real.teleop``).
+box. Teleop devices produce actions in this same frame (``robot_rl.real.teleop``).
 """
 
 from __future__ import annotations

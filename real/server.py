@@ -2,10 +2,10 @@
 
 One thread, the **control loop**, talks to the driver, at a fixed rate (``spec.control_hz``). Each tick it
 
-* applies the command queued since the last tick, after the safety filter (``real.safety``) has clamped it against
+* applies the command queued since the last tick, after the safety filter (``robot_rl.real.safety``) has clamped it against
   the state measured *at this tick*; or, when none was queued, calls ``driver.hold()`` (so a client that stops
   talking can never leave the arm moving);
-* hands the measured state to the **supervisor** (``real.supervisor``): a soft breach of the envelope, speed or
+* hands the measured state to the **supervisor** (``robot_rl.real.supervisor``): a soft breach of the envelope, speed or
   tracking limits holds the robot (commands refused with ``UNAVAILABLE`` until it settles), a hard one stops the
   driver and latches the e-stop;
 * trips the **watchdog** when neither a command nor a heartbeat has arrived for ``watchdog_s`` (state ``holding``;
@@ -14,7 +14,7 @@ One thread, the **control loop**, talks to the driver, at a fixed rate (``spec.c
   one tick at a time under the supervisor, and only then is the driver reset;
 * measures its own timing: jitter (tick start minus its schedule), work per tick, overruns, queueing delay.
 
-**E-stop.** An authenticated ``EStop`` latches when its headers arrive (``real.guard``), fails any queued command
+**E-stop.** An authenticated ``EStop`` latches when its headers arrive (``robot_rl.real.guard``), fails any queued command
 or reset at once (error status, never OK), and wakes the control loop, which calls ``driver.stop()`` immediately,
 between ticks; the call is answered after ``stop()`` returned. Later ticks hold until ``ClearEStop``. The first
 latching reason is kept, escaped and cut to ``max_reason_chars``.
@@ -27,7 +27,7 @@ escapes a tick is a bug that ends the loop: the driver is stopped, and from then
 with CAP_SYS_NICE, else nice -10 if allowed) and reports what it got (``GetStatus.loop_priority``).
 
 gRPC workers only validate requests and hand them to the loop; every wait on their side has a deadline. Who may
-call and how many calls at once is ``real.guard.Gate``'s job (token on metadata, reserved EStop capacity, bounded
+call and how many calls at once is ``robot_rl.real.guard.Gate``'s job (token on metadata, reserved EStop capacity, bounded
 body reads). Status snapshots copy a few counters under a short lock; the timing percentiles are recomputed at most
 twice a second by the caller, never by the loop.
 """

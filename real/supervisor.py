@@ -15,7 +15,7 @@ which checks, for Cartesian robots:
   ``tracking_steps``, hard ``hard_tracking_steps``);
 * **state**: a state vector that is not finite or has the wrong size is a hard breach.
 
-The server reacts (``real.server``): a soft breach makes the robot **hold** (commands refused with ``UNAVAILABLE``
+The server reacts (``robot_rl.real.server``): a soft breach makes the robot **hold** (commands refused with ``UNAVAILABLE``
 until ``settle_ticks`` ticks in a row are clean; a hold that has not cleared after ``max_hold_s`` becomes hard); a
 hard breach **stops** the driver and **latches** the e-stop. Every breached tick is counted by kind and level.
 The tolerances above 1 are there because a real servo (and the simulated one) overshoots a commanded speed for a

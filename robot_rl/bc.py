@@ -9,7 +9,7 @@ Steps, top to bottom in `train_bc`:
 3. fit the policy's observation and action normalisers to the dataset (they are saved with the weights);
 4. train with Adam on uniformly sampled minibatches for `steps` steps, printing a progress line and
    appending the mean loss of every `log_every` steps to `metrics.csv`;
-5. save the policy with `policies.io.save_policy` into `<run_dir>/policy` (with `bc_config.json` beside it);
+5. save the policy with `robot_rl.policies.io.save_policy` into `<run_dir>/policy` (with `bc_config.json` beside it);
 6. optionally evaluate it on `eval_env`: one episode in each of `eval_episodes` envs, resetting the policy's
    action queue of every env whose episode ended (`terminated | truncated`), as any user of a chunked
    policy must.
@@ -29,13 +29,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from policies.bc_mlp import MLPPolicy
-from policies.chunk_policy import ChunkPolicy
-from policies.diffusion import SCHEDULES, DiffusionPolicy
-from policies.flow import FlowPolicy
-from policies.io import CONFIG, save_policy
-from policies.normalize import MODES
 from robot_rl.fields import help_field as _help
+from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.diffusion import SCHEDULES, DiffusionPolicy
+from robot_rl.policies.flow import FlowPolicy
+from robot_rl.policies.io import CONFIG, save_policy
+from robot_rl.policies.normalize import MODES
 
 POLICIES = ("mlp", "diffusion", "flow")
 
@@ -259,7 +259,7 @@ def evaluate_policy(
 ) -> dict[str, float | None]:
     """One episode in each of `num_envs` envs of `spec`: mean return, mean length and success rate (None
     where the task defines no success). The policy's action queue is reset for every env that finishes."""
-    import envs
+    from robot_rl import envs
     from robot_rl.evaluation import evaluate
 
     env = envs.make(spec, num_envs=num_envs, seed=seed, max_episode_steps=max_episode_steps)
@@ -284,7 +284,7 @@ def evaluate_policy(
 
 def check_env(spec: str, obs_dim: int, action_dim: int) -> None:
     """Raise (UnknownEnvError or BCError) unless `spec` makes envs with these state and action sizes."""
-    import envs
+    from robot_rl import envs
 
     env = envs.make(spec, num_envs=1)
     try:

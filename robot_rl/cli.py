@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 USAGE = """\
-usage: robot-rl <command> [key=value ...]
+usage: robot-rl <command> [key=value ...]    (or python -m robot_rl <command> ...; robot-rl --version)
 
 Commands:
   train     train an agent:              robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
@@ -44,6 +44,23 @@ Robot commands (--flags; see docs/hardware.md):
 """
 
 
+def version_line() -> str:
+    """`robot-rl --version`: ours and the versions that decide numerics (read from metadata, nothing imported)."""
+    import platform
+    from importlib import metadata
+
+    from robot_rl import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    deps = ", ".join(f"{name} {installed(name)}" for name in ("torch", "mujoco", "gymnasium", "dm-control"))
+    return f"robot-rl {__version__} (Python {platform.python_version()}; {deps})"
+
+
 class UserError(Exception):
     """Printed as one line, exit status 2."""
 
@@ -52,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in {"-h", "--help", "help"}:
         print(USAGE, end="")
+        return 0
+    if argv[0] in {"--version", "-V", "version"}:
+        print(version_line())
         return 0
     command, args = argv[0], argv[1:]
     if command in {"serve-robot", "teleop", "hil-train", "deploy"}:
@@ -73,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in {"-h", "--help"} for a in args):
         print(helps[command](), end="")
         return 0
-    from envs import UnknownEnvError
-    from policies.io import PolicyFormatError
     from robot_rl.bc import BCError
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
+    from robot_rl.envs import UnknownEnvError
     from robot_rl.finetune import FinetuneError
+    from robot_rl.policies.io import PolicyFormatError
     from robot_rl.seeds import SeedsError, split_seed_overrides
 
     try:
@@ -151,10 +171,10 @@ def _aggregate(args: list[str]) -> int:
 
 
 def _robot_command(command: str, args: list[str]) -> int:
-    from real.client import BridgeError
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.datasets import DatasetError
     from robot_rl.hil.cli import COMMANDS, CommandError
+    from robot_rl.real.client import BridgeError
 
     try:
         return COMMANDS[command](args)
@@ -563,8 +583,8 @@ def _eval(args: list[str]) -> int:
 
 
 def _eval_policy_dir(a: EvalArgs) -> int:
-    from policies.io import load_policy
     from robot_rl.bc import evaluate_policy
+    from robot_rl.policies.io import load_policy
 
     policy = load_policy(a.policy, device=a.device)
     result = evaluate_policy(policy, a.env, num_envs=a.episodes, seed=0 if a.seed is None else a.seed)

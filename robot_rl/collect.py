@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-import envs
+from robot_rl import envs
 from robot_rl.fields import help_field as _help
 
 Policy = Callable[[dict[str, Tensor]], Tensor]
@@ -57,7 +57,7 @@ def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callab
     """(policy, reset(done_mask)) for `args.policy`, with `args.noise` added."""
     reset: Callable[[Tensor], None] = lambda done: None  # noqa: E731
     if args.policy == "expert":
-        from envs.arm.experts import make_expert
+        from robot_rl.envs.arm.experts import make_expert
 
         expert = make_expert(args.env, env.num_envs, noise=0.0, seed=args.seed, device=env.device)
         base, reset = expert.act, expert.reset

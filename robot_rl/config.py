@@ -151,7 +151,7 @@ def presets(group: str) -> list[str]:
     """Names of the presets shipped in configs/<group>/."""
     from importlib.resources import files
 
-    return sorted(p.name[:-5] for p in files("configs").joinpath(group).iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.name[:-5] for p in files("robot_rl.configs").joinpath(group).iterdir() if p.name.endswith(".yaml"))
 
 
 def compose_train_config(overrides: list[str]) -> TrainConfig:
@@ -166,10 +166,11 @@ def compose_config(config_name: str, schema: type, overrides: list[str]) -> Any:
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
 
+    _check_added_keys(overrides, schema)
     ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_module(config_module="configs", version_base=None):
+        with initialize_config_module(config_module="robot_rl.configs", version_base=None):
             cfg = compose(config_name=config_name, overrides=overrides)
         obj = OmegaConf.to_object(cfg)
     except Exception as e:
@@ -197,6 +198,20 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = (), schema: type
         raise ConfigError(_one_line(e, schema)) from e
     _validate(obj)
     return obj
+
+
+def _check_added_keys(overrides: list[str], schema: type) -> None:
+    """Hydra's `+key=value` adds a key the schema does not have and the run would go on without it; a `+` is
+    only needed to add a preset group (`+experiment=hopper`), so any other `+key` must name a known key."""
+    for o in overrides:
+        if not o.startswith("+") or "=" not in o:
+            continue
+        name = o.lstrip("+").split("=", 1)[0]
+        parent, _, leaf = name.rpartition(".")
+        valid = _keys_under(parent, schema)
+        if leaf not in valid:
+            where = f" under {parent}" if parent else ""
+            raise ConfigError(f"unknown config key '{name}' in '{o}'; valid keys{where}: {', '.join(valid)}")
 
 
 def _validate(cfg: Any) -> None:
@@ -238,4 +253,5 @@ def _keys_under(parent: str, schema: type = TrainConfig) -> list[str]:
         if not dataclasses.is_dataclass(node):
             return []
     keys = [f.name for f in dataclasses.fields(node)]
-    return keys + (list(getattr(schema, "GROUPS", ())) if not parent else [])
+    groups = [g for g in getattr(schema, "GROUPS", ()) if g not in keys] if not parent else []
+    return keys + groups

@@ -21,8 +21,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-import envs
-from robot_rl import checkpoint
+from robot_rl import checkpoint, envs
 from robot_rl.agents.sac import SAC
 from robot_rl.config import TrainConfig
 from robot_rl.evaluation import evaluate, record_video

@@ -1,7 +1,7 @@
 """Simulated tabletop arm: scene (``model``), gymnasium tasks (``tasks``) and scripted experts (``experts``).
 
-Use through ``envs.make("arm:<task>[-sparse][-pixels]", ...)``; see ``envs.arm_backend`` for the spec names,
-``envs.arm.tasks`` for control, observation layout (``STATE_LAYOUT``) and rewards, and ``envs.arm.experts``
+Use through ``robot_rl.envs.make("arm:<task>[-sparse][-pixels]", ...)``; see ``robot_rl.envs.arm_backend`` for the spec names,
+``robot_rl.envs.arm.tasks`` for control, observation layout (``STATE_LAYOUT``) and rewards, and ``robot_rl.envs.arm.experts``
 for the batched scripted experts (``make_expert("arm:push", num_envs)``).
 """
 

@@ -2,7 +2,7 @@
 
 ``ScriptedExpert(task, num_envs, noise=0.0, seed=None, device="cpu")`` keeps a small phase machine per env
 and maps a batch of observations (``{"state": [N, 29], ...}`` or the bare ``[N, 29]`` tensor, layout
-``envs.arm.STATE_LAYOUT``) to actions ``[N, 4]`` in [-1, 1]. Motions are proportional moves of the grip
+``robot_rl.envs.arm.STATE_LAYOUT``) to actions ``[N, 4]`` in [-1, 1]. Motions are proportional moves of the grip
 point towards a waypoint, saturated at the env's 2.5 cm per step:
 
 * ``reach``: straight to the target, gripper open.
@@ -20,7 +20,7 @@ Episode boundaries: call ``reset(env_ids)`` for envs whose episode ended (e.g. `
 after ``env.step``). As a safety net the expert also resets an env's phase by itself when that env's target
 moves, which happens on every env reset.
 
-Measured success rates (harness: ``envs.make("arm:<task>", num_envs=25, seed=0)``, expert
+Measured success rates (harness: ``robot_rl.envs.make("arm:<task>", num_envs=25, seed=0)``, expert
 ``seed=0``, the first 4 episodes of each env = 100 episodes per cell; ``reset(done)`` after every step):
 
 ==========  =======  =========  =========  =========  =========

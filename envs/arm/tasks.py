@@ -17,7 +17,7 @@ Why joint-space IK rather than a mocap hand (the Fetch approach): the arm is a r
 by servos (gravity-compensated, critically damped), so what the agent learns transfers to the same
 end-effector interface on a real arm, and contact forces come from actuators with force limits instead of
 from an infinitely strong weld. Five joints are exactly enough for "position + pointing down + fixed yaw"
-(see ``envs.arm.model``); the IK never has a redundant null space to drift in.
+(see ``robot_rl.envs.arm.model``); the IK never has a redundant null space to drift in.
 
 State observation: one flat float32 vector with the named layout ``STATE_LAYOUT`` (world frame, metres):
 
@@ -141,7 +141,7 @@ class ArmEnv(gym.Env):
             whole number of 5 ms physics steps, e.g. 50 Hz for the hardware bridge's real-time loop) scales the
             displacement per step so that a given action is the same hand speed at any rate.
 
-    The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``envs.make``.
+    The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``robot_rl.envs.make``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1.0 / CONTROL_DT))}

@@ -1,7 +1,7 @@
 """Tasks defined once, run on CPU MuJoCo, MJX or MuJoCo Warp: ``mujoco:<task>``, ``mjx:<task>``, ``warp:<task>``.
 
-A ``SimTask`` (``envs.sim.task``) is an MJCF model plus reset, control, reward, termination and observation in
-torch; a ``Physics`` (``envs.sim.physics``) integrates N copies of the model; ``SimEnv`` (``envs.sim.env``)
+A ``SimTask`` (``robot_rl.envs.sim.task``) is an MJCF model plus reset, control, reward, termination and observation in
+torch; a ``Physics`` (``robot_rl.envs.sim.physics``) integrates N copies of the model; ``SimEnv`` (``robot_rl.envs.sim.env``)
 joins the two into a ``BatchedEnv``. Switching a run from a laptop to a GPU is changing the spec prefix:
 ``mujoco:cartpole-swingup`` -> ``mjx:cartpole-swingup`` (or ``warp:``), same task, same numbers up to the
 simulators' floating-point differences (``tests/envs/sim/test_cross_backend.py``).
@@ -83,6 +83,6 @@ def make_batched(
     options: EnvOptions,
     physics: str,
 ) -> SimEnv:
-    """``envs.make``'s entry for the sim backends; ``physics`` is "cpu", "mjx" or "warp"."""
+    """``robot_rl.envs.make``'s entry for the sim backends; ``physics`` is "cpu", "mjx" or "warp"."""
     task = make_task(name, prefix=spec[: len(spec) - len(name)])
     return SimEnv(task, physics, num_envs, device=device, seed=seed, options=options, spec=spec)

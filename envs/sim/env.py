@@ -3,7 +3,7 @@
 Everything per step is a fixed sequence of tensor operations on ``env.device``: no per-env Python, and one
 host synchronisation only, the finiteness check that keeps NaN actions out of the simulator (the contract
 requires a ``ValueError`` before anything is sent). Finished envs are reset in the same step under a mask:
-the task draws fresh starts for every env from per-env counter-based streams (``envs.sim.rng``), and the
+the task draws fresh starts for every env from per-env counter-based streams (``robot_rl.envs.sim.rng``), and the
 physics applies them only where the mask is set, so no ``nonzero`` or branching on device values is needed.
 """
 

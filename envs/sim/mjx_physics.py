@@ -4,7 +4,7 @@ Arrays cross between torch and JAX through DLPack, without copies, on the same d
 ``jax.dlpack.from_dlpack``, qpos/qvel come out with ``torch.from_dlpack``. JAX would otherwise reserve 75% of
 GPU memory when it starts, leaving torch (the learner) to fail on its first large allocation, so this module
 sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before JAX is imported (a user's own setting wins); import
-``envs.sim.mjx_physics`` (or make the env) before anything else imports JAX if you rely on it.
+``robot_rl.envs.sim.mjx_physics`` (or make the env) before anything else imports JAX if you rely on it.
 
 MJX computes in float32 (JAX's default); the CPU backend in float64. Compilation of the step takes from
 seconds (cartpole) to minutes (contact-rich scenes on a CPU) the first time an env of a given size is made.

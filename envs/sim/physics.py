@@ -1,13 +1,13 @@
 """Physics backends for ``SimEnv``: N copies of one MuJoCo model, spoken to in torch tensors.
 
 A backend only integrates: it takes controls, steps, and exposes joint positions and velocities; everything
-task-specific lives in ``envs.sim.task``. Three implementations share this interface:
+task-specific lives in ``robot_rl.envs.sim.task``. Three implementations share this interface:
 
 * ``CpuPhysics`` (here): ``mujoco.batch.Batch`` (MuJoCo >= 3.17) stepping all states on a thread pool, in
   float64; its qpos/qvel arrays are shared with torch without a copy.
-* ``MjxPhysics`` (``envs.sim.mjx_physics``): MJX under ``jit(vmap(...))``, arrays exchanged with torch through
+* ``MjxPhysics`` (``robot_rl.envs.sim.mjx_physics``): MJX under ``jit(vmap(...))``, arrays exchanged with torch through
   DLPack.
-* ``WarpPhysics`` (``envs.sim.warp_physics``): MuJoCo Warp, arrays shared through Warp's torch interop.
+* ``WarpPhysics`` (``robot_rl.envs.sim.warp_physics``): MuJoCo Warp, arrays shared through Warp's torch interop.
 """
 
 from __future__ import annotations

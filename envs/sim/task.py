@@ -3,7 +3,7 @@ physics backend.
 
 A task never touches a simulator: it reads joint positions and velocities as torch tensors, returns the
 controls to apply and the initial states to reset to, and keeps its own per-env state (a reach target, a
-commanded hand position) as tensors. ``envs.sim.SimEnv`` pairs it with a ``Physics`` (CPU MuJoCo, MJX or
+commanded hand position) as tensors. ``robot_rl.envs.sim.SimEnv`` pairs it with a ``Physics`` (CPU MuJoCo, MJX or
 MuJoCo Warp), so the same task runs on all three and the backends can be compared step for step.
 
 Tensors are ``[N, ...]`` on the env's device in the physics' float dtype (float64 on CPU MuJoCo, float32 on

@@ -1,7 +1,7 @@
-"""Robot drivers: one file per robot, each a ``real.robot.Robot``. ``make_driver(name, **kwargs)`` builds one.
+"""Robot drivers: one file per robot, each a ``robot_rl.real.robot.Robot``. ``make_driver(name, **kwargs)`` builds one.
 
-* ``sim_arm``: the simulated MuJoCo arm (``real.drivers.sim_arm``), tested end to end;
-* ``ur_rtde``: Universal Robots e-Series over RTDE (``real.drivers.ur_rtde``), written against the ``ur_rtde`` API
+* ``sim_arm``: the simulated MuJoCo arm (``robot_rl.real.drivers.sim_arm``), tested end to end;
+* ``ur_rtde``: Universal Robots e-Series over RTDE (``robot_rl.real.drivers.ur_rtde``), written against the ``ur_rtde`` API
   and **untested on hardware**.
 """
 

@@ -1,4 +1,4 @@
-"""``SimArm``: the MuJoCo tabletop arm of ``envs.arm`` behind the ``Robot`` interface.
+"""``SimArm``: the MuJoCo tabletop arm of ``robot_rl.envs.arm`` behind the ``Robot`` interface.
 
 It stands in for a physical arm everywhere a real one would be: ``robot-rl serve-robot --driver sim_arm`` serves it
 with the same server, safety filter and watchdog, and the learner talks to it over the network. Time advances only
@@ -23,8 +23,7 @@ import copy
 import time
 
 import numpy as np
-
-from envs.arm.tasks import (
+from robot_rl.envs.arm.tasks import (
     CONTROL_DT,
     STATE_DIM,
     STATE_LAYOUT,
@@ -42,7 +41,7 @@ class SimArm(Robot):
 
     Args:
         task: ``reach``, ``push`` or ``pick_place``.
-        reward: ``dense`` or ``sparse`` (see ``envs.arm.tasks``).
+        reward: ``dense`` or ``sparse`` (see ``robot_rl.envs.arm.tasks``).
         control_hz: control rate (20 Hz is the tasks' own; 50 Hz for the latency bench). A given action is the same
             hand speed at any rate.
         max_speed_mps: hand speed limit enforced by the server's safety filter.

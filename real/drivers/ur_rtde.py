@@ -48,8 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-
-from real.robot import CartesianLimits, Robot, RobotObservation, RobotSpec
+from robot_rl.real.robot import CartesianLimits, Robot, RobotObservation, RobotSpec
 
 INSTALL_HINT = "the UR driver needs ur_rtde: pip install ur_rtde"
 

@@ -3,7 +3,7 @@
 ``make_teleop(name, **kwargs)`` builds a device by name (``keyboard``, ``gamepad``, ``spacemouse``,
 ``scripted``, ``replay``). Device modules are imported only when asked for, so ``import real.teleop`` never
 pulls in pygame, pyspacemouse, termios or torch; the device classes are also reachable as attributes
-(``real.teleop.KeyboardTeleop``), imported on first access.
+(``robot_rl.real.teleop.KeyboardTeleop``), imported on first access.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from .frames import PRESETS, AxisShaping, DeviceFrame, to_action
 
 # name -> (module, class)
 TELEOPS: dict[str, tuple[str, str]] = {
-    "keyboard": ("real.teleop.keyboard", "KeyboardTeleop"),
-    "gamepad": ("real.teleop.gamepad", "GamepadTeleop"),
-    "spacemouse": ("real.teleop.spacemouse", "SpaceMouseTeleop"),
-    "scripted": ("real.teleop.scripted", "ScriptedTeleop"),
-    "replay": ("real.teleop.replay", "ReplayTeleop"),
+    "keyboard": ("robot_rl.real.teleop.keyboard", "KeyboardTeleop"),
+    "gamepad": ("robot_rl.real.teleop.gamepad", "GamepadTeleop"),
+    "spacemouse": ("robot_rl.real.teleop.spacemouse", "SpaceMouseTeleop"),
+    "scripted": ("robot_rl.real.teleop.scripted", "ScriptedTeleop"),
+    "replay": ("robot_rl.real.teleop.replay", "ReplayTeleop"),
 }
 _CLASSES = {cls: module for module, cls in TELEOPS.values()}
 

@@ -4,7 +4,7 @@ A device is one file in ``real/teleop/`` with one class implementing ``Teleop``.
 ``TeleopCommand``: an action in the **policy's action frame** (normalised to [-1, 1]; for the Cartesian arm the
 first three numbers are a displacement of the hand in the robot's base frame, the fourth the gripper), whether
 the operator is active (holding the take-over button, or moving the device), and the events pressed since the
-last read. Devices map their own axes into that frame with ``real.teleop.frames``; every device's mapping is
+last read. Devices map their own axes into that frame with ``robot_rl.real.teleop.frames``; every device's mapping is
 tested, because a wrong frame silently corrupts intervention data.
 """
 

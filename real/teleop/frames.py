@@ -34,13 +34,13 @@ forward direction measured in the robot's base frame, counter-clockwise seen fro
 
 Raw axis conventions of the devices (what step 1 undoes; the device modules implement and test them):
 
-* **Keyboard** (``real.teleop.keyboard``): no raw axes; keys name operator-frame directions directly
+* **Keyboard** (``robot_rl.real.teleop.keyboard``): no raw axes; keys name operator-frame directions directly
   (``w``/``s`` forward/back, ``a``/``d`` left/right, ``r``/``f`` up/down).
-* **Gamepad** (``real.teleop.gamepad``, SDL joystick API through pygame): each stick axis reads -1..1 with
+* **Gamepad** (``robot_rl.real.teleop.gamepad``, SDL joystick API through pygame): each stick axis reads -1..1 with
   ``+x`` = stick pushed right and ``+y`` = stick pulled **down** (towards the operator), the screen
   convention. So forward = -left_stick_y, left = -left_stick_x, up = -right_stick_y. Analogue triggers rest
   at -1 and read +1 fully pressed.
-* **SpaceMouse** (``real.teleop.spacemouse``, pyspacemouse's default "legacy" convention): ``x`` = puck
+* **SpaceMouse** (``robot_rl.real.teleop.spacemouse``, pyspacemouse's default "legacy" convention): ``x`` = puck
   pushed right, ``y`` = puck pushed away from the operator, ``z`` = puck pulled up, each about -1..1. So
   forward = y, left = -x, up = z. (The raw USB HID convention is different: +y towards the user, +z down;
   pyspacemouse already flips those two, and ``SpaceMouseTeleop`` documents how to adapt if you open the

@@ -4,7 +4,7 @@ Why a deadman button: a gamepad sitting on a desk reads (almost) zero, but a sti
 does not, and the take-over flag decides whose actions the robot executes. So the operator drives only while
 holding the deadman button; letting go hands control back to the policy at once.
 
-Raw axes follow SDL (see ``real.teleop.frames``): sticks read -1..1 with +x to the right and **+y pulled
+Raw axes follow SDL (see ``robot_rl.real.teleop.frames``): sticks read -1..1 with +x to the right and **+y pulled
 down** towards the operator, so "stick up" is a negative reading; this module negates it so that stick up is
 forward (robot +x with the default ``behind_robot`` frame). The default ``GamepadMapping`` is the layout SDL's
 joystick API reports for an Xbox-style pad on Linux (xpad driver); other pads number their axes and buttons

@@ -6,7 +6,7 @@ cbreak mode with ``termios``: no line buffering, no echo, Ctrl-C still interrupt
 motion, toggles and events; ``disconnect()`` restores the terminal settings. Tests pass any readable file
 descriptor (an ``os.pipe``) instead of the terminal, and then no terminal settings are touched.
 
-Keys (case-insensitive; directions are in the operator frame, see ``real.teleop.frames``):
+Keys (case-insensitive; directions are in the operator frame, see ``robot_rl.real.teleop.frames``):
 
 ===========  ==========================================================
 key          effect

@@ -2,7 +2,7 @@
 
 Why: the intervention pipeline (take-over, recording, labelling) has to be exercised end to end without a
 person at the keyboard, in tests and in simulated "human-in-the-loop" runs. ``ScriptedTeleop`` plays that
-person with ``envs.arm.experts.ScriptedExpert`` (one env), reading the robot state it is given:
+person with ``robot_rl.envs.arm.experts.ScriptedExpert`` (one env), reading the robot state it is given:
 
 * ``mode="always"``: always active; the expert drives every step. This records demonstrations.
 * ``mode="takeover"``: the operator watches the policy drive. It tracks the task's progress measure
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from envs.arm.experts import ScriptedExpert
-from envs.arm.tasks import STATE_DIM, STATE_LAYOUT, TASKS
+from robot_rl.envs.arm.experts import ScriptedExpert
+from robot_rl.envs.arm.tasks import STATE_DIM, STATE_LAYOUT, TASKS
 
 from .base import Teleop, TeleopCommand
 
@@ -38,7 +37,7 @@ def task_progress(task: str, state: np.ndarray) -> float:
     * push: ``|target_rel_cube[:2]| + 0.5 |cube_rel_ee|``
     * pick_place: ``|target_rel_cube| + 0.5 |cube_rel_ee|``
 
-    (the negated dense rewards of ``envs.arm.tasks``).
+    (the negated dense rewards of ``robot_rl.envs.arm.tasks``).
     """
     s = np.asarray(state, dtype=np.float64).reshape(-1)
     if s.shape != (STATE_DIM,):

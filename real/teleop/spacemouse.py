@@ -3,7 +3,7 @@
 Why a SpaceMouse: it is a 3-D joystick, so one hand commands all three translation axes at once and the puck
 springs back to zero when released, which makes "hands off = stop" natural.
 
-Raw axes (pyspacemouse's default, "legacy" convention; see ``real.teleop.frames``): ``x`` = puck pushed
+Raw axes (pyspacemouse's default, "legacy" convention; see ``robot_rl.real.teleop.frames``): ``x`` = puck pushed
 right, ``y`` = pushed away from the operator, ``z`` = pulled up, each about -1..1 (most pucks saturate
 below 1, hence ``scale``). Mapped to the operator frame as forward = y, left = -x, up = z. If you open the
 device with another pyspacemouse ``axis_convention`` the signs change; pass ``raw_to_operator`` to match.

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from policies import mlp
 from robot_rl.agents.sac import SAC
 from robot_rl.fields import help_field as _help
+from robot_rl.policies import mlp
 from robot_rl.replay import Batch
 
 

@@ -11,7 +11,7 @@ What the RLPD recipe (Ball et al. 2023; SERL, HIL-SERL, WSRL) adds to plain SAC,
 
 What the sample-efficient agents of 2025-26 share (SimbaV2, FlashSAC, CrossQ, BRO), each also a field, all on
 in `configs/agent/simba.yaml`, the default of `robot-rl train`:
-- `network=hyper`: residual networks whose features and weights live on the unit sphere (`policies.hyper`),
+- `network=hyper`: residual networks whose features and weights live on the unit sphere (`robot_rl.policies.hyper`),
   re-projected after every optimiser step, so parameter norms cannot drift at any update ratio;
 - `num_atoms > 1`: a distributional critic, categorical over `num_atoms` returns evenly spaced in
   [-v_max, v_max]; the TD target distribution (rewards plus the discounted support) is projected back onto
@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from policies import QEnsemble, TanhGaussianActor
-from policies.hyper import HyperActorTrunk, HyperQEnsemble, project_
-from policies.normalize import RunningNorm
 from robot_rl.fields import help_field as _help
+from robot_rl.policies import QEnsemble, TanhGaussianActor
+from robot_rl.policies.hyper import HyperActorTrunk, HyperQEnsemble, project_
+from robot_rl.policies.normalize import RunningNorm
 from robot_rl.replay import Batch
 
 NETWORKS = ("mlp", "hyper")

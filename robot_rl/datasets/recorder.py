@@ -1,6 +1,6 @@
 """Record batched environment steps into a ``DatasetWriter``, one episode per sub-env at a time.
 
-The batched env contract (``envs.core.BatchedEnv``) autoresets inside ``step``: when sub-env i finishes, the
+The batched env contract (``robot_rl.envs.core.BatchedEnv``) autoresets inside ``step``: when sub-env i finishes, the
 observation returned for it already belongs to its next episode and ``info["final_obs"]`` holds the true
 last one. The recorder buffers each sub-env's current episode on the CPU, uses ``final_obs`` as the
 ``next.observation.state`` of the episode's last frame, and hands the episode to the writer the moment it

@@ -1,4 +1,4 @@
-"""RL fine-tuning of saved behaviour-cloning policies (`policies.ChunkPolicy`), one module per method:
+"""RL fine-tuning of saved behaviour-cloning policies (`robot_rl.policies.ChunkPolicy`), one module per method:
 `residual` (ResFiT), `dsrl` (SAC in a diffusion/flow policy's noise space), `reinflow` and `dppo` (PPO over
 a denoising chain, `ppo`). `chunks` executes action chunks per env; `loop` is the run around a method
 (`robot-rl finetune method=...`), configured by `config`."""

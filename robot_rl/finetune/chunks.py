@@ -8,7 +8,7 @@ actions, and where it ended up.
 With N envs these decisions cannot be made in lockstep: an episode that ends in the middle of a chunk must
 start its next episode with a fresh decision on that episode's first observation, while the other envs are
 still playing their chunks, and a batched simulator cannot pause one env. So every env has its own queue,
-exactly like `policies.chunking.ActionChunker`, and `ChunkRunner` tells the learner which envs need a decision
+exactly like `robot_rl.policies.chunking.ActionChunker`, and `ChunkRunner` tells the learner which envs need a decision
 before each executed step (`need`). Deciding only for those envs is what makes "denoise once per executed
 chunk" true, and counting executed actions (`env_steps`), not decisions, is what makes sample costs
 comparable with per-step methods.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-import envs
+from robot_rl import envs
 
 
 def finished_episodes(done: Tensor, info: dict) -> dict[str, Tensor]:

@@ -30,8 +30,6 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from policies.chunk_policy import Obs
-from policies.diffusion import DDIMStep, DiffusionPolicy, ddim_step, ddim_timesteps
 from robot_rl.finetune.reinflow import (
     LOG_SQRT_2PI,
     ChainSample,
@@ -40,6 +38,8 @@ from robot_rl.finetune.reinflow import (
     gaussian_log_prob,
     initial_latent,
 )
+from robot_rl.policies.chunk_policy import Obs
+from robot_rl.policies.diffusion import DDIMStep, DiffusionPolicy, ddim_step, ddim_timesteps
 
 
 class DPPOChain(nn.Module):

@@ -34,13 +34,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import envs
-from policies import QEnsemble
-from policies.chunk_policy import ChunkPolicy
-from policies.chunking import ActionChunker
+from robot_rl import envs
 from robot_rl.agents.sac import SAC, SACConfig, min_of_random_subset
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import ChunkRunner
+from robot_rl.policies import QEnsemble
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.chunking import ActionChunker
 from robot_rl.replay import Batch, ReplayBuffer
 
 

@@ -4,7 +4,7 @@ The method owns the algorithm (`advance()` collects and updates, `eval_policy()`
 this loop owns what every run needs: the envs, the saved base policy, an evaluation of the BC starting point
 at step 0 and then every `eval_every` executed env steps, `metrics.csv`, `learning_curve.png`, checkpoints
 (`checkpoints/latest.pt` to resume, `checkpoints/best.pt`), and for ReinFlow and DPPO the fine-tuned policy
-saved as a policy directory (`<run_dir>/policy`, loadable with `policies.io.load_policy`).
+saved as a policy directory (`<run_dir>/policy`, loadable with `robot_rl.policies.io.load_policy`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-import envs
-from policies.chunk_policy import ChunkPolicy
-from policies.diffusion import DiffusionPolicy
-from policies.flow import FlowPolicy
-from policies.io import load_policy, save_policy
-from robot_rl import checkpoint
+from robot_rl import checkpoint, envs
 from robot_rl.evaluation import evaluate
 from robot_rl.finetune import FinetuneError
 from robot_rl.finetune.config import FinetuneConfig
 from robot_rl.logger import METRIC_COLUMNS, MetricsLogger, Progress
 from robot_rl.plots import plot_learning_curve
+from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.diffusion import DiffusionPolicy
+from robot_rl.policies.flow import FlowPolicy
+from robot_rl.policies.io import load_policy, save_policy
 from robot_rl.trainer import EVAL_SEED_OFFSET, _rng_state, _set_rng_state, seed_everything
 
 CHECKPOINT_FORMAT = 1

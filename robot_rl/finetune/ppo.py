@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import envs
-from policies.chunking import ActionChunker
-from policies.mlp import mlp
+from robot_rl import envs
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import ChunkRunner, MacroStep
+from robot_rl.policies.chunking import ActionChunker
+from robot_rl.policies.mlp import mlp
 
 
 @dataclass

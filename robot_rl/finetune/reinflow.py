@@ -31,9 +31,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from policies.chunk_policy import ChunkPolicy, Obs
-from policies.flow import FlowPolicy, euler_step
-from policies.mlp import mlp
+from robot_rl.policies.chunk_policy import ChunkPolicy, Obs
+from robot_rl.policies.flow import FlowPolicy, euler_step
+from robot_rl.policies.mlp import mlp
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 INIT_STD_FRACTION = 0.05  # initial std = min_std + 5% of the [min_std, max_std] range

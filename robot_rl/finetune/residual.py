@@ -30,11 +30,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-import envs
-from policies.chunk_policy import ChunkPolicy
+from robot_rl import envs
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import finished_episodes
+from robot_rl.policies.chunk_policy import ChunkPolicy
 from robot_rl.replay import Batch, ReplayBuffer
 
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from real.server import TOKEN_ENV
+from robot_rl.real.server import TOKEN_ENV
 
 
 class CommandError(Exception):
@@ -48,7 +48,7 @@ def _token_args(p: argparse.ArgumentParser) -> None:
 
 def _token(args: argparse.Namespace) -> str | None:
     """The token from --token-file, --token or the environment; warnings on stderr; one-line errors."""
-    from real.guard import load_token
+    from robot_rl.real.guard import load_token
 
     try:
         token, warnings = load_token(args.token, args.token_file)
@@ -76,7 +76,7 @@ def _teleop_args(p: argparse.ArgumentParser, default: str | None) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from real.client import RobotClient
+    from robot_rl.real.client import RobotClient
 
     return RobotClient(args.robot, _token(args), tls_root_cert=args.tls_root_cert, step_timeout_s=args.step_timeout_s)
 
@@ -84,7 +84,7 @@ def _client(args: argparse.Namespace) -> Any:
 def _teleop(args: argparse.Namespace, spec_name: str, defaults: dict[str, Any] | None = None) -> Any:
     if not args.device:
         return None
-    from real.teleop import make_teleop
+    from robot_rl.real.teleop import make_teleop
 
     kwargs = dict(defaults or {}) if args.device == "scripted" else {}
     if args.device == "scripted":
@@ -149,12 +149,12 @@ def serve_robot(argv: list[str]) -> int:
     p.add_argument("--run-for", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
     args = p.parse_args(argv)
 
-    from real.drivers import make_driver
-    from real.guard import format_address
-    from real.server import RobotServer, ServerConfig
+    from robot_rl.real.drivers import make_driver
+    from robot_rl.real.guard import format_address
+    from robot_rl.real.server import RobotServer, ServerConfig
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("real").setLevel(logging.INFO)
+    logging.getLogger("robot_rl.real").setLevel(logging.INFO)
 
     kwargs = _kv(args.driver_arg, "--driver-arg")
     if args.driver == "sim_arm":

@@ -41,8 +41,8 @@ from typing import Any, Protocol
 import grpc
 import numpy as np
 
-from real.client import BridgeError, EStopLatched, RobotClient
-from real.teleop.base import Event, Teleop
+from robot_rl.real.client import BridgeError, EStopLatched, RobotClient
+from robot_rl.real.teleop.base import Event, Teleop
 
 
 class Link(Protocol):

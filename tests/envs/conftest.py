@@ -2,7 +2,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import envs
+from robot_rl import envs
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
+from robot_rl.envs.arm import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
+from robot_rl.envs.arm.experts import ScriptedExpert, make_expert
+from robot_rl.envs.arm.tasks import _analytic_ik
 
-import envs
-from envs.arm import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
-from envs.arm.experts import ScriptedExpert, make_expert
-from envs.arm.tasks import _analytic_ik
+from robot_rl import envs
 
 L = STATE_LAYOUT
 

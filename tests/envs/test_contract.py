@@ -14,7 +14,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-import envs
+from robot_rl import envs
 
 SPECS = [
     "gym:Pendulum-v1",
@@ -185,7 +185,7 @@ def test_terminated_kept_apart_from_truncated(make) -> None:
 
 
 def test_dmc_last_step_maps_to_terminated_or_truncated() -> None:
-    from envs.dmc_backend import DmcEnv
+    from robot_rl.envs.dmc_backend import DmcEnv
 
     env = DmcEnv("cartpole", "swingup")
     obs0, _ = env.reset(seed=0)

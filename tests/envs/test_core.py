@@ -8,8 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-
-from envs.core import SyncBatchedEnv
+from robot_rl.envs.core import SyncBatchedEnv
 
 
 class CountingEnv(gym.Env[np.ndarray, np.ndarray]):

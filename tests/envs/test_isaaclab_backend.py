@@ -19,11 +19,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from robot_rl.envs import isaaclab_backend
+from robot_rl.envs.core import EnvOptions
+from robot_rl.envs.isaaclab_backend import IsaacLabEnv
 
-import envs
-from envs import isaaclab_backend
-from envs.core import EnvOptions
-from envs.isaaclab_backend import IsaacLabEnv
+from robot_rl import envs
 
 N = 4
 INF = float("inf")
@@ -440,7 +440,7 @@ def test_missing_isaaclab_gives_the_install_command() -> None:
 
 @isaaclab_missing
 def test_envs_make_routes_isaaclab_specs() -> None:
-    """Through the public API; needs the ``"isaaclab:": ".isaaclab_backend"`` entry in ``envs._BACKENDS``."""
+    """Through the public API; needs the ``"isaaclab:": ".isaaclab_backend"`` entry in ``robot_rl.envs._BACKENDS``."""
     with pytest.raises(ImportError, match=r"pip install \"isaaclab\[isaacsim,all\]"):
         envs.make("isaaclab:Isaac-Cartpole-v0")
     with pytest.raises(ValueError, match="batched only"):

@@ -1,6 +1,6 @@
 """The native batched MuJoCo backend (``mujoco:``) against gymnasium's own v5 tasks.
 
-Two independent references: (1) ``gym:<id>`` through ``envs.make`` with the same seed and actions, which also
+Two independent references: (1) ``gym:<id>`` through ``robot_rl.envs.make`` with the same seed and actions, which also
 covers seeding, reset noise, autoreset, time limits and action repeat; (2) the raw, unwrapped gymnasium env
 started from the same copied state and driven with the same controls, which checks the task definitions
 without any of our wrappers. Kept short (a few envs, ~100-200 steps) for the 2-core test machine.
@@ -16,10 +16,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from robot_rl.envs.core import EnvOptions
+from robot_rl.envs.mujoco_backend import TASKS, MujocoBatchedEnv
 
-import envs
-from envs.core import EnvOptions
-from envs.mujoco_backend import TASKS, MujocoBatchedEnv
+from robot_rl import envs
 
 # Float32 observations/rewards; in practice the two backends agree bit for bit (same model, same complete
 # simulation state, same arithmetic), the tolerance only keeps the test meaningful rather than brittle.

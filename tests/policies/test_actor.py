@@ -1,8 +1,7 @@
 import torch
+from robot_rl.policies import TanhGaussianActor
 from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
-
-from policies import TanhGaussianActor
 
 
 def test_log_prob_matches_torch_distributions():

@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-
-from policies.bc_mlp import MLPPolicy
-from policies.chunking import ActionChunker
+from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.chunking import ActionChunker
 
 N, H, A = 2, 4, 1
 

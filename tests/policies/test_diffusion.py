@@ -8,9 +8,8 @@ x0-estimate of a single-point distribution is exactly mu, so DDIM must land on m
 import numpy as np
 import pytest
 import torch
+from robot_rl.policies.diffusion import DiffusionPolicy, alpha_bars, ddim_sample, ddim_step, ddim_timesteps
 from torch import nn
-
-from policies.diffusion import DiffusionPolicy, alpha_bars, ddim_sample, ddim_step, ddim_timesteps
 
 T = 100
 

@@ -1,7 +1,6 @@
 import torch
+from robot_rl.policies import EnsembleLinear, QEnsemble, mlp
 from torch import nn
-
-from policies import EnsembleLinear, QEnsemble, mlp
 
 
 def _member_as_mlp(ens: QEnsemble, e: int, in_dim: int) -> nn.Sequential:

@@ -2,9 +2,8 @@
 
 import pytest
 import torch
+from robot_rl.policies.flow import TIME_SCALE, FlowPolicy, euler_step, flow_sample
 from torch import nn
-
-from policies.flow import TIME_SCALE, FlowPolicy, euler_step, flow_sample
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +125,7 @@ def test_shortcut_model_samples_both_modes_in_one_step():
 
 
 def test_shortcut_network_sees_the_step_size_and_round_trips(tmp_path):
-    from policies.io import load_policy, save_policy
+    from robot_rl.policies.io import load_policy, save_policy
 
     policy = FlowPolicy(3, 2, horizon=2, hidden=(16,), shortcut=True, num_inference_steps=2)
     x, obs = torch.randn(4, 2, 2), torch.randn(4, 3)

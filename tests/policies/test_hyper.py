@@ -1,9 +1,8 @@
 """Hyperspherical networks: the norm invariants hold after optimiser steps, and the modules are ensembles."""
 
 import torch
-
-from policies.hyper import HyperActorTrunk, HyperLinear, HyperQEnsemble, l2_normalize, project_
-from policies.normalize import RunningNorm
+from robot_rl.policies.hyper import HyperActorTrunk, HyperLinear, HyperQEnsemble, l2_normalize, project_
+from robot_rl.policies.normalize import RunningNorm
 
 
 def _weight_columns_unit(module: torch.nn.Module) -> None:

@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-
-from policies.normalize import Normalizer
+from robot_rl.policies.normalize import Normalizer
 
 
 def test_min_max_maps_the_data_range_onto_the_unit_box_and_back():
@@ -41,7 +40,7 @@ def test_unknown_mode_and_empty_data():
 
 
 def test_running_norm_matches_the_statistics_of_everything_seen():
-    from policies.normalize import RunningNorm
+    from robot_rl.policies.normalize import RunningNorm
 
     torch.manual_seed(0)
     norm = RunningNorm(3)
@@ -56,7 +55,7 @@ def test_running_norm_matches_the_statistics_of_everything_seen():
 
 
 def test_running_norm_is_the_identity_before_any_data_and_clips_outliers():
-    from policies.normalize import RunningNorm
+    from robot_rl.policies.normalize import RunningNorm
 
     norm = RunningNorm(2, clip=5.0)
     x = torch.tensor([[0.3, -2.0]])
@@ -66,7 +65,7 @@ def test_running_norm_is_the_identity_before_any_data_and_clips_outliers():
 
 
 def test_running_norm_statistics_travel_in_the_state_dict():
-    from policies.normalize import RunningNorm
+    from robot_rl.policies.normalize import RunningNorm
 
     a, b = RunningNorm(4), RunningNorm(4)
     a.update(torch.randn(64, 4) * 3 + 1)

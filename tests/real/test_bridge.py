@@ -15,12 +15,11 @@ import grpc
 import numpy as np
 import pytest
 import torch
-
-from real.client import BridgeError, EStopLatched, RobotClient, Unauthenticated, make_env
-from real.drivers.sim_arm import SimArm
-from real.proto import pb
-from real.safety import CLAMP_STEP, CLAMP_WORKSPACE
-from real.server import RobotServer, ServerConfig
+from robot_rl.real.client import BridgeError, EStopLatched, RobotClient, Unauthenticated, make_env
+from robot_rl.real.drivers.sim_arm import SimArm
+from robot_rl.real.proto import pb
+from robot_rl.real.safety import CLAMP_STEP, CLAMP_WORKSPACE
+from robot_rl.real.server import RobotServer, ServerConfig
 
 TOKEN = "test-token"
 HZ = 50.0

@@ -24,13 +24,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-
-from real.client import BridgeError, ControlLoopDead, EStopLatched, RobotClient, RobotHolding
-from real.drivers.sim_arm import SimArm
-from real.guard import SERVICE, format_address, is_loopback, load_token, safe_text
-from real.proto import pb
-from real.server import RobotServer, ServerConfig, StartupError
-from real.supervisor import SupervisorConfig
+from robot_rl.real.client import BridgeError, ControlLoopDead, EStopLatched, RobotClient, RobotHolding
+from robot_rl.real.drivers.sim_arm import SimArm
+from robot_rl.real.guard import SERVICE, format_address, is_loopback, load_token, safe_text
+from robot_rl.real.proto import pb
+from robot_rl.real.server import RobotServer, ServerConfig, StartupError
+from robot_rl.real.supervisor import SupervisorConfig
 
 TOKEN = "fault-token"
 HZ = 50.0
@@ -374,7 +373,7 @@ def test_bad_requests_are_invalid_arguments_not_estops(served):
 def test_estop_reasons_are_cut_escaped_and_the_first_is_kept(served, caplog):
     server, robot, client, _ = served
     forged = "pressed\n12:00:00 INFO e-stop cleared\r\x1b[2J" + "x" * 65_000
-    with caplog.at_level(logging.WARNING, logger="real.server"):
+    with caplog.at_level(logging.WARNING, logger="robot_rl.real.server"):
         status = client.estop(forged)
         client.estop("second reason")
     assert "\n" not in status.estop_reason and "\x1b" not in status.estop_reason

@@ -24,6 +24,6 @@ def test_generated_modules_are_up_to_date(tmp_path):
 
 
 def test_protocol_constants():
-    from real.proto import PROTOCOL, pb
+    from robot_rl.real.proto import PROTOCOL, pb
 
     assert PROTOCOL == pb.DESCRIPTOR.package

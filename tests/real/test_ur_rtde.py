@@ -5,8 +5,7 @@ import types
 
 import numpy as np
 import pytest
-
-from real.drivers.ur_rtde import STATE_DIM, URRobot
+from robot_rl.real.drivers.ur_rtde import STATE_DIM, URRobot
 
 HOME = [0.4, -0.1, 0.3, 0.0, 3.14, 0.0]
 LOW, HIGH = (0.2, -0.3, 0.05), (0.6, 0.3, 0.5)

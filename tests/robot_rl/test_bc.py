@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.io import load_policy, read_metadata
 
-from policies.bc_mlp import MLPPolicy
-from policies.io import load_policy, read_metadata
 from robot_rl.bc import BCConfig, BCError, chunk_pairs, evaluate_policy, train_bc
 from robot_rl.cli import main
 from robot_rl.collect import CollectArgs, collect

@@ -46,6 +46,8 @@ def test_train_help_lists_keys_and_presets(capsys):
     "args, expected",
     [
         (["agent.bogus=1"], "unknown config key 'agent.bogus'; valid keys under agent:"),
+        (["+agent.bogus=1"], "unknown config key 'agent.bogus' in '+agent.bogus=1'; valid keys under agent:"),
+        (["++bogus=1"], "unknown config key 'bogus'"),
         (["bogus=1"], "unknown config key 'bogus'"),
         (["agent.utd=abc"], "agent.utd"),
         (["agent.num_critics=1"], "agent.num_critics must be between 2 and 20"),
@@ -61,6 +63,28 @@ def test_train_user_errors_are_one_line(capsys, tmp_path, args, expected):
     assert code == 2
     assert err.startswith("robot-rl: error:") and err.count("\n") == 1, err
     assert expected in err, err
+
+
+def test_version_and_python_dash_m(capsys, tmp_path):
+    import robot_rl
+
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0 and out.startswith(f"robot-rl {robot_rl.__version__} (Python ") and "torch " in out
+    # `python -m robot_rl` is the same command line, from any directory
+    run = subprocess.run([sys.executable, "-m", "robot_rl", "--version"], capture_output=True, text=True,
+                         cwd=tmp_path, check=True)
+    assert run.stdout == out
+    bad = subprocess.run([sys.executable, "-m", "robot_rl", "trian"], capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown command 'trian'" in bad.stderr
+
+
+def test_package_version_matches_pyproject():
+    import tomllib
+
+    import robot_rl
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert robot_rl.__version__ == project["version"]
 
 
 def test_unknown_command(capsys):

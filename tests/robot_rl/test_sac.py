@@ -240,7 +240,7 @@ def test_return_scale_keeps_returns_inside_the_support():
 
 
 def test_simba_update_keeps_weights_on_the_sphere_and_lowers_the_loss():
-    from policies.hyper import HyperLinear
+    from robot_rl.policies.hyper import HyperLinear
 
     torch.manual_seed(0)
     agent = SAC(4, 2, SACConfig(**{**SIMBA, "critic_lr": 1e-3}))

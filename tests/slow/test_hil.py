@@ -8,9 +8,9 @@ import csv
 import re
 
 import pytest
+from robot_rl.real.drivers.sim_arm import SimArm
+from robot_rl.real.server import RobotServer, ServerConfig
 
-from real.drivers.sim_arm import SimArm
-from real.server import RobotServer, ServerConfig
 from robot_rl.cli import main
 
 pytestmark = pytest.mark.slow

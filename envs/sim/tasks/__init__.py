@@ -1,1 +1,1 @@
-"""Tasks defined once for every physics backend (see ``envs.sim.task.SimTask``)."""
+"""Tasks defined once for every physics backend (see ``robot_rl.envs.sim.task.SimTask``)."""

@@ -1,13 +1,13 @@
-"""The tabletop arm tasks (reach, push, pick_place) of ``envs.arm`` in torch, batched, for every physics backend.
+"""The tabletop arm tasks (reach, push, pick_place) of ``robot_rl.envs.arm`` in torch, batched, for every physics backend.
 
-``envs.arm.tasks.ArmEnv`` is the reference: one numpy/gymnasium env that reads everything it needs from a
+``robot_rl.envs.arm.tasks.ArmEnv`` is the reference: one numpy/gymnasium env that reads everything it needs from a
 ``mujoco.MjData`` (``site_xpos``, ``site_xmat``, ``mj_jacSite``) and keeps its controller state in numpy. The
 sim backends only expose ``qpos``/``qvel`` and accept ``ctrl``, so this port computes the same quantities from
 ``qpos`` in torch:
 
 * forward kinematics of the ``grip`` site and the hand orientation in closed form (base yaw ``j1`` about z,
   three pitch joints ``j2..j4`` about the rotated y axis, wrist roll ``j5`` about the hand's z), using the arm
-  dimensions of ``envs.arm.model``; ``tests/envs/sim/test_arm_task.py`` checks it against ``mj_kinematics``;
+  dimensions of ``robot_rl.envs.arm.model``; ``tests/envs/sim/test_arm_task.py`` checks it against ``mj_kinematics``;
 * the Jacobian analytically (a revolute joint with world axis w through anchor p contributes
   ``jacp = w x (site - p)``, ``jacr = w``, which is what ``mj_jacSite`` returns);
 * ``ArmEnv``'s per-step controller: the desired grip point moved by the action, clipped to the workspace and
@@ -19,7 +19,7 @@ sim backends only expose ``qpos``/``qvel`` and accept ``ctrl``, so this port com
   the sign convention of ``mju_mat2Quat`` does not matter);
 * reset, observation (``STATE_LAYOUT``, 29-D), dense and sparse rewards, success and termination on success.
 
-Shared with ``envs.arm`` (imported, not copied): the MJCF (``build_xml``), geometry and finger range, the
+Shared with ``robot_rl.envs.arm`` (imported, not copied): the MJCF (``build_xml``), geometry and finger range, the
 time limits, workspace, action scale, success radii, lift margin, IK damping and step limit, the hand
 orientation, the parked cube position and the closed-form reset IK's arm dimensions. Only the reset sampling
 boxes are literals in ``ArmEnv.reset`` and are repeated here (``_EE0_BOX`` etc.).
@@ -45,8 +45,7 @@ import math
 import mujoco
 import numpy as np
 import torch
-
-from envs.arm.model import (
+from robot_rl.envs.arm.model import (
     ARM_JOINTS,
     CUBE_HALF,
     FINGER_JOINTS,
@@ -57,7 +56,7 @@ from envs.arm.model import (
     WRIST_TO_GRIP,
     build_xml,
 )
-from envs.arm.tasks import (
+from robot_rl.envs.arm.tasks import (
     _CUBE_PARKED,
     _HAND_QUAT,
     _IK_DAMPING,
@@ -106,7 +105,7 @@ _OBS_PARTS = (  # ArmTask.observe concatenates these, in this order
 
 
 def _check_layout() -> None:
-    """``observe`` hard-codes the layout for speed; fail at import if ``envs.arm``'s layout ever changes."""
+    """``observe`` hard-codes the layout for speed; fail at import if ``robot_rl.envs.arm``'s layout ever changes."""
     start = 0
     for name, size in _OBS_PARTS:
         assert STATE_LAYOUT[name] == slice(start, start + size), f"STATE_LAYOUT changed at {name!r}"
@@ -253,7 +252,7 @@ def ik_step(q: torch.Tensor, x_des: torch.Tensor, q_low: torch.Tensor, q_high: t
 
 
 def analytic_ik(grip: torch.Tensor) -> torch.Tensor:
-    """``envs.arm.tasks._analytic_ik`` batched: elbow-up joints ``[..., 5]`` for grip points ``[..., 3]``."""
+    """``robot_rl.envs.arm.tasks._analytic_ik`` batched: elbow-up joints ``[..., 5]`` for grip points ``[..., 3]``."""
     x, y, z = grip.unbind(-1)
     yaw = torch.atan2(y, x)
     reach = torch.hypot(x, y)

@@ -1,6 +1,6 @@
 """gymnasium's v5 locomotion tasks (Hopper, Walker2d, HalfCheetah) in torch, for every physics backend.
 
-The task constants are ``envs.mujoco_backend.TASKS`` (gymnasium's defaults, checked there against gymnasium
+The task constants are ``robot_rl.envs.mujoco_backend.TASKS`` (gymnasium's defaults, checked there against gymnasium
 itself), so ``mjx:Hopper-v5`` and ``warp:Hopper-v5`` are the same MDP as ``mujoco:Hopper-v5`` and
 ``gym:Hopper-v5``: gymnasium's MJCF, reset noise, observation (qpos without x, then qvel clipped for Hopper and
 Walker), forward reward, health bonus and termination.

@@ -1,4 +1,4 @@
-"""The torch port of the tabletop arm tasks (``envs.sim.tasks.arm``) against its reference, ``envs.arm.ArmEnv``.
+"""The torch port of the tabletop arm tasks (``robot_rl.envs.sim.tasks.arm``) against its reference, ``robot_rl.envs.arm.ArmEnv``.
 
 Kinematics against MuJoCo itself, the IK iteration against ``ArmEnv._solve_ik``, then whole episodes: a
 ``SimEnv`` on CPU physics (float64) is put in exactly the state of one ``ArmEnv`` per sub-env and both get the
@@ -12,13 +12,19 @@ import mujoco
 import numpy as np
 import pytest
 import torch
-
-from envs.arm.experts import ScriptedExpert
-from envs.arm.model import ARM_JOINTS, CUBE_HALF, FINGER_RANGE, build_model
-from envs.arm.tasks import STATE_LAYOUT, TIME_LIMITS, WORKSPACE_HIGH, WORKSPACE_LOW, ArmEnv, _analytic_ik
-from envs.sim import SimEnv, make_task
-from envs.sim.rng import CounterRNG
-from envs.sim.tasks.arm import (
+from robot_rl.envs.arm.experts import ScriptedExpert
+from robot_rl.envs.arm.model import ARM_JOINTS, CUBE_HALF, FINGER_RANGE, build_model
+from robot_rl.envs.arm.tasks import (
+    STATE_LAYOUT,
+    TIME_LIMITS,
+    WORKSPACE_HIGH,
+    WORKSPACE_LOW,
+    ArmEnv,
+    _analytic_ik,
+)
+from robot_rl.envs.sim import SimEnv, make_task
+from robot_rl.envs.sim.rng import CounterRNG
+from robot_rl.envs.sim.tasks.arm import (
     ArmTask,
     analytic_ik,
     grip_position,

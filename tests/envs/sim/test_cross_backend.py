@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from envs.sim import SimEnv, make_task
+from robot_rl.envs.sim import SimEnv, make_task
 
 N = 2
 # task: (steps, absolute tolerance on every observation entry, on rewards). The arm's cube rests on the table

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from envs.sim.rng import CounterRNG
+from robot_rl.envs.sim.rng import CounterRNG
 
 CPU = torch.device("cpu")
 

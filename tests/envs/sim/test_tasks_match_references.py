@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from robot_rl.envs.sim import SimEnv, make_task
 
-import envs
-from envs.sim import SimEnv, make_task
+from robot_rl import envs
 
 
 def _actions(steps: int, num_envs: int, dim: int, seed: int = 0) -> torch.Tensor:

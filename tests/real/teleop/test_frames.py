@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-
-from real.teleop.frames import PRESETS, AxisShaping, DeviceFrame, to_action
+from robot_rl.real.teleop.frames import PRESETS, AxisShaping, DeviceFrame, to_action
 
 FORWARD, LEFT, UP = np.eye(3)
 X, Y, Z = np.eye(3)

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from real.teleop.base import Event
-from real.teleop.gamepad import GamepadMapping, GamepadTeleop
+from robot_rl.real.teleop.base import Event
+from robot_rl.real.teleop.gamepad import GamepadMapping, GamepadTeleop
 
 A, B, X_BTN, Y_BTN, LB, BACK, START = 0, 1, 2, 3, 4, 6, 7
 

@@ -7,9 +7,8 @@ import time
 
 import numpy as np
 import pytest
-
-from real.teleop.base import Event
-from real.teleop.keyboard import KeyboardTeleop
+from robot_rl.real.teleop.base import Event
+from robot_rl.real.teleop.keyboard import KeyboardTeleop
 
 
 class FakeClock:

@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import torch
-
-from envs.arm.experts import ScriptedExpert
-from envs.arm.tasks import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
-from real.teleop import TELEOPS, make_teleop
-from real.teleop.base import Event, Teleop
-from real.teleop.replay import ReplayTeleop
-from real.teleop.scripted import ScriptedTeleop, task_progress
+from robot_rl.envs.arm.experts import ScriptedExpert
+from robot_rl.envs.arm.tasks import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
+from robot_rl.real.teleop import TELEOPS, make_teleop
+from robot_rl.real.teleop.base import Event, Teleop
+from robot_rl.real.teleop.replay import ReplayTeleop
+from robot_rl.real.teleop.scripted import ScriptedTeleop, task_progress
 
 L = STATE_LAYOUT
 
@@ -225,9 +224,9 @@ def test_replay_rejects_bad_recordings():
 def test_make_teleop_builds_each_device(name, kwargs, cls):
     device = make_teleop(name, **kwargs)
     assert isinstance(device, Teleop) and type(device).__name__ == cls
-    import real.teleop
+    import robot_rl.real.teleop
 
-    assert getattr(real.teleop, cls) is type(device)
+    assert getattr(robot_rl.real.teleop, cls) is type(device)
 
 
 def test_make_teleop_unknown_name_lists_choices():

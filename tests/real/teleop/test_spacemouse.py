@@ -6,9 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-from real.teleop.base import Event
-from real.teleop.spacemouse import SpaceMouseTeleop
+from robot_rl.real.teleop.base import Event
+from robot_rl.real.teleop.spacemouse import SpaceMouseTeleop
 
 
 class Puck:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from envs.core import BatchedEnv
+from robot_rl.envs.core import BatchedEnv
 
 
 class ScriptedEnv(BatchedEnv):

@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
+from robot_rl.policies.diffusion import DiffusionPolicy, ddim_timesteps
 from torch import nn
 from torch.distributions import Normal
 
-from policies.diffusion import DiffusionPolicy, ddim_timesteps
 from robot_rl.finetune.dppo import DPPOChain
 
 OBS, A, H, T, K = 3, 2, 4, 20, 5

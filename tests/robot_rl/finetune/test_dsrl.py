@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from robot_rl.policies.flow import FlowPolicy
 from scripted_env import ScriptedEnv
 
-from policies.flow import FlowPolicy
 from robot_rl.agents.sac import SACConfig
 from robot_rl.finetune.dsrl import DSRL, DSRLConfig
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.diffusion import DiffusionPolicy
+from robot_rl.policies.flow import FlowPolicy
+from robot_rl.policies.io import load_policy, save_policy
 
-import envs
-from policies.bc_mlp import MLPPolicy
-from policies.diffusion import DiffusionPolicy
-from policies.flow import FlowPolicy
-from policies.io import load_policy, save_policy
+from robot_rl import envs
 from robot_rl.cli import main
 from robot_rl.config import compose_config, presets
 from robot_rl.finetune.config import FinetuneConfig

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-import envs
+from robot_rl import envs
 from robot_rl.evaluation import evaluate
 from robot_rl.finetune.chunks import MacroStep
 from robot_rl.finetune.ppo import PPO, PPOConfig, clipped_surrogate

@@ -4,11 +4,11 @@ import copy
 
 import pytest
 import torch
+from robot_rl.policies.flow import FlowPolicy
+from robot_rl.policies.io import load_policy, save_policy
 from torch import nn
 from torch.distributions import Normal
 
-from policies.flow import FlowPolicy
-from policies.io import load_policy, save_policy
 from robot_rl.finetune.reinflow import ReinFlowChain
 
 OBS, A, H, K = 3, 2, 4, 3

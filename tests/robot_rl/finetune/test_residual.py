@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from robot_rl.policies.bc_mlp import MLPPolicy
 from scripted_env import ScriptedEnv
 
-from policies.bc_mlp import MLPPolicy
 from robot_rl.agents.sac import SACConfig
 from robot_rl.finetune.residual import ResidualConfig, ResidualRL, demo_replay
 

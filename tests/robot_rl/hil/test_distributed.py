@@ -29,8 +29,8 @@ import torch
 ray = pytest.importorskip("ray")
 
 from ray_support import init_ray_or_skip  # noqa: E402
+from robot_rl.policies import TanhGaussianActor  # noqa: E402
 
-from policies import TanhGaussianActor  # noqa: E402
 from robot_rl.agents.sac import SACConfig  # noqa: E402
 from robot_rl.hil.distributed import CHECKPOINT_FILE, RayLink, connect_learner, start_learner  # noqa: E402
 from robot_rl.hil.learner import LearnerConfig  # noqa: E402

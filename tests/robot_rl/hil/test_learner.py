@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from robot_rl.policies import TanhGaussianActor
 
-from policies import TanhGaussianActor
 from robot_rl.agents.sac import SACConfig
 from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, check_transitions
 

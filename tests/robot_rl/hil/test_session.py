@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from robot_rl.real.client import BridgeError, RobotClient
+from robot_rl.real.drivers.sim_arm import SimArm
+from robot_rl.real.server import RobotServer, ServerConfig
+from robot_rl.real.teleop.base import Event, Teleop, TeleopCommand
 
-from real.client import BridgeError, RobotClient
-from real.drivers.sim_arm import SimArm
-from real.server import RobotServer, ServerConfig
-from real.teleop.base import Event, Teleop, TeleopCommand
 from robot_rl.datasets import read_dataset
 from robot_rl.hil.session import Session
 
