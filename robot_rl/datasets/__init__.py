@@ -2,22 +2,16 @@
 
 ``DatasetWriter`` appends finished episodes crash-safely, ``EpisodeRecorder`` turns batched env steps into
 episodes, ``read_dataset`` loads a dataset (ours or one recorded with LeRobot) into torch tensors, and
-``robot_rl.datasets.minari.import_minari`` converts a local Minari dataset. See ``lerobot.py`` for the layout
-and the crash-safety design.
+``robot_rl.datasets.minari.import_minari`` converts a local Minari dataset. One module per responsibility:
+``format`` (the layout, features and meta tables), ``atomic`` (crash-safe file writes), ``feature_stats``,
+``video`` (encode/decode), ``writer`` (``DatasetWriter`` and the crash-safety design), ``repair``, ``reader``.
 """
 
-from robot_rl.datasets.lerobot import (
-    CODEBASE_VERSION,
-    DatasetError,
-    DatasetWriter,
-    EpisodesMeta,
-    Transitions,
-    monte_carlo_returns,
-    read_dataset,
-    repair,
-    transition_features,
-)
+from robot_rl.datasets.format import CODEBASE_VERSION, DatasetError, transition_features
+from robot_rl.datasets.reader import EpisodesMeta, Transitions, monte_carlo_returns, read_dataset
 from robot_rl.datasets.recorder import EpisodeRecorder
+from robot_rl.datasets.repair import repair
+from robot_rl.datasets.writer import DatasetWriter
 
 __all__ = [
     "CODEBASE_VERSION",

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.datasets.lerobot import DatasetError, DatasetWriter, transition_features
+from robot_rl.datasets import DatasetError, DatasetWriter, transition_features
 
 __all__ = ["import_minari"]
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from robot_rl.datasets.lerobot import IMAGE_PREFIX, NEXT_STATE, STATE, DatasetWriter
+from robot_rl.datasets.format import IMAGE_PREFIX, NEXT_STATE, STATE
+from robot_rl.datasets.writer import DatasetWriter
 
 __all__ = ["EpisodeRecorder"]
 

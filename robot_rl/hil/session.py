@@ -266,7 +266,7 @@ class Session:
     def _finish(self, ep: _Episode, label: str, rewind_steps: int, held: int, t0: float) -> EpisodeStats:
         length = len(ep.actions)
         if length and self.writer is not None and label != "rerecord":
-            from robot_rl.datasets.lerobot import ACTION, NEXT_STATE, STATE
+            from robot_rl.datasets.format import ACTION, NEXT_STATE, STATE
 
             if not (ep.terminated[-1] or ep.truncated[-1]):
                 ep.truncated[-1] = True  # e-stop mid-episode: the recording still ends cleanly

@@ -206,7 +206,7 @@ sys.path.insert(0, {repo!r})
 sys.path.insert(0, {testdir!r})
 import numpy as np
 from robot_rl.datasets import DatasetWriter, transition_features
-import robot_rl.datasets.lerobot as lr
+import robot_rl.datasets.writer as writer_module
 from test_lerobot import make_episode
 
 mode = sys.argv[1]
@@ -218,13 +218,13 @@ if mode == "mid_episode":
     print("READY", flush=True)
     time.sleep(60)
 elif mode == "in_commit":
-    real = lr._write_table
+    real = writer_module.write_table
     def slow(path, table, fsync):
         if "meta/episodes" in str(path) and table.num_rows == 4:
             print("READY", flush=True)     # data file of episode 3 is on disk, its commit is not
             time.sleep(60)
         real(path, table, fsync)
-    lr._write_table = slow
+    writer_module.write_table = slow
     for i in range(5):
         w.write_episode(make_episode(i, 4 + i))
 elif mode == "loop":

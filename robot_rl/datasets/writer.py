@@ -1,0 +1,320 @@
+"""`DatasetWriter`: appends finished episodes to a LeRobotDataset v3.0 directory, crash-safely.
+
+Crash safety (a recorder may be SIGKILLed at any moment):
+
+* Every file is written under a temporary name in its final directory (``.<name>.tmp-<pid>``, which no
+  ``*.parquet`` / ``*.mp4`` glob matches), flushed and fsync'ed, then ``os.replace``'d into place and the
+  directory fsync'ed. A file is therefore either absent or complete, never half-written.
+* Per episode the order is: videos, data parquet, ``tasks.parquet``, ``stats.json``, then the episodes table
+  (**the commit point**), then ``info.json``. ``read_dataset`` trusts the episodes table and ignores files it
+  does not list, so after a kill the dataset reads back as exactly the episodes whose commit finished.
+* What a kill can leave behind: temp files, and for an episode killed between its data file and its commit,
+  a complete data/video file that no episode row points to (plus ``info.json`` / ``stats.json`` one episode
+  ahead or behind the table). ``repair(root)`` - which ``DatasetWriter(..., resume=True)`` runs - deletes
+  those files and rewrites info/stats from the table, so LeRobot (which globs ``data/*/*.parquet``) sees a
+  consistent dataset too.
+* One writer per dataset at a time; there is no lock.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from robot_rl.datasets.atomic import write_json, write_table
+from robot_rl.datasets.feature_stats import aggregate_stats, feature_stats, image_stats, stats_to_json
+from robot_rl.datasets.format import (
+    CODEBASE_VERSION,
+    DATA_PATH,
+    DEFAULT_CHUNKS_SIZE,
+    DEFAULT_DATA_FILES_SIZE_IN_MB,
+    DEFAULT_FEATURES,
+    DEFAULT_VIDEO_FILES_SIZE_IN_MB,
+    EPISODES_PATH,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    VIDEO_PATH,
+    DatasetError,
+    comparable,
+    data_schema,
+    episodes_table,
+    load_info,
+    normalise_features,
+    read_episode_rows,
+    read_tasks,
+    stats_from_row,
+    tasks_table,
+    to_table,
+)
+from robot_rl.datasets.repair import repair
+from robot_rl.datasets.video import encode_video
+
+
+class DatasetWriter:
+    """Append finished episodes to a LeRobotDataset v3.0 directory, one committed episode at a time.
+
+    ``features`` is the ``info.json`` feature dict without the default columns (``transition_features``
+    builds the usual one); a value may also be a ``(dtype, shape)`` tuple. Numeric features have shape [1]
+    or [D]; ``dtype="video"`` features are uint8 RGB [H, W, 3] streams encoded to MP4 (libx264, yuv420p,
+    ``video_crf``, keyframe every ``video_gop`` frames - LeRobot's choice for fast random access).
+
+    ``resume=True`` appends to an existing dataset (its features must match) after ``repair``-ing it;
+    ``overwrite=True`` deletes an existing dataset first. Without either, an existing dataset is an error.
+    ``fsync=False`` skips the fsyncs (faster; a power cut may then lose more than the episode in flight,
+    a killed process still cannot tear a file). ``extra_info`` adds top-level keys to a new dataset's
+    ``info.json`` (e.g. where the data came from; LeRobot ignores keys it does not know).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fps: int,
+        features: Mapping[str, Any],
+        robot_type: str | None = "sim",
+        task: str | None = None,
+        overwrite: bool = False,
+        resume: bool = False,
+        chunks_size: int = DEFAULT_CHUNKS_SIZE,
+        video_crf: int = 23,
+        video_gop: int = 2,
+        fsync: bool = True,
+        extra_info: Mapping[str, Any] | None = None,
+    ) -> None:
+        if overwrite and resume:
+            raise ValueError("pass at most one of overwrite=True and resume=True")
+        if not (isinstance(fps, int) and fps > 0):
+            raise ValueError(f"fps must be a positive int, got {fps!r}")
+        if chunks_size < 1:
+            raise ValueError(f"chunks_size must be >= 1, got {chunks_size}")
+        self.root = Path(root)
+        self.fps = int(fps)
+        self.task = task
+        self.video_crf = int(video_crf)
+        self.video_gop = int(video_gop)
+        self._fsync = bool(fsync)
+        self._closed = False
+        features_full = normalise_features(features, self.fps)
+
+        exists = (self.root / INFO_PATH).exists()
+        if exists and overwrite:
+            shutil.rmtree(self.root)
+            exists = False
+        elif not exists and overwrite and self.root.is_dir() and any(self.root.iterdir()):
+            raise DatasetError(
+                f"{self.root}: refusing to overwrite a non-empty directory that is not a LeRobot dataset"
+            )
+
+        if exists:
+            if not resume:
+                raise DatasetError(
+                    f"{self.root}: a dataset already exists; pass resume=True to append or overwrite=True to replace it"
+                )
+            repair(self.root, fsync=self._fsync)
+            info = load_info(self.root)
+            if comparable(info["features"]) != comparable(features_full):
+                raise DatasetError(
+                    f"{self.root}: features differ from the existing dataset's "
+                    f"({comparable(info['features'])} vs {comparable(features_full)}); "
+                    "write to a new root or pass the same features"
+                )
+            if int(info["fps"]) != self.fps:
+                raise DatasetError(f"{self.root}: existing dataset has fps={info['fps']}, not {self.fps}")
+            self.info = info
+            self._rows = read_episode_rows(self.root)
+            self._tasks = read_tasks(self.root) if (self.root / TASKS_PATH).exists() else []
+            self._ep_stats = [stats_from_row(r, info["features"]) for r in self._rows]
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+            has_video = any(ft["dtype"] == "video" for ft in features_full.values())
+            self.info = {
+                "codebase_version": CODEBASE_VERSION,
+                "robot_type": robot_type,
+                "total_episodes": 0,
+                "total_frames": 0,
+                "total_tasks": 0,
+                "chunks_size": int(chunks_size),
+                "data_files_size_in_mb": DEFAULT_DATA_FILES_SIZE_IN_MB,
+                "video_files_size_in_mb": DEFAULT_VIDEO_FILES_SIZE_IN_MB,
+                "fps": self.fps,
+                "splits": {},
+                "data_path": DATA_PATH,
+                "video_path": VIDEO_PATH if has_video else None,
+                "features": features_full,
+            }
+            for key, value in (extra_info or {}).items():
+                if key in self.info:
+                    raise ValueError(f"extra_info may not override the info.json key {key!r}")
+                self.info[key] = value
+            self._rows = []
+            self._tasks = []
+            self._ep_stats = []
+            self._write_meta(episodes_changed=True)
+        self.features: dict[str, dict[str, Any]] = self.info["features"]
+        self._schema = data_schema(self.features)
+
+    # -- public ------------------------------------------------------------------------------------
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self._rows)
+
+    @property
+    def num_frames(self) -> int:
+        return int(self._rows[-1]["dataset_to_index"]) if self._rows else 0
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, ft in self.features.items() if ft["dtype"] == "video"]
+
+    def write_episode(self, frames: Mapping[str, Any], task: str | None = None) -> int:
+        """Write one finished episode (arrays with leading dim T, keyed by feature) and return its index.
+
+        Every declared feature must be present; ``timestamp`` is optional (default ``frame_index / fps``).
+        When this returns the episode is committed: a kill afterwards cannot lose it.
+        """
+        if self._closed:
+            raise RuntimeError(f"{self.root}: writer is closed")
+        task = task if task is not None else self.task
+        if task is None:
+            task = "default"
+        arrays, length = self._check_frames(frames)
+        ep = len(self._rows)
+        chunk, file = divmod(ep, int(self.info["chunks_size"]))
+        start = self.num_frames
+
+        # 1. videos (each atomically), collecting image stats on the way
+        stats: dict[str, dict[str, np.ndarray]] = {}
+        row: dict[str, Any] = {"episode_index": ep, "tasks": [task], "length": length}
+        row.update({"data/chunk_index": chunk, "data/file_index": file})
+        row.update({"dataset_from_index": start, "dataset_to_index": start + length})
+        for key in self.video_keys:
+            path = self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+            encode_video(path, arrays[key], self.fps, self.video_crf, self.video_gop, self._fsync)
+            stats[key] = image_stats(arrays[key])
+            row.update(
+                {
+                    f"videos/{key}/chunk_index": chunk,
+                    f"videos/{key}/file_index": file,
+                    f"videos/{key}/from_timestamp": 0.0,
+                    f"videos/{key}/to_timestamp": length / self.fps,
+                }
+            )
+
+        # 2. the frames
+        if task not in self._tasks:
+            self._tasks.append(task)
+            tasks_changed = True
+        else:
+            tasks_changed = False
+        frame_index = np.arange(length, dtype=np.int64)
+        columns = dict(arrays)
+        if "timestamp" not in columns:
+            columns["timestamp"] = (frame_index / self.fps).astype(np.float32)
+        columns["frame_index"] = frame_index
+        columns["episode_index"] = np.full(length, ep, dtype=np.int64)
+        columns["index"] = start + frame_index
+        columns["task_index"] = np.full(length, self._tasks.index(task), dtype=np.int64)
+        table = to_table(columns, self.features, self._schema)
+        write_table(self.root / DATA_PATH.format(chunk_index=chunk, file_index=file), table, self._fsync)
+        for key, ft in self.features.items():
+            if ft["dtype"] != "video":
+                stats[key] = feature_stats(columns[key])
+
+        # 3. metadata; the episodes table is the commit point
+        for key, st in stats.items():
+            for s, v in st.items():
+                row[f"stats/{key}/{s}"] = np.asarray(v).tolist()
+        row["meta/episodes/chunk_index"] = 0
+        row["meta/episodes/file_index"] = 0
+        self._rows.append(row)
+        self._ep_stats.append(stats)
+        try:
+            self._write_meta(episodes_changed=True, tasks_changed=tasks_changed)
+        except BaseException:
+            self._rows.pop()
+            self._ep_stats.pop()
+            raise
+        return ep
+
+    def close(self) -> None:
+        """Nothing is buffered (every episode is committed by ``write_episode``); marks the writer closed."""
+        self._closed = True
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DatasetWriter({str(self.root)!r}, episodes={self.num_episodes}, frames={self.num_frames})"
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _check_frames(self, frames: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+        missing = [k for k, ft in self.features.items() if k not in DEFAULT_FEATURES and k not in frames]
+        if missing:
+            raise ValueError(f"episode lacks declared feature(s) {missing}")
+        extra = [k for k in frames if k not in self.features]
+        if extra:
+            raise ValueError(f"episode has undeclared feature(s) {extra}; declare them in features")
+        arrays: dict[str, np.ndarray] = {}
+        length: int | None = None
+        for key, value in frames.items():
+            if key in DEFAULT_FEATURES and key != "timestamp":
+                raise ValueError(f"{key!r} is filled by the writer; do not pass it")
+            ft = self.features[key]
+            arr = value.detach().cpu().numpy() if isinstance(value, Tensor) else np.asarray(value)
+            if ft["dtype"] == "video":
+                want = tuple(ft["shape"])
+                if arr.dtype != np.uint8 or arr.ndim != 4 or tuple(arr.shape[1:]) != want:
+                    raise ValueError(
+                        f"{key}: expected uint8 [T, {', '.join(map(str, want))}], "
+                        f"got {arr.dtype} {list(arr.shape)}"
+                    )
+            else:
+                shape = tuple(ft["shape"])
+                if shape == (1,) and arr.ndim == 2 and arr.shape[1] == 1:
+                    arr = arr[:, 0]
+                want_ndim = 1 if shape == (1,) else 2
+                if arr.ndim != want_ndim or (want_ndim == 2 and arr.shape[1] != shape[0]):
+                    raise ValueError(
+                        f"{key}: expected shape [T{'' if shape == (1,) else f', {shape[0]}'}], "
+                        f"got {list(arr.shape)}"
+                    )
+                arr = arr.astype(ft["dtype"], copy=False)
+                if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                    raise ValueError(f"{key}: contains NaN or inf")
+            if length is None:
+                length = len(arr)
+            elif len(arr) != length:
+                raise ValueError(f"{key}: has {len(arr)} frames, other features have {length}")
+            arrays[key] = arr
+        if not length:
+            raise ValueError("an episode needs at least one frame")
+        return arrays, int(length)
+
+    def _write_meta(self, *, episodes_changed: bool, tasks_changed: bool = True) -> None:
+        n = len(self._rows)
+        self.info["total_episodes"] = n
+        self.info["total_frames"] = self.num_frames
+        self.info["total_tasks"] = len(self._tasks)
+        self.info["splits"] = {"train": f"0:{n}"} if n else {}
+        if tasks_changed:
+            write_table(self.root / TASKS_PATH, tasks_table(self._tasks), self._fsync)
+        write_json(self.root / STATS_PATH, stats_to_json(aggregate_stats(self._ep_stats)), self._fsync)
+        if episodes_changed and n:
+            write_table(
+                self.root / EPISODES_PATH.format(chunk_index=0, file_index=0),
+                episodes_table(self._rows),
+                self._fsync,
+            )
+        write_json(self.root / INFO_PATH, self.info, self._fsync)
