@@ -15,6 +15,7 @@ from robot_rl.agents.calql import CalQLConfig
 from robot_rl.agents.iql import IQLConfig
 from robot_rl.agents.sac import SACConfig
 from robot_rl.fields import help_field as _help
+from robot_rl.replay import PRIOR_FRACTION_RANGE, prior_fraction_ok
 
 
 @dataclass
@@ -58,7 +59,7 @@ class DataConfig:
     mix_online: bool = _help(
         True, "sample prior data in every online batch (RLPD); false = online data only (WSRL after pretraining)"
     )
-    prior_fraction: float = _help(0.5, "fraction of each online batch drawn from the prior data (RLPD: 0.5)")
+    prior_fraction: float = _help(0.5, "fraction of each online batch drawn from the prior data (RLPD: 0.5; 0: none)")
 
 
 @dataclass
@@ -114,7 +115,7 @@ class TrainConfig:
              "train.video_size must be [height, width], each >= 16"),
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.data.max_episodes is None or self.data.max_episodes >= 1, "data.max_episodes must be >= 1 or null"),
-            (0.0 < self.data.prior_fraction < 1.0, "data.prior_fraction must be in (0, 1)"),
+            (prior_fraction_ok(self.data.prior_fraction), f"data.prior_fraction must be in {PRIOR_FRACTION_RANGE}"),
             (self.offline.algorithm in OFFLINE_ALGORITHMS,
              f"offline.algorithm must be one of {', '.join(OFFLINE_ALGORITHMS)}"),
             (self.offline.steps >= 0, "offline.steps must be >= 0"),

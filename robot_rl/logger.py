@@ -6,7 +6,11 @@ import csv
 import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
+
+from torch import Tensor
 
 # Fixed columns so that metrics.csv keeps one shape across releases and resumes.
 METRIC_COLUMNS = [
@@ -26,6 +30,70 @@ METRIC_COLUMNS = [
     "env_steps_per_s",
     "eval_time_s",  # cumulative seconds spent evaluating: training time = wall_time_s - eval_time_s
 ]
+
+
+EPISODE_KEYS = ("episode_return", "success")  # one value per finished episode, not per update
+
+
+class Episodes(NamedTuple):
+    """Per-env values at one step, of which only those where `done` count (no host sync to select them)."""
+
+    values: Tensor
+    done: Tensor
+
+
+class MetricMean:
+    """Means of metrics over the updates (and finished episodes) between two log rows: the one averaging helper.
+
+    `add` sums each metric as it comes (device tensors stay on the device: no `.item()` in the hot loop) and
+    counts it once; the keys in `EPISODE_KEYS` count one per finished episode instead (a 1-D tensor of
+    finished episodes, or `Episodes(values, done)`). `means` divides once, at logging time: on the device in
+    the tensors' own dtype (`on_host=False`), or as Python floats (`on_host=True`, what the policy
+    fine-tuning runs have always logged; the two differ in the last bits of float32 metrics).
+    """
+
+    def __init__(self, on_host: bool = False) -> None:
+        self.on_host = on_host
+        self.sums: dict[str, Tensor | float] = {}
+        self.counts: dict[str, Tensor | int] = {}
+
+    def add(self, metrics: Mapping[str, Tensor | float | list[Tensor] | Episodes]) -> None:
+        """One step's metrics: a value per update (a list: one value per update, in order) or, under
+        `EPISODE_KEYS`, the finished episodes."""
+        for k, v in metrics.items():
+            if isinstance(v, list):
+                for x in v:
+                    self._add(k, x, 1)
+            elif isinstance(v, Episodes):
+                self._add(k, (v.values * v.done).sum(), v.done.sum())
+            elif k in EPISODE_KEYS:
+                self._add(k, v.sum(), v.numel())
+            else:
+                self._add(k, v, 1)
+
+    def _add(self, key: str, total: Tensor | float, count: Tensor | int) -> None:
+        if key in self.sums:
+            self.sums[key] = self.sums[key] + total
+            self.counts[key] = self.counts[key] + count
+        else:
+            self.sums[key] = total.detach().clone() if isinstance(total, Tensor) else total
+            self.counts[key] = count
+
+    def means(self) -> dict[str, float]:
+        """{key: mean} of the keys with at least one value."""
+        out = {}
+        for k, total in self.sums.items():
+            count = self.counts[k]
+            if not count:
+                continue
+            if self.on_host:
+                out[k] = float(total) / int(count)
+            else:
+                out[k] = (total / count).item() if isinstance(total, Tensor) else total / count
+        return out
+
+    def reset(self) -> None:
+        self.sums, self.counts = {}, {}
 
 
 class MetricsLogger:

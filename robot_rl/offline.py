@@ -23,6 +23,7 @@ from robot_rl.agents.calql import CalQL
 from robot_rl.agents.iql import IQL
 from robot_rl.agents.sac import SAC
 from robot_rl.config import TrainConfig
+from robot_rl.logger import MetricMean
 from robot_rl.replay import Batch, ReplayBuffer
 
 
@@ -145,7 +146,7 @@ def pretrain(
     total, every, batch_size, gamma = cfg.offline.steps, cfg.offline.eval_every, cfg.agent.batch_size, cfg.agent.gamma
     csv_path = log_dir / "offline_metrics.csv"
     new_file = not csv_path.exists()
-    step, t0, sums, count = start_step, time.monotonic(), {}, 0
+    step, t0, means = start_step, time.monotonic(), MetricMean()
     message(
         f"offline pretraining ({cfg.offline.algorithm}) on {data.num_episodes} episodes / {len(data):,} transitions "
         f"for {total - start_step:,} steps"
@@ -156,18 +157,15 @@ def pretrain(
             writer.writeheader()
         while step < total:
             batch, mc_return = data.sample(batch_size, gamma)
-            metrics = learner.update(batch, mc_return)
-            for k, v in metrics.items():
-                sums[k] = sums[k] + v if k in sums else v.clone()
-            count += 1
+            means.add(learner.update(batch, mc_return))
             step += 1
             if step % every == 0 or step == total:
                 result = evaluate()
                 row = {"offline_step": step, "wall_time_s": round(time.monotonic() - t0, 1), **result}
-                row.update({k: round((v / count).item(), 5) for k, v in sums.items()})
+                row.update({k: round(v, 5) for k, v in means.means().items()})
                 writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
                 f.flush()
-                sums, count = {}, 0
+                means.reset()
                 success = "" if result["success_rate"] is None else f" | success {result['success_rate']:.0%}"
                 message(
                     f"[offline] step {step:,}/{total:,} | return {result['eval_return_mean']:.2f}{success} "

@@ -17,7 +17,7 @@ from torch import Tensor
 
 ObsSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
-__all__ = ["Batch", "ObsSpec", "ReplayBuffer"]
+__all__ = ["PRIOR_FRACTION_RANGE", "Batch", "ObsSpec", "ReplayBuffer", "prior_fraction_ok", "sample_mixed"]
 
 
 @dataclass
@@ -356,3 +356,36 @@ class ReplayBuffer:
         ):
             t[size:].zero_()
         self._size, self._pos = size, pos
+
+
+PRIOR_FRACTION_RANGE = "[0, 1)"  # what every `prior_fraction` setting accepts (0: online data only)
+
+
+def prior_fraction_ok(fraction: float) -> bool:
+    """Whether `fraction` is a valid `prior_fraction`: in [0, 1), 0 meaning no prior data in the batches."""
+    return 0.0 <= fraction < 1.0
+
+
+def sample_mixed(
+    online: ReplayBuffer,
+    prior: ReplayBuffer | None,
+    batch_size: int,
+    utd: int,
+    prior_fraction: float,
+    generator: torch.Generator | None = None,
+) -> Batch:
+    """`utd` minibatches of `batch_size`, shaped [utd, batch_size]: the one RLPD prior/online mixer.
+
+    Without a prior buffer (or an empty one, or `prior_fraction` 0) every row is online. Otherwise each of the
+    `utd` minibatches takes its first max(1, round(batch_size * prior_fraction)) rows from `prior` and the rest
+    from `online`, so every update sees both in a fixed ratio. `prior_fraction` is in `PRIOR_FRACTION_RANGE`.
+    """
+    if prior is None or len(prior) == 0 or prior_fraction == 0.0:
+        return online.sample(batch_size * utd, generator).reshape(utd, batch_size)
+    n_prior = max(1, round(batch_size * prior_fraction))
+    n_online = batch_size - n_prior
+    prior_batch = prior.sample(n_prior * utd, generator).reshape(utd, n_prior)
+    if n_online == 0:
+        return prior_batch
+    online_batch = online.sample(n_online * utd, generator).reshape(utd, n_online)
+    return Batch.cat([prior_batch, online_batch], dim=1)

@@ -42,6 +42,7 @@ from robot_rl.policies import QEnsemble
 from robot_rl.policies.chunk_policy import ChunkPolicy
 from robot_rl.policies.chunking import ActionChunker
 from robot_rl.replay import Batch, ReplayBuffer
+from robot_rl.runner import MethodDefaults
 
 
 @dataclass
@@ -59,7 +60,7 @@ class DSRLConfig:
             raise ValueError("dsrl.learning_starts must be >= 0")
 
 
-class DSRL:
+class DSRL(MethodDefaults):
     """SAC in the noise space of a frozen chunk policy; `advance()` is one executed env step plus updates."""
 
     def __init__(

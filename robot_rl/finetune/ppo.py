@@ -45,6 +45,7 @@ from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import ChunkRunner, MacroStep
 from robot_rl.policies.chunking import ActionChunker
 from robot_rl.policies.mlp import mlp
+from robot_rl.runner import MethodDefaults
 
 
 @dataclass
@@ -143,7 +144,7 @@ def clipped_surrogate(
     return -surrogate.mean(), approx_kl, clip_fraction
 
 
-class PPO:
+class PPO(MethodDefaults):
     """A chain policy, its value critic, their optimisers and the chunk runner over `env`."""
 
     def __init__(
@@ -305,6 +306,19 @@ class PPO:
 
         return act, chunker.reset
 
+    def finish(self, run: Any) -> dict[str, Any]:
+        """ReinFlow and DPPO fine-tune the policy itself: save it as a policy directory for deployment."""
+        from robot_rl.policies.io import save_policy
+
+        if getattr(self.chain_policy, "first_ft", 0) > 0:
+            # DPPO with frozen early steps: a plain DiffusionPolicy would run the fine-tuned network on every step
+            run.progress.message("no policy directory: dppo.ft_steps < the DDIM steps (the chain has frozen "
+                                 "steps); the fine-tuned chain is in checkpoints/best.pt")
+            return {"policy_dir": None}
+        path = run.run_dir / "policy"
+        save_policy(self.chain_policy.base_policy(), path)
+        return {"policy_dir": str(path)}
+
     def state_dict(self) -> dict[str, Any]:
         """Learner state. The simulator state is not saved: a resumed run starts new episodes."""
         if isinstance(self.chain_policy, nn.Module):
@@ -319,7 +333,7 @@ class PPO:
             "iteration": self.iteration,
             "env_steps": self.runner.env_steps,
             "decisions": self.runner.decisions,
-            "rng": self.rng.get_state(),
+            "sampling_rng": self.rng.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -334,5 +348,5 @@ class PPO:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.iteration = int(state["iteration"])
         self.runner.env_steps, self.runner.decisions = int(state["env_steps"]), int(state["decisions"])
-        self.rng.set_state(state["rng"])
+        self.rng.set_state(state["sampling_rng"] if "sampling_rng" in state else state["rng"])  # "rng": written before the Runner
 

@@ -35,7 +35,8 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import finished_episodes
 from robot_rl.policies.chunk_policy import ChunkPolicy
-from robot_rl.replay import Batch, ReplayBuffer
+from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok, sample_mixed
+from robot_rl.runner import MethodDefaults
 
 
 @dataclass
@@ -44,14 +45,14 @@ class ResidualConfig:
     learning_starts: int = _help(1000, "executed env steps of the base policy (plus exploration noise) before updates")
     critic_warmup_updates: int = _help(2000, "critic-only updates after learning_starts before the actor moves")
     base_deterministic: bool = _help(True, "sample the base with zero noise (its mean path), so a_base is a function")
-    prior_fraction: float = _help(0.5, "fraction of each batch drawn from the demos when data= is set")
+    prior_fraction: float = _help(0.5, "fraction of each batch drawn from the demos when data= is set (0: none)")
 
     def validate(self) -> None:
         checks = [
             (0.0 < self.scale <= 2.0, "residual.scale must be in (0, 2]"),
             (self.learning_starts >= 0, "residual.learning_starts must be >= 0"),
             (self.critic_warmup_updates >= 0, "residual.critic_warmup_updates must be >= 0"),
-            (0.0 < self.prior_fraction < 1.0, "residual.prior_fraction must be in (0, 1)"),
+            (prior_fraction_ok(self.prior_fraction), f"residual.prior_fraction must be in {PRIOR_FRACTION_RANGE}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -104,7 +105,7 @@ def demo_replay(
     return buffer
 
 
-class ResidualRL:
+class ResidualRL(MethodDefaults):
     """SAC on a residual over a frozen base; `advance()` is one batched env step plus its updates."""
 
     def __init__(
@@ -177,12 +178,7 @@ class ResidualRL:
 
     def _sample(self) -> Batch:
         b, utd = self.sac_cfg.batch_size, self.sac_cfg.utd
-        if self.prior is None:
-            return self.replay.sample(b * utd).reshape(utd, b)
-        n_prior = max(1, round(b * self.cfg.prior_fraction))
-        prior = self.prior.sample(n_prior * utd).reshape(utd, n_prior)
-        online = self.replay.sample((b - n_prior) * utd).reshape(utd, b - n_prior)
-        return Batch.cat([prior, online], dim=1)
+        return sample_mixed(self.replay, self.prior, b, utd, self.cfg.prior_fraction)
 
     def eval_policy(self) -> tuple[Callable[[dict[str, Tensor]], Tensor], Callable[[Tensor], None]]:
         """(act, on_done) for `robot_rl.evaluation.evaluate`: base plus deterministic residual."""

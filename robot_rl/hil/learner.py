@@ -31,7 +31,8 @@ from torch import Tensor
 
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.fields import help_field as _help
-from robot_rl.replay import Batch, ReplayBuffer
+from robot_rl.logger import MetricMean
+from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok, sample_mixed
 
 __all__ = ["TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "check_transitions"]
 
@@ -132,7 +133,7 @@ class LearnerConfig:
             (self.action_dim >= 1, "action_dim must be >= 1"),
             (self.capacity >= 1, "capacity must be >= 1"),
             (self.prior_capacity >= 1, "prior_capacity must be >= 1"),
-            (0.0 <= self.prior_fraction < 1.0, "prior_fraction must be in [0, 1)"),
+            (prior_fraction_ok(self.prior_fraction), f"prior_fraction must be in {PRIOR_FRACTION_RANGE}"),
             (self.learning_starts >= 0, "learning_starts must be >= 0"),
             (self.learning_starts <= self.capacity, "learning_starts must be <= capacity"),
             (math.isfinite(self.utd) and self.utd > 0, "utd must be > 0"),
@@ -280,16 +281,8 @@ class HILLearner:
 
     def sample(self) -> Batch:
         """One update's batch, [sac.utd, batch_size]; with prior data each minibatch mixes both buffers (RLPD)."""
-        batch_size, utd = self.cfg.sac.batch_size, self.cfg.sac.utd
-        if len(self.prior) == 0 or self.cfg.prior_fraction == 0.0:
-            return self.online.sample(batch_size * utd, self._gen).reshape(utd, batch_size)
-        n_prior = max(1, round(batch_size * self.cfg.prior_fraction))
-        n_online = batch_size - n_prior
-        prior = self.prior.sample(n_prior * utd, self._gen).reshape(utd, n_prior)
-        if n_online == 0:
-            return prior
-        online = self.online.sample(n_online * utd, self._gen).reshape(utd, n_online)
-        return Batch.cat([prior, online], dim=1)
+        sac = self.cfg.sac
+        return sample_mixed(self.online, self.prior, sac.batch_size, sac.utd, self.cfg.prior_fraction, self._gen)
 
     def train(self, num_updates: int) -> dict[str, float]:
         """Make `num_updates` agent updates (none before `ready`) and return their mean metrics ({} if none).
@@ -298,14 +291,12 @@ class HILLearner:
         """
         if num_updates <= 0 or not self.ready:
             return {}
-        sums: dict[str, Tensor] = {}
+        means = MetricMean()
         for _ in range(num_updates):
-            metrics = self.agent.update(self.sample())
-            for k, v in metrics.items():
-                sums[k] = sums[k] + v.detach().float() if k in sums else v.detach().float().clone()
+            means.add({k: v.detach().float() for k, v in self.agent.update(self.sample()).items()})
             self.updates += 1
         self.version += 1
-        return {k: (v / num_updates).item() for k, v in sums.items()}
+        return means.means()
 
     def train_due(self, max_updates: int | None = None) -> dict[str, float]:
         """Make the updates owed under the utd schedule (at most `max_updates`) and return their mean metrics."""

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from robot_rl.replay import Batch, ReplayBuffer
+from robot_rl.logger import Episodes, MetricMean
+from robot_rl.replay import Batch, ReplayBuffer, prior_fraction_ok, sample_mixed
 
 SPEC = {"state": ((4,), torch.float32)}
 
@@ -326,3 +327,45 @@ def test_cuda_buffer_from_cpu_inputs() -> None:
     ref = cpu.sample(32, torch.Generator().manual_seed(1))
     torch.testing.assert_close(b.to("cpu").reward, ref.reward)
     torch.testing.assert_close(b.to("cpu").discount, ref.discount)
+
+
+def _constant_buffer(value: float, rows: int = 10) -> ReplayBuffer:
+    buffer = ReplayBuffer(rows, 1, {"state": ((1,), torch.float32)}, 1, gamma=0.9, n_step=1)
+    full = torch.full((rows, 1), value)
+    buffer.extend({"state": full}, full, full[:, 0], {"state": full}, torch.zeros(rows, dtype=torch.bool),
+                  torch.zeros(rows, dtype=torch.bool))
+    return buffer
+
+
+def test_sample_mixed_puts_the_prior_share_first_in_every_minibatch() -> None:
+    online, prior = _constant_buffer(0.0), _constant_buffer(1.0)
+    batch = sample_mixed(online, prior, batch_size=8, utd=3, prior_fraction=0.25)
+    assert batch.action.shape == (3, 8, 1)
+    assert (batch.action[:, :2] == 1).all() and (batch.action[:, 2:] == 0).all()
+    assert (sample_mixed(online, prior, 8, 2, 0.0).action == 0).all()  # 0: online only
+    assert (sample_mixed(online, None, 8, 2, 0.5).action == 0).all()
+    empty = ReplayBuffer(4, 1, {"state": ((1,), torch.float32)}, 1)
+    assert (sample_mixed(online, empty, 8, 2, 0.5).action == 0).all()
+    assert (sample_mixed(online, prior, 1, 2, 0.5).action == 1).all()  # at least one prior row: none online
+    assert sample_mixed(online, prior, 1, 2, 0.5).action.shape == (2, 1, 1)
+    assert prior_fraction_ok(0.0) and prior_fraction_ok(0.5) and not prior_fraction_ok(1.0)
+    assert not prior_fraction_ok(-0.1)
+
+
+def test_metric_mean_sums_then_divides_once() -> None:
+    m = MetricMean()
+    m.add({"loss": [torch.tensor(1.0), torch.tensor(2.0)], "q": torch.tensor(3.0),
+           "episode_return": Episodes(torch.tensor([5.0, 7.0, 9.0]), torch.tensor([True, False, True]))})
+    m.add({"loss": [torch.tensor(6.0)], "episode_return": Episodes(torch.zeros(3), torch.zeros(3, dtype=torch.bool))})
+    assert m.means() == {"loss": 3.0, "q": 3.0, "episode_return": 7.0}
+    m.reset()
+    m.add({"success": torch.tensor([]), "kl": 0.5})  # no finished episode: no mean; floats work too
+    assert m.means() == {"kl": 0.5}
+    host = MetricMean(on_host=True)
+    host.add({"x": torch.tensor(0.1)})
+    host.add({"x": torch.tensor(0.2)})
+    assert host.means()["x"] == float(torch.tensor(0.1) + torch.tensor(0.2)) / 2
+    device = MetricMean()
+    device.add({"x": torch.tensor(0.1)})
+    device.add({"x": torch.tensor(0.2)})
+    assert device.means()["x"] == ((torch.tensor(0.1) + torch.tensor(0.2)) / 2).item()

@@ -94,3 +94,30 @@ def test_atomic_save_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
         pass
     assert checkpoint.load(path)["value"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temp file left behind
+
+def test_sigterm_saves_a_checkpoint_like_ctrl_c_then_resume_finishes(tmp_path):
+    """SIGTERM (a scheduler's or `kill`'s stop) saves latest.pt and exits 130, as Ctrl-C does; before the Runner
+    it killed the process with nothing saved since the last periodic checkpoint (here: none)."""
+    run = tmp_path / "run"
+    args = [*ARGS, "train.steps=800", "train.checkpoint_every=100000"]  # no periodic checkpoint before the end
+    proc = _cli(f"run_dir={run}", *args)
+    metrics = run / "metrics.csv"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:  # header + the first evaluation
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "checkpoint saved" in out and f"robot-rl train resume={run}" in out
+    saved = load(run / "checkpoints" / "latest.pt")
+    step = saved["env_steps"]
+    assert 250 <= step < 800 and saved["replay"]["size"] == step
+
+    resumed = _cli(f"resume={run}")
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert f"resumed {run} at step {step:,}" in out
+    assert load(run / "checkpoints" / "latest.pt")["env_steps"] == 800

@@ -1,0 +1,338 @@
+"""The one run skeleton: a `Runner` drives any learning `Method` (online SAC/RLPD/WSRL in `robot_rl.trainer`,
+the policy fine-tuning methods of `robot_rl.finetune`), as RSL-RL's runner drives any algorithm.
+
+The method owns the algorithm: collecting, replay, updates, its own counters and what evaluation runs. The
+runner owns what every run needs: seeding and RNG state, the evaluation env and cadence (`eval_every` executed
+env steps, and optionally the starting policy at step 0), `metrics.csv` + TensorBoard + `learning_curve.png`,
+the live progress line, checkpoints (`checkpoints/latest.pt` every `checkpoint_every` steps and at the end,
+to resume; `checkpoints/best.pt` at the best evaluation), Ctrl-C and SIGTERM (both save `latest.pt` and end
+with a resume hint), and the summary.
+
+Checkpoints are flat dicts: the runner's keys (`format`, `config`, `evals`, `best_score`, `last_result`,
+`wall_time_s`, `eval_time_s`, `rng`) plus the method's `state_dict()`; `best.pt` holds the method state
+without its replay buffer, plus `env_steps`, `eval_return` and `score`.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor
+
+from robot_rl import checkpoint
+from robot_rl.evaluation import evaluate
+from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress
+from robot_rl.plots import plot_learning_curve
+
+__all__ = [
+    "CHECKPOINT_FORMAT", "EVAL_SEED_OFFSET", "Method", "MethodDefaults", "RunSettings", "Runner", "Terminated",
+    "prepare", "rng_state", "seed_everything", "set_rng_state",
+]
+
+CHECKPOINT_FORMAT = 1
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share initial states with training episodes
+
+# The runner's own keys in latest.pt; a method's state_dict() keys sit beside them and must differ.
+RUN_KEYS = frozenset({"format", "config", "evals", "best_score", "last_result", "wall_time_s", "eval_time_s", "rng"})
+
+Metrics = Mapping[str, "Tensor | float | list[Tensor] | Episodes"]
+EvalPolicy = tuple[Callable[[dict[str, Tensor]], Tensor], Callable[[Tensor], None] | None]
+
+
+# -- seeding --------------------------------------------------------------------------------------------------
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """The global RNG states (Python, NumPy, torch CPU and CUDA), for a checkpoint."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def prepare(cfg: Any) -> None:
+    """The set-up before any env or network exists: validate the config, set torch's threads, seed."""
+    cfg.validate()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+
+
+# -- the method interface -------------------------------------------------------------------------------------
+class Method(Protocol):
+    """What a `Runner` drives. `env_steps` counts executed env steps (all envs), the run's clock."""
+
+    env_steps: int
+
+    def start(self, seed: int) -> None:
+        """Start fresh training episodes (also after a resume: simulator state is not checkpointed)."""
+
+    def pretrain(self, run: Runner) -> None:
+        """Work before the first env step that needs the run (offline pretraining: `run.evaluate`,
+        `run.save_checkpoint`, `run.progress`); called after `start`, also on resume."""
+
+    def advance(self) -> Metrics:
+        """One step of collection and learning. Returns what to average into the next log row: a value per
+        update (a list: one per update), and under `EPISODE_KEYS` the finished episodes (see `MetricMean`)."""
+
+    def eval_policy(self) -> EvalPolicy:
+        """(act, on_done) for `robot_rl.evaluation.evaluate` (on_done: reset per-env state, or None)."""
+
+    def log_fields(self) -> dict[str, float | None]:
+        """Counters to log with every evaluation row (e.g. `updates`)."""
+
+    def finish(self, run: Runner) -> dict[str, Any]:
+        """After the last step: final artefacts (a video, a policy directory); returns summary entries."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to resume (a `replay` key is left out of `best.pt`)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class MethodDefaults:
+    """No-op `pretrain`, `log_fields` and `finish` for methods that need none."""
+
+    def pretrain(self, run: Runner) -> None:
+        pass
+
+    def log_fields(self) -> dict[str, float | None]:
+        return {}
+
+    def finish(self, run: Runner) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class RunSettings:
+    """The run's cadence and presentation, given by the entry point (`robot-rl train`, `robot-rl finetune`)."""
+
+    steps: int
+    eval_every: int
+    seed: int
+    command: str  # the robot-rl command that resumes the run
+    title: str  # of the learning curve
+    checkpoint_every: int | None = None  # None: at every evaluation
+    quiet: bool = False
+    evaluate_first: bool = False  # evaluate the starting policy at step 0
+    score: str = "return"  # what ranks evaluations for best.pt: "return", or "success" (the return without one)
+    columns: list[str] | None = None  # of metrics.csv (default `robot_rl.logger.METRIC_COLUMNS`)
+    means_on_host: bool = False  # see `MetricMean`
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the run saves its checkpoint and stops."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+class Runner:
+    """Evaluation env, run directory, logging, checkpoints and the loop around one `Method`."""
+
+    def __init__(
+        self, method: Method, eval_env: Any, run_dir: Path, config: Any, settings: RunSettings, resume: bool = False
+    ) -> None:
+        self.method, self.eval_env, self.config, self.settings = method, eval_env, config, settings
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.evals = 0
+        self.best_score = -float("inf")
+        self.last_result: dict[str, float | None] | None = None
+        self.wall_offset_s = 0.0
+        self.eval_time_s = 0.0  # of the wall time, spent evaluating (training time = wall time - this)
+        self._t0: float | None = None  # set when run() starts
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self._restore(checkpoint.load(self.ckpt_dir / "latest.pt"))
+        OmegaConf.save(OmegaConf.structured(config), self.run_dir / "config.yaml")
+        self.logger = MetricsLogger(
+            self.run_dir, resume_step=method.env_steps if resume else None, columns=settings.columns
+        )
+        self.progress = Progress(settings.steps, quiet=settings.quiet)
+
+    @property
+    def env_steps(self) -> int:
+        return self.method.env_steps
+
+    @property
+    def last_eval_return(self) -> float | None:
+        return None if self.last_result is None else self.last_result["eval_return_mean"]
+
+    def _wall_time(self) -> float:
+        return self.wall_offset_s + (time.monotonic() - self._t0 if self._t0 is not None else 0.0)
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        s, method = self.settings, self.method
+        checkpoint_every = s.checkpoint_every or s.eval_every
+        next_eval = (method.env_steps // s.eval_every + 1) * s.eval_every
+        next_ckpt = (method.env_steps // checkpoint_every + 1) * checkpoint_every
+        self._t0 = time.monotonic()
+        rate_t, rate_steps, rate = self._t0, method.env_steps, 0.0
+        means = MetricMean(on_host=s.means_on_host)
+        if method.env_steps > 0:
+            self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
+        method.start(s.seed + method.env_steps)  # a resumed run starts fresh episodes, seeded apart
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+        try:
+            method.pretrain(self)
+            if s.evaluate_first and method.env_steps == 0 and self.evals == 0:
+                self._evaluate_and_log({}, 0.0)  # the starting point
+            while method.env_steps < s.steps:
+                means.add(method.advance())
+                now = time.monotonic()
+                if now - rate_t >= 1.0:
+                    rate = (method.env_steps - rate_steps) / (now - rate_t)
+                    rate_t, rate_steps = now, method.env_steps
+                self.progress.update(method.env_steps, rate, self._last_score())
+                if method.env_steps >= next_eval or method.env_steps >= s.steps:
+                    next_eval += s.eval_every
+                    self._evaluate_and_log(means.means(), rate)
+                    means.reset()
+                if method.env_steps >= next_ckpt or method.env_steps >= s.steps:
+                    next_ckpt += checkpoint_every
+                    self.save_checkpoint()
+        except KeyboardInterrupt:
+            if in_main:
+                signal.signal(signal.SIGTERM, previous)
+            self.progress.close()
+            self.save_checkpoint()
+            print(f"interrupted at step {method.env_steps:,}; checkpoint saved. Continue with:\n"
+                  f"  robot-rl {s.command} resume={self.run_dir}", flush=True)
+            raise
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, previous)
+            self.logger.close()
+        self.progress.close()
+        return {
+            "run_dir": str(self.run_dir),
+            "env_steps": method.env_steps,
+            "wall_time_s": self._wall_time(),
+            "last": self.last_result,
+            "last_eval_return": self.last_eval_return,
+            "best_score": self.best_score,
+            **method.finish(self),
+        }
+
+    def _last_score(self) -> float | None:
+        return None if self.last_result is None else self._score(self.last_result)
+
+    def _score(self, result: dict[str, float | None]) -> float:
+        if self.settings.score == "success" and result["success_rate"] is not None:
+            return result["success_rate"]
+        return result["eval_return_mean"]
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    def evaluate(self, train_return: float | None = None) -> dict[str, float | None]:
+        """One evaluation episode per eval env with the method's evaluation policy (a fixed seed, so every
+        evaluation starts from the same states). Without eval envs the training return stands in."""
+        if self.eval_env is None:
+            mean = float("nan") if train_return is None else train_return
+            return {"eval_return_mean": mean, "eval_return_std": float("nan"), "eval_length_mean": None,
+                    "success_rate": None}
+        act, on_done = self.method.eval_policy()
+        return evaluate(act, self.eval_env, seed=self.settings.seed + EVAL_SEED_OFFSET, on_done=on_done)
+
+    def _evaluate_and_log(self, means: dict[str, float], rate: float) -> None:
+        t0 = time.monotonic()
+        train_return = means.pop("episode_return", None)
+        result = self.evaluate(train_return)
+        self.eval_time_s += time.monotonic() - t0
+        self.evals += 1
+        self.last_result = result
+        row: dict[str, float | None] = {
+            "env_step": self.method.env_steps,
+            "wall_time_s": round(self._wall_time(), 2),
+            "eval_time_s": round(self.eval_time_s, 2),
+            **result,
+            "train_return_mean": train_return,
+            "train_success_rate": means.pop("success", None),
+            **self.method.log_fields(),
+            "env_steps_per_s": round(rate, 2),
+            **means,
+        }
+        self.logger.log(row)
+        score = self._score(result)
+        if score > self.best_score:
+            self.best_score = score
+            self._save_best(result)
+        plot_learning_curve(self.logger.csv_path, self.run_dir / "learning_curve.png", title=self.settings.title)
+        success = "" if result["success_rate"] is None else f" | success {result['success_rate']:.0%}"
+        self.progress.message(
+            f"[eval] step {self.method.env_steps:,} | return {result['eval_return_mean']:.1f} "
+            f"± {result['eval_return_std']:.1f}{success} | {self._wall_time():.0f}s"
+        )
+
+    # -- checkpoints --------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        method_state = self.method.state_dict()
+        if clash := RUN_KEYS & method_state.keys():
+            raise KeyError(f"{type(self.method).__name__}.state_dict() uses the runner's key(s) {sorted(clash)}")
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": asdict(self.config),
+            **method_state,
+            "evals": self.evals,
+            "best_score": self.best_score,
+            "last_result": self.last_result,
+            "wall_time_s": self._wall_time(),
+            "eval_time_s": self.eval_time_s,
+            "rng": rng_state(),
+        }
+        checkpoint.atomic_save(state, self.ckpt_dir / "latest.pt")
+
+    def _save_best(self, result: dict[str, float | None]) -> None:
+        weights = {k: v for k, v in self.method.state_dict().items() if k != "replay"}
+        state = {"format": CHECKPOINT_FORMAT, "config": asdict(self.config), **weights,
+                 "env_steps": self.method.env_steps, "eval_return": result["eval_return_mean"],
+                 "score": self.best_score}
+        checkpoint.atomic_save(state, self.ckpt_dir / "best.pt")
+
+    def save_extra(self, name: str, state: dict[str, Any]) -> None:
+        """Another checkpoint beside latest/best (e.g. `pretrained.pt`), with the run's format and config."""
+        checkpoint.atomic_save({"format": CHECKPOINT_FORMAT, "config": asdict(self.config), **state},
+                               self.ckpt_dir / name)
+
+    def _restore(self, state: dict) -> None:
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise checkpoint.CheckpointError(f"checkpoint format {state.get('format')} is not supported")
+        try:
+            self.method.load_state_dict(state.get("method", state))  # "method": fine-tuning runs before the Runner
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise checkpoint.CheckpointError(
+                f"checkpoint does not fit this configuration ({e}); resume with the run's own config.yaml"
+            ) from e
+        self.evals = state["evals"]
+        self.best_score = state.get("best_score", state.get("best_return", -float("inf")))
+        self.last_result = state.get("last_result")
+        if self.last_result is None and state.get("last_eval_return") is not None:  # written before the Runner
+            self.last_result = {"eval_return_mean": state["last_eval_return"], "success_rate": None}
+        self.wall_offset_s = state["wall_time_s"]
+        self.eval_time_s = state.get("eval_time_s", 0.0)
+        set_rng_state(state["rng"])
