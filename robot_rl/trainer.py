@@ -23,7 +23,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.evaluation import record_video
 from robot_rl.logger import Episodes
 from robot_rl.offline import OfflineData, pretrain
-from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
+from robot_rl.replay import ReplayBuffer
 from robot_rl.runner import EVAL_SEED_OFFSET, MethodDefaults, Runner, RunSettings, prepare
 
 __all__ = ["EVAL_SEED_OFFSET", "OnlineSAC", "Trainer", "build_agent", "make_env"]
@@ -109,10 +109,6 @@ class OnlineSAC(MethodDefaults):
         if self.pretrained and self.env_steps == 0 and run.evals == 0:
             run._evaluate_and_log({}, 0.0)
 
-    def _sample(self, batch_size: int, utd: int) -> Batch:
-        """`utd` minibatches of `batch_size`; with RLPD each mixes prior and online data in a fixed ratio."""
-        return sample_mixed(self.replay, self.prior_replay, batch_size, utd, self.cfg.data.prior_fraction)
-
     def advance(self) -> dict[str, Any]:
         cfg, env, agent, obs = self.cfg, self.env, self.agent, self._obs
         if obs is None:
@@ -132,7 +128,7 @@ class OnlineSAC(MethodDefaults):
         batch_size = cfg.agent.batch_size
         if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
             for _ in range(self.updates_per_step):
-                for k, v in agent.update(self._sample(batch_size, cfg.agent.utd)).items():
+                for k, v in agent.learn(self.replay, self.prior_replay, cfg.data.prior_fraction).items():
                     metrics.setdefault(k, []).append(v)
                 self.updates += 1
         return metrics
@@ -201,6 +197,3 @@ class Trainer(Runner):
     replay = property(lambda self: self.method.replay)
     prior = property(lambda self: self.method.prior)
     prior_replay = property(lambda self: self.method.prior_replay)
-
-    def _sample(self, batch_size: int, utd: int) -> Batch:
-        return self.method._sample(batch_size, utd)

@@ -42,7 +42,7 @@ from robot_rl.fields import help_field as _help
 from robot_rl.policies import QEnsemble, TanhGaussianActor
 from robot_rl.policies.hyper import HyperActorTrunk, HyperQEnsemble, project_
 from robot_rl.policies.normalize import RunningNorm
-from robot_rl.replay import Batch
+from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
 
 NETWORKS = ("mlp", "hyper")
 REDUCTIONS = ("min", "mean")
@@ -328,6 +328,17 @@ class SAC:
         bias[: self.action_dim].zero_()
 
     # -- learning -------------------------------------------------------------------------------------------
+    def sample(self, online: ReplayBuffer, prior: ReplayBuffer | None = None, prior_fraction: float = 0.0,
+               generator: torch.Generator | None = None) -> Batch:
+        """One `update`'s data, as this agent's config asks: `utd` minibatches of `batch_size` ([utd, batch_size]),
+        each mixing `prior` rows at `prior_fraction` when a prior buffer is given (RLPD; `replay.sample_mixed`)."""
+        return sample_mixed(online, prior, self.cfg.batch_size, self.cfg.utd, prior_fraction, generator)
+
+    def learn(self, online: ReplayBuffer, prior: ReplayBuffer | None = None, prior_fraction: float = 0.0,
+              actor: bool = True, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """`update` on `sample(...)`: the agent owns its update-to-data ratio and batch size."""
+        return self.update(self.sample(online, prior, prior_fraction, generator), actor=actor)
+
     def update(self, batch: Batch, actor: bool = True) -> dict[str, Tensor]:
         """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update.
 

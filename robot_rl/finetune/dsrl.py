@@ -140,10 +140,9 @@ class DSRL(MethodDefaults):
                 macro.terminated, macro.truncated,
             )
             if self.env_steps >= self.cfg.learning_starts and len(self.replay) >= self.sac_cfg.batch_size:
-                b, utd = self.sac_cfg.batch_size, self.sac_cfg.utd
                 update = self.update_aliased if self.cfg.aliased else self.agent.update
                 for _ in range(macro.env_ids.numel()):  # one update per new transition
-                    metrics = update(self.replay.sample(b * utd).reshape(utd, b))
+                    metrics = update(self.agent.sample(self.replay))
                     self.updates += 1
         return {**metrics, **result.finished}
 

@@ -35,7 +35,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import finished_episodes
 from robot_rl.policies.chunk_policy import ChunkPolicy
-from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok, sample_mixed
+from robot_rl.replay import PRIOR_FRACTION_RANGE, ReplayBuffer, prior_fraction_ok
 from robot_rl.runner import MethodDefaults
 
 
@@ -172,13 +172,10 @@ class ResidualRL(MethodDefaults):
         metrics: dict[str, Tensor] = {}
         if self.env_steps >= cfg.learning_starts and len(self.replay) >= self.sac_cfg.batch_size:
             for _ in range(env.num_envs):
-                metrics = self.agent.update(self._sample(), actor=self.updates >= cfg.critic_warmup_updates)
+                metrics = self.agent.learn(self.replay, self.prior, self.cfg.prior_fraction,
+                                           actor=self.updates >= cfg.critic_warmup_updates)
                 self.updates += 1
         return {**metrics, **finished_episodes(done, info)}
-
-    def _sample(self) -> Batch:
-        b, utd = self.sac_cfg.batch_size, self.sac_cfg.utd
-        return sample_mixed(self.replay, self.prior, b, utd, self.cfg.prior_fraction)
 
     def eval_policy(self) -> tuple[Callable[[dict[str, Tensor]], Tensor], Callable[[Tensor], None]]:
         """(act, on_done) for `robot_rl.evaluation.evaluate`: base plus deterministic residual."""

@@ -32,7 +32,7 @@ from torch import Tensor
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricMean
-from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok, sample_mixed
+from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok
 
 __all__ = ["TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "check_transitions"]
 
@@ -281,8 +281,7 @@ class HILLearner:
 
     def sample(self) -> Batch:
         """One update's batch, [sac.utd, batch_size]; with prior data each minibatch mixes both buffers (RLPD)."""
-        sac = self.cfg.sac
-        return sample_mixed(self.online, self.prior, sac.batch_size, sac.utd, self.cfg.prior_fraction, self._gen)
+        return self.agent.sample(self.online, self.prior, self.cfg.prior_fraction, self._gen)
 
     def train(self, num_updates: int) -> dict[str, float]:
         """Make `num_updates` agent updates (none before `ready`) and return their mean metrics ({} if none).

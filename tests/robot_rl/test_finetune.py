@@ -63,7 +63,7 @@ def test_rlpd_batches_mix_prior_and_online_data(reach_data: Path, tmp_path: Path
         nxt, r, term, trunc, info = trainer.env.step(action)
         trainer.replay.add(obs, action, r, info["final_obs"], term, trunc)
         obs = nxt
-    batch = trainer._sample(8, 2)
+    batch = trainer.agent.sample(trainer.replay, trainer.prior_replay, cfg.data.prior_fraction)  # the agent: utd 2, batch 8
     assert batch.action.shape == (2, 8, trainer.env.action_dim)
     prior_rows = {tuple(row.tolist()) for row in prior.obs}
     for i in range(2):  # every one of the utd minibatches: 2 prior rows, then 6 online rows
