@@ -149,15 +149,8 @@ class BatchedEnv(abc.ABC):
         out = self._step(self._check_action(action))
         if self.device.type == "cpu":
             reward, ep_return, ep_length = self._episode_stats_host(out)
-        else:  # no host sync: masked tensor ops on the device
-            reward, done = out.reward, out.terminated | out.truncated
-            self._ep_return += reward
-            self._ep_length += 1
-            ep_return = torch.where(done, self._ep_return, 0.0).to(torch.float32)
-            ep_length = torch.where(done, self._ep_length, 0).to(torch.float32)
-            self._ep_return.masked_fill_(done, 0.0)
-            self._ep_length.masked_fill_(done, 0)
-            reward = reward.to(torch.float32)
+        else:
+            reward, ep_return, ep_length = self._episode_stats_device(out)
         final = out.final_obs
         if final is None:
             final = {key: value.clone() for key, value in out.obs.items()}
@@ -166,9 +159,21 @@ class BatchedEnv(abc.ABC):
             info.update(out.info)
         return out.obs, reward, out.terminated, out.truncated, info
 
+    def _episode_stats_device(self, out: BackendStep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``step``'s bookkeeping: float32 reward, then ``episode_return`` and ``episode_length`` of the
+        episodes that just ended (0 elsewhere). Masked tensor ops only, so no host sync on a GPU."""
+        reward, done = out.reward, out.terminated | out.truncated
+        self._ep_return += reward
+        self._ep_length += 1
+        ep_return = torch.where(done, self._ep_return, 0.0).to(torch.float32)
+        ep_length = torch.where(done, self._ep_length, 0).to(torch.float32)
+        self._ep_return.masked_fill_(done, 0.0)
+        self._ep_length.masked_fill_(done, 0)
+        return reward.to(torch.float32), ep_return, ep_length
+
     def _episode_stats_host(self, out: BackendStep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``step``'s bookkeeping on the host, in numpy views of the tensors (zero-copy): next to a simulator
-        step, each torch op on a tiny tensor costs several microseconds of dispatch, numpy's a fraction."""
+        """``_episode_stats_device`` on the host, in numpy views of the tensors (zero-copy): next to a
+        simulator step each torch op on a tiny tensor costs microseconds of dispatch, numpy's a fraction."""
         reward = out.reward.numpy()
         done = out.terminated.numpy() | out.truncated.numpy()
         ep_return_sum, ep_length_sum = self._ep_return.numpy(), self._ep_length.numpy()
