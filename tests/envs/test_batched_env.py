@@ -48,7 +48,9 @@ class Minimal(BatchedEnv):
             self.t[done] = 0
         terminated = done & (torch.arange(self.num_envs) == 0)
         reward = torch.full((self.num_envs,), 0.1, dtype=torch.float64)
-        return BackendStep(self._obs(), reward, terminated, done & ~terminated, final, {"extra": self.t.clone()})
+        return BackendStep(
+            self._obs(), reward, terminated, done & ~terminated, final, {"extra": self.t.clone()}
+        )
 
     def render(self, index: int = 0) -> np.ndarray:
         raise RuntimeError("no rendering")
