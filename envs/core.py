@@ -1,11 +1,18 @@
-"""The batched-environment contract and its synchronous implementation.
+"""The batched-environment contract (``BatchedEnv``) and its synchronous implementation (``SyncBatchedEnv``).
 
-Every backend (gymnasium, dm_control, ...) is reduced to a list of single gymnasium envs with flat float32
-observations and actions normalised to [-1, 1] (see ``robot_rl.envs.wrappers``). ``SyncBatchedEnv`` steps such a list
-in one Python loop and speaks torch to the learner. We deliberately do not use gymnasium's vector envs: the
-async one is slower on few cores, and the sync one's autoreset happens on the *next* step, which would make
-every learner deal with a dead transition. Here a finished sub-env is reset inside the same ``step`` and its
-true last observation is handed back in ``info["final_obs"]`` so truncated episodes can be bootstrapped.
+``BatchedEnv`` owns the contract that every backend shares: ``step`` validates and clips actions, keeps the
+episode statistics and assembles the info dict; ``reset`` applies the seed given to ``make`` on the first reset.
+A backend only implements ``_reset(seed)`` and ``_step(action) -> BackendStep`` on top of its simulator: a list
+of single gymnasium envs (``SyncBatchedEnv``, for ``gym:``, ``dmc:`` and ``arm:``), one batch of MuJoCo states
+(``robot_rl.envs.mujoco_backend``), a torch task on CPU MuJoCo, MJX or Warp (``robot_rl.envs.sim``), or an
+already batched Isaac Lab env (``robot_rl.envs.isaaclab_backend``).
+
+``SyncBatchedEnv`` steps a list of single gymnasium envs with flat float32 observations and actions normalised
+to [-1, 1] (see ``robot_rl.envs.wrappers``) in one Python loop and speaks torch to the learner. We deliberately do
+not use gymnasium's vector envs: the async one is slower on few cores, and the sync one's autoreset happens on
+the *next* step, which would make every learner deal with a dead transition. Here, as in every backend, a
+finished sub-env is reset inside the same ``step`` and its true last observation is handed back in
+``info["final_obs"]`` so truncated episodes can be bootstrapped.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +31,25 @@ Obs = dict[str, torch.Tensor]
 StepResult = tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 _SUCCESS_KEYS = ("success", "is_success")
+
+
+class BackendStep(NamedTuple):
+    """What a backend's ``_step`` returns; ``BatchedEnv.step`` turns it into the contract's step result.
+
+    All tensors are on the env's ``device`` with the batch dimension first. ``obs`` is already the first
+    observation of the next episode for envs that finished (the backend autoresets them). ``reward`` may be
+    float64 (episode returns are summed in float64 before the float32 reward is handed out). ``final_obs`` is
+    the true last observation of every env (rows of unfinished envs equal ``obs``); ``None`` means it equals
+    ``obs`` (nothing finished) and a copy is made. ``info`` holds backend-specific entries such as
+    ``"success"`` (bool [N]); ``None`` = none.
+    """
+
+    obs: Obs
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: Obs | None = None
+    info: dict[str, Any] | None = None
 
 
 class UnknownEnvError(ValueError):
@@ -84,6 +110,10 @@ class BatchedEnv(abc.ABC):
       length of episodes that just ended (0 elsewhere); ``info["success"]`` (bool [N]) only for tasks that
       report success.
     * ``reset(seed=s)`` seeds sub-env i with ``s + i``; ``reset()`` continues the RNG streams.
+
+    Backends implement ``_reset(seed)`` and ``_step(action) -> BackendStep`` (plus ``render`` and ``close``);
+    ``reset`` and ``step`` here do the rest of the contract (closed/not-reset checks, the seed given to
+    ``make``, action checks and clipping, episode statistics, ``final_obs`` and the info dict), once for all.
     """
 
     num_envs: int
@@ -95,13 +125,81 @@ class BatchedEnv(abc.ABC):
     single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Box
 
-    @abc.abstractmethod
     def reset(self, seed: int | None = None) -> Obs:
-        """Reset every sub-env and return the batched first observation."""
+        """Reset every sub-env and return the batched first observation.
 
-    @abc.abstractmethod
+        The seed given to ``make`` applies to the first reset that gets none of its own; ``_reset`` seeds
+        sub-env i with ``seed + i`` (or, with ``None``, continues the RNG streams).
+        """
+        self._check_open()
+        if seed is None and not self._has_reset:
+            seed = self._initial_seed
+        obs = self._reset(None if seed is None else int(seed))
+        self._has_reset = True
+        # float64 sums: long episodes of float32 rewards would lose precision.
+        self._ep_return = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
+        self._ep_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        return obs
+
     def step(self, action: torch.Tensor) -> StepResult:
         """Advance every sub-env one agent step, autoresetting finished ones in the same call."""
+        self._check_open()
+        if not self._has_reset:
+            raise RuntimeError("call reset() before step()")
+        out = self._step(self._check_action(action))
+        if self.device.type == "cpu":
+            reward, ep_return, ep_length = self._episode_stats_host(out)
+        else:
+            reward, ep_return, ep_length = self._episode_stats_device(out)
+        final = out.final_obs
+        if final is None:
+            final = {key: value.clone() for key, value in out.obs.items()}
+        info: dict[str, Any] = {"final_obs": final, "episode_return": ep_return, "episode_length": ep_length}
+        if out.info:
+            info.update(out.info)
+        return out.obs, reward, out.terminated, out.truncated, info
+
+    def _episode_stats_device(self, out: BackendStep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``step``'s bookkeeping: float32 reward, then ``episode_return`` and ``episode_length`` of the
+        episodes that just ended (0 elsewhere). Masked tensor ops only, so no host sync on a GPU."""
+        reward, done = out.reward, out.terminated | out.truncated
+        self._ep_return += reward
+        self._ep_length += 1
+        ep_return = torch.where(done, self._ep_return, 0.0).to(torch.float32)
+        ep_length = torch.where(done, self._ep_length, 0).to(torch.float32)
+        self._ep_return.masked_fill_(done, 0.0)
+        self._ep_length.masked_fill_(done, 0)
+        return reward.to(torch.float32), ep_return, ep_length
+
+    def _episode_stats_host(self, out: BackendStep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``_episode_stats_device`` on the host, in numpy views of the tensors (zero-copy): next to a
+        simulator step each torch op on a tiny tensor costs microseconds of dispatch, numpy's a fraction."""
+        reward = out.reward.numpy()
+        done = out.terminated.numpy() | out.truncated.numpy()
+        ep_return_sum, ep_length_sum = self._ep_return.numpy(), self._ep_length.numpy()
+        ep_return_sum += reward
+        ep_length_sum += 1
+        ep_return = np.zeros(self.num_envs, dtype=np.float32)
+        ep_length = np.zeros(self.num_envs, dtype=np.float32)
+        if done.any():
+            ep_return[done] = ep_return_sum[done]
+            ep_length[done] = ep_length_sum[done]
+            ep_return_sum[done] = 0.0
+            ep_length_sum[done] = 0
+        reward32 = reward.astype(np.float32, copy=False)
+        return torch.from_numpy(reward32), torch.from_numpy(ep_return), torch.from_numpy(ep_length)
+
+    def _reset(self, seed: int | None) -> Obs:
+        """Backend: reset every sub-env (sub-env i seeded with ``seed + i`` unless ``seed`` is None)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _reset (or override reset)")
+
+    def _step(self, action: torch.Tensor) -> BackendStep:
+        """Backend: one agent step with a checked action, autoresetting finished sub-envs.
+
+        ``action`` is [N, action_dim] in [-1, 1], finite, on ``_action_device`` (default ``device``) with
+        dtype ``_action_dtype``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement _step (or override step)")
 
     @abc.abstractmethod
     def render(self, index: int = 0) -> np.ndarray:
@@ -125,9 +223,51 @@ class BatchedEnv(abc.ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(spec={self.spec!r}, num_envs={self.num_envs}, device={self.device})"
 
-    # Shared checks; implementations set ``_closed`` and ``_render``.
+    # Shared state; implementations set ``_closed``, ``_render`` and ``_initial_seed`` (the seed given to make),
+    # and may set where ``_step`` wants its actions (None = ``device``) and in which float dtype.
     _closed: bool = False
     _render: bool = False
+    _initial_seed: int | None = None
+    _has_reset: bool = False
+    _action_device: torch.device | None = None
+    _action_dtype: torch.dtype = torch.float32
+    _ep_return: torch.Tensor
+    _ep_length: torch.Tensor
+
+    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
+        """Shape/dtype/finiteness checks and clipping to [-1, 1], on ``_action_device`` in ``_action_dtype``.
+
+        The action moves to where the backend wants it once, then is checked there. Finiteness is checked
+        before any narrowing, so a huge float64 value is clipped rather than mistaken for inf (clipping and
+        rounding commute, +-1 being exact in every float dtype). On the host the checks run in numpy: on tiny
+        tensors its ufuncs cost a fraction of torch's per-op dispatch, which matters at small batch sizes. On a
+        GPU ``bool(...)`` is the step's one host sync: a NaN must raise before it reaches the simulator.
+        """
+        if not isinstance(action, torch.Tensor):
+            action = torch.as_tensor(action)
+        expected = (self.num_envs, self.action_dim)
+        if action.shape != expected:
+            raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
+        if not action.is_floating_point():
+            raise TypeError(f"action must be a floating point tensor, got {action.dtype}")
+        a = action.detach()
+        device = self._action_device or self.device
+        if a.device != device:
+            a = a.to(device)
+        dtype = self._action_dtype
+        if a.device.type == "cpu" and dtype in _NUMPY_FLOATS:
+            if a.dtype != torch.float32 and a.dtype != torch.float64:
+                a = a.to(torch.float32)  # float16/bfloat16 widen exactly
+            x = a.numpy()
+            finite = np.isfinite(x)
+            if not finite.all():
+                _refuse(np.flatnonzero(~finite.all(axis=1)).tolist())
+            x = np.minimum(np.maximum(x, -1.0), 1.0)
+            return torch.from_numpy(x.astype(_NUMPY_FLOATS[dtype], copy=False))
+        finite = torch.isfinite(a).all(dim=1)
+        if not bool(finite.all()):
+            _refuse(torch.nonzero(~finite).flatten().tolist())
+        return a.clamp(-1.0, 1.0).to(dtype)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -148,8 +288,11 @@ class SyncBatchedEnv(BatchedEnv):
     Boxes with a flat float32 ``"state"`` and further float32 / uint8 groups such as ``"pixels"`` (H, W, 3),
     each batched under its own key (``final_obs`` likewise), and a Box(-1, 1) action space (what
     ``robot_rl.envs.make_single`` builds). Finished sub-envs are reset with ``seed=None`` so that a seeded run stays
-    reproducible across autoresets.
+    reproducible across autoresets. The sub-envs run on the host, so actions are checked there
+    (``_action_device``) and moved once for the whole batch.
     """
+
+    _action_device = torch.device("cpu")
 
     def __init__(
         self,
@@ -209,83 +352,49 @@ class SyncBatchedEnv(BatchedEnv):
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
         self._render = render
         self._initial_seed = seed
-        self._has_reset = False
-        self._closed = False
-        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
-        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
 
-    def reset(self, seed: int | None = None) -> Obs:
-        """Reset all sub-envs; the seed given to ``make`` applies to the first reset that has none."""
-        self._check_open()
-        if seed is None and not self._has_reset:
-            seed = self._initial_seed
+    def _reset(self, seed: int | None) -> Obs:
         rows = []
         for i, env in enumerate(self._envs):
-            sub_seed = None if seed is None else int(seed) + i
+            sub_seed = None if seed is None else seed + i
             obs, _ = env.reset(seed=sub_seed)
             if sub_seed is not None:
                 env.action_space.seed(sub_seed)
             rows.append(obs)
-        self._has_reset = True
-        self._ep_return[:] = 0.0
-        self._ep_length[:] = 0
         return self._batch_obs(rows)
 
-    def step(self, action: torch.Tensor) -> StepResult:
-        """Step all sub-envs with one action row each; see the class and ``BatchedEnv`` docs for semantics."""
-        self._check_open()
-        if not self._has_reset:
-            raise RuntimeError("call reset() before step()")
-        actions = self._check_action(action)
-
+    def _step(self, action: torch.Tensor) -> BackendStep:
+        actions = action.numpy()
         n = self.num_envs
-        rewards = np.empty(n, dtype=np.float32)
+        rewards = np.empty(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
-        ep_return = np.zeros(n, dtype=np.float32)
-        ep_length = np.zeros(n, dtype=np.float32)
         success: np.ndarray | None = None
         final_rows: dict[int, Any] = {}
         rows = []
         for i, env in enumerate(self._envs):
             obs, reward, term, trunc, info = env.step(actions[i])
-            rewards[i] = reward
+            rewards[i] = float(reward)
             terminated[i] = term
             truncated[i] = trunc
-            self._ep_return[i] += float(reward)
-            self._ep_length[i] += 1
             flag = _success_flag(info)
             if flag is not None:
                 if success is None:
                     success = np.zeros(n, dtype=bool)
                 success[i] = flag
             if term or trunc:
-                ep_return[i] = self._ep_return[i]
-                ep_length[i] = self._ep_length[i]
-                self._ep_return[i] = 0.0
-                self._ep_length[i] = 0
                 final_rows[i] = obs
                 obs, _ = env.reset()
             rows.append(obs)
 
         obs_out = self._batch_obs(rows)
+        final_out = None
         if final_rows:
             final_out = self._batch_obs([final_rows.get(i, row) for i, row in enumerate(rows)])
-        else:
-            final_out = {key: value.clone() for key, value in obs_out.items()}
-        out_info: dict[str, Any] = {
-            "final_obs": final_out,
-            "episode_return": self._to_torch(ep_return),
-            "episode_length": self._to_torch(ep_length),
-        }
-        if success is not None:
-            out_info["success"] = self._to_torch(success)
-        return (
-            obs_out,
-            self._to_torch(rewards),
-            self._to_torch(terminated),
-            self._to_torch(truncated),
-            out_info,
+        to_torch = self._to_torch
+        info = None if success is None else {"success": to_torch(success)}
+        return BackendStep(
+            obs_out, to_torch(rewards), to_torch(terminated), to_torch(truncated), final_out, info
         )
 
     def render(self, index: int = 0) -> np.ndarray:
@@ -304,23 +413,6 @@ class SyncBatchedEnv(BatchedEnv):
         for env in self._envs:
             env.close()
 
-    def _check_action(self, action: torch.Tensor) -> np.ndarray:
-        """Validate on the caller's device, then move to CPU numpy once for the whole batch."""
-        if not isinstance(action, torch.Tensor):
-            action = torch.as_tensor(action)
-        expected = (self.num_envs, self.action_dim)
-        if tuple(action.shape) != expected:
-            raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
-        if not action.is_floating_point():
-            raise TypeError(f"action must be a floating point tensor, got {action.dtype}")
-        finite = torch.isfinite(action).all(dim=1)
-        if not bool(finite.all()):
-            bad = torch.nonzero(~finite).flatten().tolist()
-            raise ValueError(
-                f"action contains NaN or inf for sub-env(s) {bad}; refusing to send it to the simulator"
-            )
-        return action.detach().clamp(-1.0, 1.0).to(device="cpu", dtype=torch.float32).numpy()
-
     def _batch_obs(self, rows: list[Any]) -> Obs:
         """Stack per-env observations (flat arrays, or dicts of arrays) into the batched obs dict."""
         if self._groups is None:
@@ -332,6 +424,7 @@ class SyncBatchedEnv(BatchedEnv):
 
 
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}
+_NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def _check_dict_space(space: gym.spaces.Dict) -> tuple[str, ...]:
@@ -343,6 +436,10 @@ def _check_dict_space(space: gym.spaces.Dict) -> tuple[str, ...]:
         if not isinstance(sub, gym.spaces.Box) or np.dtype(sub.dtype) not in _TORCH_DTYPES:
             raise ValueError(f"observation group {key!r} must be a float32 or uint8 Box, got {sub}")
     return ("state", *(key for key in space.spaces if key != "state"))
+
+
+def _refuse(bad: list[int]) -> None:
+    raise ValueError(f"action contains NaN or inf for sub-env(s) {bad}; refusing to send it to the simulator")
 
 
 def _space_shapes(space: gym.spaces.Space) -> Any:

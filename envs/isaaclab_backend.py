@@ -19,8 +19,8 @@ contract into ours (``robot_rl.envs.core.BatchedEnv``) with a handful of batched
   observation is lost, and ``final_obs`` rows of finished envs are the returned (reset) observation: then
   bootstrapping a truncated episode from ``final_obs`` is an approximation. ``IsaacLabEnv.final_obs_source``
   says which case holds (``"env"`` or ``"reset_obs"``).
-* episode statistics are accumulated by the adapter in torch on the device; a step makes no host sync apart
-  from the one that checks actions for NaN/inf (the contract requires raising before stepping).
+* episode statistics are accumulated by ``BatchedEnv.step`` in torch on the device; a step makes no host sync
+  apart from the one that checks actions for NaN/inf (the contract requires raising before stepping).
 
 Limits (Isaac Lab's, documented): one simulation per process (a second env raises until the first is
 closed), seeding is global (``reset(seed=s)`` reseeds torch/numpy/random for the whole process via Isaac
@@ -46,7 +46,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .core import BatchedEnv, EnvOptions, Obs, StepResult, UnknownEnvError
+from .core import BackendStep, BatchedEnv, EnvOptions, Obs, UnknownEnvError
 
 PREFIX = "isaaclab:"
 
@@ -286,7 +286,7 @@ class IsaacLabEnv(BatchedEnv):
         self._action_is_identity = bool(np.all(center == 0.0) and np.all(half == 1.0))
         self._act_center = torch.as_tensor(center, dtype=torch.float32, device=self._env_device)
         self._act_half = torch.as_tensor(half, dtype=torch.float32, device=self._env_device)
-        self._action_shape = (self.num_envs, self.action_dim)
+        self._action_device = self._env_device  # BatchedEnv checks actions there, as float32
 
         limit = getattr(base, "max_episode_length", None)
         self.max_episode_steps = None if limit is None else math.ceil(int(limit) / action_repeat)
@@ -297,11 +297,6 @@ class IsaacLabEnv(BatchedEnv):
 
         self._render = render
         self._initial_seed = seed
-        self._has_reset = False
-        self._closed = False
-        # float64 sums on the device: long episodes of float32 rewards would lose precision.
-        self._ep_return = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
-        self._ep_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
 
     @property
     def closed(self) -> bool:
@@ -317,28 +312,16 @@ class IsaacLabEnv(BatchedEnv):
         """The Isaac Lab env itself (e.g. for ``cfg``, ``scene`` or ``extras``)."""
         return self._base
 
-    # -- contract --------------------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> Obs:
-        """Reset every sub-env; the seed given to ``make`` applies to the first reset that has none.
-
-        The seed goes to Isaac Lab's ``reset(seed=...)``, which seeds the process-wide RNGs once (not one
-        stream per sub-env); ``reset()`` without a seed resets without reseeding.
-        """
-        self._check_open()
-        if seed is None and not self._has_reset:
-            seed = self._initial_seed
-        obs, _extras = self._env.reset(seed=None if seed is None else int(seed))
-        self._has_reset = True
-        self._ep_return.zero_()
-        self._ep_length.zero_()
+    # -- contract (BatchedEnv.reset / step call these) -------------------------------------------------------
+    def _reset(self, seed: int | None) -> Obs:
+        """The seed goes to Isaac Lab's ``reset(seed=...)``, which seeds the process-wide RNGs once (not one
+        stream per sub-env); ``reset()`` without a seed resets without reseeding."""
+        obs, _extras = self._env.reset(seed=seed)
         return {"state": self._flat_obs(obs)}
 
-    def step(self, action: torch.Tensor) -> StepResult:
-        """Send one action row per sub-env (``action_repeat`` times); see ``BatchedEnv`` and the class doc."""
-        self._check_open()
-        if not self._has_reset:
-            raise RuntimeError("call reset() before step()")
-        env_action = self._to_env_action(self._check_action(action))
+    def _step(self, action: torch.Tensor) -> BackendStep:
+        """Send one action row per sub-env (``action_repeat`` times); see the class doc."""
+        env_action = self._to_env_action(action)
 
         n, device = self.num_envs, self.device
         reward = torch.zeros(n, dtype=torch.float32, device=device)
@@ -366,20 +349,11 @@ class IsaacLabEnv(BatchedEnv):
         assert final is not None
         if self._action_repeat > 1:  # rows of envs that did not finish: the observation returned now
             final = torch.where(ended[:, None], final, obs)
+        # Isaac Lab's extras["log"] as is (refreshed on steps where envs reset)
+        info = None if log is None else {"log": log}
+        return BackendStep({"state": obs}, reward, terminated, truncated, {"state": final}, info)
 
-        self._ep_return += reward
-        self._ep_length += 1
-        zero = torch.zeros((), dtype=torch.float32, device=device)
-        info: dict[str, Any] = {
-            "final_obs": {"state": final},
-            "episode_return": torch.where(ended, self._ep_return.to(torch.float32), zero),
-            "episode_length": torch.where(ended, self._ep_length.to(torch.float32), zero),
-        }
-        if log is not None:
-            info["log"] = log  # Isaac Lab's extras["log"] as is (refreshed on steps where envs reset)
-        self._ep_return.masked_fill_(ended, 0.0)
-        self._ep_length.masked_fill_(ended, 0)
-        return {"state": obs}, reward, terminated, truncated, info
+    # -- public API ------------------------------------------------------------------------------------------
 
     def render(self, index: int = 0) -> np.ndarray:
         """Isaac Lab's ``render()`` frame (its viewer camera) as uint8 (H, W, 3); only index 0."""
@@ -410,28 +384,6 @@ class IsaacLabEnv(BatchedEnv):
         self._env.close()
 
     # -- internals -------------------------------------------------------------------------------------------
-    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
-        """Shape/dtype/finiteness checks, then clipping; float32 [N, A] in [-1, 1] on the env's device.
-
-        ``bool(...)`` on the finiteness test is the step's one host sync: the contract requires raising before
-        the simulator sees a NaN, which needs the answer on the host.
-        """
-        if not isinstance(action, torch.Tensor):
-            action = torch.as_tensor(action)
-        if tuple(action.shape) != self._action_shape:
-            raise ValueError(f"action must have shape {self._action_shape}, got {tuple(action.shape)}")
-        if not action.is_floating_point():
-            raise TypeError(f"action must be a floating point tensor, got {action.dtype}")
-        a = action.detach()
-        finite = torch.isfinite(a).all(dim=1)
-        if not bool(finite.all()):
-            bad = torch.nonzero(~finite).flatten().tolist()
-            raise ValueError(
-                f"action contains NaN or inf for sub-env(s) {bad}; refusing to send it to the simulator"
-            )
-        # Clip before narrowing so that a huge float64 value becomes +-1, then move once.
-        return a.clamp(-1.0, 1.0).to(device=self._env_device, dtype=torch.float32)
-
     def _to_env_action(self, action: torch.Tensor) -> torch.Tensor:
         if self._action_is_identity:
             return action

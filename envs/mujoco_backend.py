@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import gymnasium as gym
-import gymnasium.envs.mujoco
 import mujoco
 import numpy as np
 import torch
 from gymnasium.utils import seeding
 
 from . import gym_backend
-from .core import BatchedEnv, EnvOptions, Obs, StepResult, UnknownEnvError
+from .core import BackendStep, BatchedEnv, EnvOptions, Obs, UnknownEnvError
+from .locomotion_constants import ASSETS, TASKS, Task
 from .wrappers import default_time_limit
 
 try:  # recent MuJoCo only (present in 3.17)
@@ -44,69 +42,6 @@ except ImportError:  # pragma: no cover - depends on the installed mujoco
     _mj_batch = None
 
 PREFIX = "mujoco:"
-_ASSETS = Path(gymnasium.envs.mujoco.__file__).resolve().parent / "assets"
-
-
-@dataclass(frozen=True)
-class Task:
-    """One gymnasium v5 locomotion task with its default kwargs, in the terms the vectorised code needs.
-
-    The values are copied from gymnasium's ``<task>_v5.py`` constructors; ``tests/envs/test_mujoco_backend``
-    checks step by step against gymnasium, so a drift in either shows up as a failing test.
-    """
-
-    xml_file: str
-    frame_skip: int
-    ctrl_cost_weight: float
-    reset_noise_scale: float
-    qvel_reset_noise: str  # "uniform": U(-s, s); "normal": s * N(0, 1)
-    forward_reward_weight: float = 1.0
-    obs_qvel_clip: float | None = None  # Hopper/Walker clip qvel in the observation (not in the state)
-    healthy_reward: float = 0.0
-    terminate_when_unhealthy: bool = False
-    healthy_z_range: tuple[float, float] | None = None
-    healthy_angle_range: tuple[float, float] | None = None
-    healthy_state_range: tuple[float, float] | None = None  # on state_vector()[2:], Hopper only
-    camera: dict[str, Any] = field(default_factory=dict)  # gymnasium's DEFAULT_CAMERA_CONFIG
-
-
-TASKS: dict[str, Task] = {
-    "HalfCheetah-v5": Task(
-        xml_file="half_cheetah.xml",
-        frame_skip=5,
-        ctrl_cost_weight=0.1,
-        reset_noise_scale=0.1,
-        qvel_reset_noise="normal",
-        camera={"distance": 4.0},
-    ),
-    "Hopper-v5": Task(
-        xml_file="hopper.xml",
-        frame_skip=4,
-        ctrl_cost_weight=1e-3,
-        reset_noise_scale=5e-3,
-        qvel_reset_noise="uniform",
-        obs_qvel_clip=10.0,
-        healthy_reward=1.0,
-        terminate_when_unhealthy=True,
-        healthy_z_range=(0.7, float("inf")),
-        healthy_angle_range=(-0.2, 0.2),
-        healthy_state_range=(-100.0, 100.0),
-        camera={"trackbodyid": 2, "distance": 3.0, "lookat": (0.0, 0.0, 1.15), "elevation": -20.0},
-    ),
-    "Walker2d-v5": Task(
-        xml_file="walker2d_v5.xml",
-        frame_skip=4,
-        ctrl_cost_weight=1e-3,
-        reset_noise_scale=5e-3,
-        qvel_reset_noise="uniform",
-        obs_qvel_clip=10.0,
-        healthy_reward=1.0,
-        terminate_when_unhealthy=True,
-        healthy_z_range=(0.8, 2.0),
-        healthy_angle_range=(-1.0, 1.0),
-        camera={"trackbodyid": 2, "distance": 4.0, "lookat": (0.0, 0.0, 1.15), "elevation": -20.0},
-    ),
-}
 
 
 def lookup(name: str) -> Task:
@@ -260,6 +195,8 @@ class MujocoBatchedEnv(BatchedEnv):
     ``stepper`` ("batch" = ``mujoco.batch``, "loop" = ``mj_step`` loop; default "batch" where available).
     """
 
+    _action_device = torch.device("cpu")  # actions are checked on the host, where the physics runs
+
     def __init__(
         self,
         name: str,
@@ -276,7 +213,7 @@ class MujocoBatchedEnv(BatchedEnv):
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         options = options or EnvOptions()
         self.task = task = lookup(name)
-        model = mujoco.MjModel.from_xml_path(str(_ASSETS / task.xml_file))
+        model = mujoco.MjModel.from_xml_path(str(ASSETS / task.xml_file))
         # As gymnasium does: grow the offscreen buffer to the requested frame (no effect on physics).
         height, width = options.render_size
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
@@ -325,7 +262,6 @@ class MujocoBatchedEnv(BatchedEnv):
         self._ctrl_center = (self._ctrl_high + self._ctrl_low) / 2.0
         self._ctrl_half = (self._ctrl_high - self._ctrl_low) / 2.0
         self._ctrl_is_action = bool(np.all(self._ctrl_low == -1.0) and np.all(self._ctrl_high == 1.0))
-        self._action_shape = torch.Size((num_envs, self.action_dim))
         self._obs_dim = obs_dim
         self._on_cpu = self.device.type == "cpu"
         self._dt = model.opt.timestep * task.frame_skip
@@ -341,51 +277,20 @@ class MujocoBatchedEnv(BatchedEnv):
 
         self._rngs: list[np.random.Generator | None] = [None] * num_envs
         self._initial_seed = seed
-        self._has_reset = False
-        self._closed = False
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
-        self._ep_return = np.zeros(num_envs, dtype=np.float64)
-        self._ep_length = np.zeros(num_envs, dtype=np.int64)
 
-    # -- public API ------------------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> Obs:
-        """Reset all sub-envs; the seed given to ``make`` applies to the first reset that has none."""
-        self._check_open()
-        if seed is None and not self._has_reset:
-            seed = self._initial_seed
+    # -- contract (BatchedEnv.reset / step call these) -------------------------------------------------------
+    def _reset(self, seed: int | None) -> Obs:
         if seed is not None:
             # seeding.np_random is what gymnasium's Env.reset(seed=...) uses, hence identical noise.
-            self._rngs = [seeding.np_random(int(seed) + i)[0] for i in range(self.num_envs)]
+            self._rngs = [seeding.np_random(seed + i)[0] for i in range(self.num_envs)]
         ids = np.arange(self.num_envs, dtype=np.int32)
         self._reset_envs(ids)
-        self._has_reset = True
         self._elapsed[:] = 0
-        self._ep_return[:] = 0.0
-        self._ep_length[:] = 0
         return {"state": self._to_torch(self._observe(self._sim.qpos, self._sim.qvel))}
 
-    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> Obs:
-        """Overwrite every sub-env's joint positions/velocities (as gymnasium's ``MujocoEnv.set_state``).
-
-        Other state (warmstart, time, episode counters) is kept. Returns the new observation.
-        """
-        self._check_open()
-        qpos = np.asarray(qpos, dtype=np.float64)
-        qvel = np.asarray(qvel, dtype=np.float64)
-        if qpos.shape != self._sim.qpos.shape or qvel.shape != self._sim.qvel.shape:
-            raise ValueError(
-                f"qpos/qvel must have shapes {self._sim.qpos.shape}/{self._sim.qvel.shape}, "
-                f"got {qpos.shape}/{qvel.shape}"
-            )
-        self._sim.set_state(np.arange(self.num_envs, dtype=np.int32), qpos, qvel)
-        return {"state": self._to_torch(self._observe(self._sim.qpos, self._sim.qvel))}
-
-    def step(self, action: torch.Tensor) -> StepResult:
-        """Step all sub-envs one agent step; see the class and ``BatchedEnv`` docs for semantics."""
-        self._check_open()
-        if not self._has_reset:
-            raise RuntimeError("call reset() before step()")
-        ctrl = self._to_ctrl(self._check_action(action))
+    def _step(self, action: torch.Tensor) -> BackendStep:
+        ctrl = self._to_ctrl(action.numpy())
         task, sim, n = self.task, self._sim, self.num_envs
         # gymnasium's ctrl cost is computed on the float32 action, so it is a float32 number there too.
         ctrl_cost = task.ctrl_cost_weight * np.square(ctrl).sum(axis=1)
@@ -417,37 +322,41 @@ class MujocoBatchedEnv(BatchedEnv):
             truncated = np.zeros(n, dtype=bool)
         else:
             truncated = self._elapsed >= self.max_episode_steps
-        self._ep_return += reward
-        self._ep_length += 1
 
         obs = self._observe(sim.qpos, sim.qvel)
         final = obs.copy()
-        ep_return = np.zeros(n, dtype=np.float32)
-        ep_length = np.zeros(n, dtype=np.float32)
         done = terminated | truncated
         if done.any():
             ended = np.flatnonzero(done).astype(np.int32)
-            ep_return[ended] = self._ep_return[ended]
-            ep_length[ended] = self._ep_length[ended]
-            self._ep_return[ended] = 0.0
-            self._ep_length[ended] = 0
             self._elapsed[ended] = 0
             self._reset_envs(ended)
             obs[ended] = self._observe(sim.qpos[ended], sim.qvel[ended])
 
         to_torch = self._to_torch
-        info: dict[str, Any] = {
-            "final_obs": {"state": to_torch(final)},
-            "episode_return": to_torch(ep_return),
-            "episode_length": to_torch(ep_length),
-        }
-        return (
+        return BackendStep(
             {"state": to_torch(obs)},
-            to_torch(reward.astype(np.float32)),
+            to_torch(reward),  # float64: BatchedEnv sums episode returns before casting to float32
             to_torch(terminated),
             to_torch(truncated),
-            info,
+            {"state": to_torch(final)},
         )
+
+    # -- public API ------------------------------------------------------------------------------------------
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> Obs:
+        """Overwrite every sub-env's joint positions/velocities (as gymnasium's ``MujocoEnv.set_state``).
+
+        Other state (warmstart, time, episode counters) is kept. Returns the new observation.
+        """
+        self._check_open()
+        qpos = np.asarray(qpos, dtype=np.float64)
+        qvel = np.asarray(qvel, dtype=np.float64)
+        if qpos.shape != self._sim.qpos.shape or qvel.shape != self._sim.qvel.shape:
+            raise ValueError(
+                f"qpos/qvel must have shapes {self._sim.qpos.shape}/{self._sim.qvel.shape}, "
+                f"got {qpos.shape}/{qvel.shape}"
+            )
+        self._sim.set_state(np.arange(self.num_envs, dtype=np.int32), qpos, qvel)
+        return {"state": self._to_torch(self._observe(self._sim.qpos, self._sim.qvel))}
 
     def render(self, index: int = 0) -> np.ndarray:
         """Frame (H, W, 3) uint8 of sub-env ``index``; only when made with ``render=True``."""
@@ -561,30 +470,6 @@ class MujocoBatchedEnv(BatchedEnv):
             np.maximum(self._ctrl_center + a * self._ctrl_half, self._ctrl_low), self._ctrl_high
         )
         return ctrl.astype(np.float32)
-
-    def _check_action(self, action: torch.Tensor) -> np.ndarray:
-        """Shape/dtype/finiteness checks and clipping; float32 numpy [N, A] in [-1, 1].
-
-        Done in numpy on the host (one transfer for the whole batch): on tiny tensors numpy's ufuncs cost a
-        fraction of torch's per-op dispatch, which matters at small batch sizes. Finiteness is checked before
-        any narrowing to float32, so a huge float64 value is clipped rather than mistaken for inf.
-        """
-        if not isinstance(action, torch.Tensor):
-            action = torch.as_tensor(action)
-        if action.shape != self._action_shape:
-            raise ValueError(f"action must have shape {tuple(self._action_shape)}, got {tuple(action.shape)}")
-        if not action.is_floating_point():
-            raise TypeError(f"action must be a floating point tensor, got {action.dtype}")
-        a = action.detach()
-        if a.dtype != torch.float32 and a.dtype != torch.float64:
-            a = a.to(torch.float32)  # float16/bfloat16 widen exactly
-        a = a.cpu().numpy()
-        if not np.isfinite(a).all():
-            bad = np.flatnonzero(~np.isfinite(a).all(axis=1)).tolist()
-            raise ValueError(
-                f"action contains NaN or inf for sub-env(s) {bad}; refusing to send it to the simulator"
-            )
-        return np.minimum(np.maximum(a, -1.0), 1.0).astype(np.float32, copy=False)
 
     def _to_torch(self, array: np.ndarray) -> torch.Tensor:
         tensor = torch.from_numpy(array)  # arrays are fresh every step, so sharing their memory is safe

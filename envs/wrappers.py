@@ -56,6 +56,9 @@ class NormalizedAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
         self.action_space = gym.spaces.Box(-1.0, 1.0, space.shape, np.float32)
 
     def action(self, action: Any) -> np.ndarray:
+        # Inside a BatchedEnv (SyncBatchedEnv) actions were already checked by BatchedEnv.step; these checks
+        # stay for the single gymnasium env of ``envs.make_single``, which tools step directly with no
+        # BatchedEnv in front of it.
         a = np.asarray(action, dtype=np.float64)
         if a.shape != self.action_space.shape:
             raise ValueError(f"action must have shape {self.action_space.shape}, got {a.shape}")

@@ -1,22 +1,20 @@
 """``SimEnv``: a ``SimTask`` on a ``Physics`` backend, as a ``BatchedEnv`` that never leaves the device.
 
 Everything per step is a fixed sequence of tensor operations on ``env.device``: no per-env Python, and one
-host synchronisation only, the finiteness check that keeps NaN actions out of the simulator (the contract
-requires a ``ValueError`` before anything is sent). Finished envs are reset in the same step under a mask:
+host synchronisation only, ``BatchedEnv``'s finiteness check that keeps NaN actions out of the simulator (the
+contract requires a ``ValueError`` before anything is sent). Finished envs are reset in the same step under a mask:
 the task draws fresh starts for every env from per-env counter-based streams (``robot_rl.envs.sim.rng``), and the
 physics applies them only where the mask is set, so no ``nonzero`` or branching on device values is needed.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
 
-from ..core import BatchedEnv, EnvOptions, Obs, StepResult
+from ..core import BackendStep, BatchedEnv, EnvOptions, Obs
 from ..wrappers import default_time_limit
 from .physics import make_physics
 from .rng import CounterRNG
@@ -72,44 +70,27 @@ class SimEnv(BatchedEnv):
             limit = default_time_limit(task.time_limit, options.action_repeat)
         self.max_episode_steps = limit
         self._action_repeat = options.action_repeat
-        self._action_shape = torch.Size((num_envs, self.action_dim))
+        self._action_dtype = self.physics.dtype  # BatchedEnv checks actions on ``device``, in this dtype
 
         self._rng = CounterRNG(num_envs, self.device)
         self._initial_seed = seed
-        self._has_reset = False
-        self._closed = False
         self._render = options.render
         self._render_size = options.render_size
         self._camera_id = options.camera_id
         self._renderer: mujoco.Renderer | None = None
         self._render_data: mujoco.MjData | None = None
-        zeros = torch.zeros(num_envs, device=self.device)
-        self._elapsed = zeros.to(torch.int64)
-        self._ep_return = zeros.to(torch.float64)
-        self._ep_length = zeros.to(torch.int64)
+        self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._all = torch.ones(num_envs, dtype=torch.bool, device=self.device)
 
-    # -- public API ------------------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> Obs:
-        """Reset every sub-env; the seed given to ``make`` applies to the first reset that has none."""
-        self._check_open()
-        if seed is None and not self._has_reset:
-            seed = self._initial_seed
+    # -- contract (BatchedEnv.reset / step call these) -------------------------------------------------------
+    def _reset(self, seed: int | None) -> Obs:
         if seed is not None:
-            self._rng.seed(int(seed))
+            self._rng.seed(seed)
         self._reset_where(self._all)
-        self._has_reset = True
         self._elapsed.zero_()
-        self._ep_return.zero_()
-        self._ep_length.zero_()
         return {"state": self.task.observe(*self.physics.state())}
 
-    def step(self, action: torch.Tensor) -> StepResult:
-        """Step all sub-envs one agent step; see the class and ``BatchedEnv`` docs for semantics."""
-        self._check_open()
-        if not self._has_reset:
-            raise RuntimeError("call reset() before step()")
-        action = self._check_action(action)
+    def _step(self, action: torch.Tensor) -> BackendStep:
         task, physics = self.task, self.physics
         qpos, qvel = physics.state()
         reward = terminated = success = final = None
@@ -136,28 +117,18 @@ class SimEnv(BatchedEnv):
 
         self._elapsed += 1
         truncated = self._elapsed >= self.max_episode_steps
-        self._ep_return += reward
-        self._ep_length += 1
         done = terminated | truncated
-        ep_return = torch.where(done, self._ep_return, 0.0).to(torch.float32)
-        ep_length = torch.where(done, self._ep_length, 0).to(torch.float32)
-        keep = ~done
-        self._ep_return *= keep
-        self._ep_length *= keep
-        self._elapsed *= keep
+        self._elapsed.masked_fill_(done, 0)
         self._reset_where(done)
         obs = torch.where(done[:, None], task.observe(*physics.state()), final)
-
-        info: dict[str, Any] = {
-            "final_obs": {"state": final},
-            "episode_return": ep_return,
-            "episode_length": ep_length,
-        }
+        info = None
         if task.reports_success:
             assert success is not None
-            info["success"] = success
-        return {"state": obs}, reward.to(torch.float32), terminated, truncated, info
+            info = {"success": success}
+        # reward stays float64: BatchedEnv sums episode returns before casting to float32.
+        return BackendStep({"state": obs}, reward, terminated, truncated, {"state": final}, info)
 
+    # -- public API ------------------------------------------------------------------------------------------
     def render(self, index: int = 0) -> np.ndarray:
         """Frame (H, W, 3) uint8 of sub-env ``index``; only when made with ``render=True``."""
         self._check_render(index)
@@ -196,19 +167,3 @@ class SimEnv(BatchedEnv):
         self.physics.reset(mask, qpos, qvel, ctrl)
         self.task.commit_reset(mask)
         self._rng.advance(mask)
-
-    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
-        if not isinstance(action, torch.Tensor):
-            action = torch.as_tensor(action)
-        if action.shape != self._action_shape:
-            raise ValueError(f"action must have shape {tuple(self._action_shape)}, got {tuple(action.shape)}")
-        if not action.is_floating_point():
-            raise TypeError(f"action must be a floating point tensor, got {action.dtype}")
-        a = action.detach().to(self.device)
-        finite = torch.isfinite(a).all(dim=1)
-        if not bool(finite.all()):  # the step's one host sync: a NaN must never reach the simulator
-            bad = torch.nonzero(~finite).flatten().tolist()
-            raise ValueError(
-                f"action contains NaN or inf for sub-env(s) {bad}; refusing to send it to the simulator"
-            )
-        return a.to(self.physics.dtype).clamp(-1.0, 1.0)

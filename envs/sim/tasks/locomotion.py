@@ -1,8 +1,9 @@
 """gymnasium's v5 locomotion tasks (Hopper, Walker2d, HalfCheetah) in torch, for every physics backend.
 
-The task constants are ``robot_rl.envs.mujoco_backend.TASKS`` (gymnasium's defaults, checked there against gymnasium
-itself), so ``mjx:Hopper-v5`` and ``warp:Hopper-v5`` are the same MDP as ``mujoco:Hopper-v5`` and
-``gym:Hopper-v5``: gymnasium's MJCF, reset noise, observation (qpos without x, then qvel clipped for Hopper and
+The task constants are ``robot_rl.envs.locomotion_constants.TASKS`` (gymnasium's defaults, shared with the
+native ``mujoco:`` stepper of ``robot_rl.envs.mujoco_backend`` and checked there against gymnasium itself), so
+``mjx:Hopper-v5`` and ``warp:Hopper-v5`` are the same MDP as ``mujoco:Hopper-v5`` and ``gym:Hopper-v5``:
+gymnasium's MJCF, reset noise, observation (qpos without x, then qvel clipped for Hopper and
 Walker), forward reward, health bonus and termination.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import mujoco
 import torch
 
+from ...locomotion_constants import ASSETS, TASKS
 from ..rng import CounterRNG
 from ..task import SimTask
 
@@ -21,16 +23,12 @@ class Locomotion(SimTask):
     time_limit = 1000
 
     def __init__(self, name: str) -> None:
-        from ...mujoco_backend import lookup  # the shared table of gymnasium's task constants
-
         self.name = name
-        self.spec = lookup(name)
+        self.spec = TASKS[name]
         self.frame_skip = self.spec.frame_skip
 
     def build_model(self) -> mujoco.MjModel:
-        from ...mujoco_backend import _ASSETS
-
-        return mujoco.MjModel.from_xml_path(str(_ASSETS / self.spec.xml_file))
+        return mujoco.MjModel.from_xml_path(str(ASSETS / self.spec.xml_file))
 
     def setup(self, model: mujoco.MjModel, num_envs: int, device: torch.device, dtype: torch.dtype) -> None:
         super().setup(model, num_envs, device, dtype)
