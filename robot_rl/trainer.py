@@ -22,7 +22,8 @@ from robot_rl.agents.sac import SAC
 from robot_rl.config import TrainConfig
 from robot_rl.evaluation import record_video
 from robot_rl.logger import Episodes
-from robot_rl.offline import OfflineData, pretrain
+from robot_rl.offline import pretrain
+from robot_rl.prior_data import OfflineData
 from robot_rl.replay import ReplayBuffer
 from robot_rl.runner import EVAL_SEED_OFFSET, MethodDefaults, Runner, RunSettings, prepare
 

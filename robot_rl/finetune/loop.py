@@ -31,7 +31,7 @@ def build_method(cfg: FinetuneConfig, base: ChunkPolicy, env: envs.BatchedEnv) -
     """The method object for `cfg.method` around `base` (checked to be the kind the method needs)."""
     if cfg.method == "residual":
         from robot_rl.finetune.residual import ResidualRL
-        from robot_rl.offline import OfflineData
+        from robot_rl.prior_data import OfflineData
 
         demos = None
         if cfg.data:

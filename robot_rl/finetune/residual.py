@@ -69,7 +69,7 @@ def first_actions(base: ChunkPolicy, state: Tensor, deterministic: bool) -> Tens
 def demo_replay(
     base: ChunkPolicy, data, scale: float, deterministic: bool, capacity: int, sac: SACConfig, device
 ) -> ReplayBuffer:
-    """A prior buffer of the demos `data` (`robot_rl.offline.OfflineData`) in residual form (module docstring).
+    """A prior buffer of the demos `data` (`robot_rl.prior_data.OfflineData`) in residual form (module docstring).
 
     All episodes are replayed as one batch (shorter ones padded with their last frame, rows past their end
     dropped), with the base's queues reset at the start, so each episode's base actions are exactly those the

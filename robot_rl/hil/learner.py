@@ -201,7 +201,7 @@ class HILLearner:
     # -- data -----------------------------------------------------------------------------------------------
     def load_demos(self, path: str | Path, max_episodes: int | None = None) -> int:
         """Append a dataset's transitions to the prior buffer (via ``OfflineData``); returns how many."""
-        from robot_rl.offline import OfflineData
+        from robot_rl.prior_data import OfflineData
 
         data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device)
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}")
