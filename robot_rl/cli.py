@@ -202,7 +202,7 @@ def _robot_command(command: str, args: list[str]) -> int:
 
 
 def _check_old_flags(args: list[str], command: str, keys: type) -> None:
-    """The robot commands took argparse `--flags` until 0.x: name the new spelling of one in a one-line error."""
+    """The robot commands used to take argparse `--flags`: name the new spelling of an old one in a one-line error."""
     import dataclasses
 
     from robot_rl.hil.cli import OLD_FLAGS
@@ -430,6 +430,9 @@ def _finetune_policy_help() -> str:
         "checkpoints/{latest,best}.pt, and for reinflow/dppo the fine-tuned policy in <run_dir>/policy.",
         "",
         f"Presets: experiment=  {', '.join(presets('finetune'))}",
+        "",
+        "train.steps=, train.eval_every= and train.replay_capacity= (as in train) are steps=, eval_every= and",
+        "replay_capacity= here; in recipe 2 steps= etc. are train.steps= etc.",
         "",
         "Keys (default):",
     ]
