@@ -574,14 +574,48 @@ def _bc(args: list[str]) -> int:
     return 0
 
 
+def _is_text_key(cls: type, key: str) -> bool:
+    """Is `key` (dotted) a `str` or `str | None` field of the dataclass `cls`?"""
+    import dataclasses
+    import typing
+
+    node: typing.Any = cls
+    for part in key.split("."):
+        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+            return False
+        try:
+            hints = typing.get_type_hints(node)
+        except Exception:
+            return False
+        if part not in hints:
+            return False
+        node = hints[part]
+    return node is str or node == (str | None)
+
+
 def _parse_args(cls: type, args: list[str], command: str):
+    """`key=value` settings into the dataclass `cls`; a mistake raises a one-line UserError naming the key.
+
+    Values are YAML (numbers, true/false, null, [lists]) except for text keys, which take the text as typed: a
+    token or path such as 0123 stays 0123."""
     import dataclasses
 
     from omegaconf import OmegaConf
 
     _check_overrides(args, command)
+    text_keys = {}
+    parsed = []
+    for a in args:
+        key, _, value = a.partition("=")
+        if value != "null" and _is_text_key(cls, key):
+            text_keys[key] = value
+        else:
+            parsed.append(a)
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.from_dotlist(args)))
+        merged = OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.from_dotlist(parsed))
+        for key, value in text_keys.items():
+            OmegaConf.update(merged, key, value, merge=False)
+        return OmegaConf.to_object(merged)
     except Exception as e:
         import re
 

@@ -304,3 +304,15 @@ def test_finetune_takes_train_steps_and_steps_in_both_recipes():
     # ... and offline-to-online SAC (TrainConfig: train.steps)
     assert _finetune_steps(["experiment=wsrl_push", "steps=7", "seed=0,1"]) == [
         "experiment=wsrl_push", "train.steps=7", "seed=0,1"]
+
+
+def test_text_keys_take_the_text_as_typed():
+    """YAML would read a token 0123 as the octal number 83; a text key keeps what was typed."""
+    from robot_rl.cli import _parse_args
+    from robot_rl.collect import CollectArgs
+    from robot_rl.hil.cli import DeployArgs
+
+    a = _parse_args(DeployArgs, ["token=0123", "out=1e3", "episodes=3", "teleop=null"], "deploy")
+    assert (a.token, a.out, a.episodes, a.teleop) == ("0123", "1e3", 3, None)
+    c = _parse_args(CollectArgs, ["env.spec=arm:reach", "task=true", "noise=0.5"], "collect")
+    assert (c.env.spec, c.task, c.noise) == ("arm:reach", "true", 0.5)
