@@ -31,7 +31,7 @@ Commands:
   eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
             or a saved policy:           robot-rl eval policy=runs/<run>/policy env.spec=arm:push-sparse [episodes=100]
   collect   record episodes to a dataset: robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 out=data/push
-  bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [eval_env=arm:push]
+  bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [env.spec=arm:push]
   aggregate statistics over seeds:       robot-rl aggregate runs/a runs/b ... [out=runs/a_b] [metric=eval_return_mean]
 
 Several seeds: `robot-rl train|finetune ... seed=0,1,2,3,4 jobs=2` trains each seed in <run_dir>/seed_<s>, then
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.seeds import SeedsError, split_seed_overrides
 
     try:
-        if command in {"collect", "eval"}:
+        if command in {"collect", "eval", "bc"}:
             _check_env_spec(args, command)
         if command == "finetune":
             args = _finetune_steps(args)
@@ -219,9 +219,10 @@ def _check_old_flags(args: list[str], command: str, keys: type) -> None:
 
 
 def _check_env_spec(args: list[str], command: str) -> None:
-    """`env=` is a preset group in train; in collect and eval the environment is `env.spec=<spec>`."""
+    """`env=` is a preset group in train; in collect, eval and bc the environment is `env.spec=<spec>` (bc's
+    was `eval_env=`)."""
     for a in args:
-        if a.startswith("env="):
+        if a.startswith(("env=", "eval_env=")):
             spec = a.split("=", 1)[1]
             raise UserError(f"'{a}': the environment of {command} is env.spec=<spec>, e.g. env.spec={spec or 'arm:push'}")
 
@@ -536,10 +537,10 @@ def _bc_help() -> str:
         "",
         "Behaviour cloning of a chunked policy from a dataset (robot-rl collect writes one): trains on",
         "(observation, action chunk) pairs, writes <run_dir>/policy/{model.safetensors,config.json} (load it with",
-        "policies.io.load_policy), metrics.csv and bc_config.json, and with eval_env= runs evaluation episodes.",
+        "policies.io.load_policy), metrics.csv and bc_config.json, and with env.spec= runs evaluation episodes.",
         "",
         "Examples:",
-        "  robot-rl bc dataset=data/push_demos policy=diffusion eval_env=arm:push",
+        "  robot-rl bc dataset=data/push_demos policy=diffusion env.spec=arm:push",
         "  robot-rl bc dataset=data/push_demos policy=flow num_inference_steps=4 steps=5000 run_dir=runs/flow_push",
         "  robot-rl bc dataset=data/push_demos policy=mlp gaussian=true horizon=4 execute=2",
         "",
@@ -567,7 +568,7 @@ def _bc(args: list[str]) -> int:
     )
     ev = summary["eval"]
     if ev is not None:
-        line += f" | {cfg.eval_env}: return {ev['return_mean']:.2f}"
+        line += f" | {cfg.env.spec}: return {ev['return_mean']:.2f}"
         if ev["success_rate"] is not None:
             line += f", success rate {ev['success_rate']:.0%}"
     print(f"{line} | policy in {summary['policy_dir']}", flush=True)

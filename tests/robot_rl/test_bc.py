@@ -111,7 +111,7 @@ def test_cli_trains_evaluates_and_saves(reach_demos, tmp_path, capsys):
         "hidden=[32,32]",
         "log_every=20",
         "num_inference_steps=4",
-        "eval_env=arm:reach",
+        "env.spec=arm:reach",
         "eval_episodes=2",
         "eval_max_episode_steps=10",
         "threads=1",
@@ -125,7 +125,7 @@ def test_cli_help_lists_bc_and_its_keys(capsys):
     assert "robot-rl bc dataset=" in _run(capsys, "--help")[1]
     code, out, _ = _run(capsys, "bc", "--help")
     assert code == 0
-    for key in ["dataset=", "policy=mlp", "horizon=8", "execute=4", "num_inference_steps=10", "eval_env="]:
+    for key in ["dataset=", "policy=mlp", "horizon=8", "execute=4", "num_inference_steps=10", "env.spec="]:
         assert key in out
 
 
@@ -144,8 +144,8 @@ def test_cli_help_lists_bc_and_its_keys(capsys):
         (["dataset={ds}", "policy=mlp", "shortcut=true"], "shortcut=true is an option of policy=flow"),
         (["dataset={ds}", "--steps", "3"], "unknown option '--steps'"),
         (["dataset={tmp}"], "not a LeRobot dataset"),
-        (["dataset={ds}", "steps=1", "eval_env=gym:Pendulum-v1"], "policy expects 29 and 4"),
-        (["dataset={ds}", "steps=1", "eval_env=arm:nope"], "nope"),
+        (["dataset={ds}", "steps=1", "env.spec=gym:Pendulum-v1"], "policy expects 29 and 4"),
+        (["dataset={ds}", "steps=1", "env.spec=arm:nope"], "nope"),
     ],
 )
 def test_cli_user_errors_are_one_line(reach_demos, tmp_path, capsys, args, expected):

@@ -192,7 +192,7 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
         ("finetune", ["steps=50000 ", "train.steps=10000 ", "device=cpu "]),
         ("eval", ["episodes=10 ", "env.spec= ", "checkpoint=best ", "device=cpu "]),
         ("collect", ["env.spec=arm:push ", "episodes=20 ", "device=cpu "]),
-        ("bc", ["steps=2000 ", "policy=mlp ", "hidden=[256, 256, 256] "]),
+        ("bc", ["steps=2000 ", "policy=mlp ", "hidden=[256, 256, 256] ", "env.spec= "]),
         ("serve-robot", ["port=50051 ", "host=127.0.0.1 ", "run_for=0.0 ", "driver_args={} ", "token_file=None "]),
         ("teleop", ["robot=127.0.0.1:50051 ", "teleop=keyboard ", "teleop_args={} ", "episodes=10 ", "out=None "]),
         ("hil-train", ["teleop=scripted ", "device=cpu ", "steps=6000 ", "updates_per_transition=1.0 ",
@@ -287,6 +287,8 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
         (["eval", "policy=x", "env=arm:reach"], "the environment of eval is env.spec=<spec>"),
         (["eval", "policy=x"], "eval policy=<dir> needs env.spec=<spec>"),
         (["collect", "env.bogus=1"], "unknown key 'env.bogus' for collect; valid keys under env: spec"),
+        (["bc", "dataset=x", "eval_env=arm:push"], "'eval_env=arm:push': the environment of bc is env.spec=<spec>, "
+                                                   "e.g. env.spec=arm:push"),
     ],
 )
 def test_one_line_errors_of_the_unified_keys(capsys, args, expected):
