@@ -318,3 +318,14 @@ def test_text_keys_take_the_text_as_typed():
     assert (a.token, a.out, a.episodes, a.teleop) == ("0123", "1e3", 3, None)
     c = _parse_args(CollectArgs, ["env.spec=arm:reach", "task=true", "noise=0.5"], "collect")
     assert (c.env.spec, c.task, c.noise) == ("arm:reach", "true", 0.5)
+
+
+def test_finetune_tells_the_two_schemas_apart_by_the_saved_config(tmp_path):
+    from robot_rl.cli import _fine_tunes_a_policy
+
+    policy_run, sac_run = tmp_path / "policy", tmp_path / "sac"
+    policy_run.mkdir(), sac_run.mkdir()
+    (policy_run / "config.yaml").write_text("method: dsrl\nsteps: 100\nenv:\n  spec: arm:push\n")
+    (sac_run / "config.yaml").write_text("seed: 0\n# method: in a comment\ntrain:\n  steps: 100\n")
+    assert _fine_tunes_a_policy([f"resume={policy_run}"]) and not _fine_tunes_a_policy([f"resume={sac_run}"])
+    assert _fine_tunes_a_policy([f"resume={policy_run}", "train.steps=200"])
