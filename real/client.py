@@ -63,7 +63,7 @@ def _error(e: grpc.RpcError, what: str, address: str) -> BridgeError:
     code, details = e.code(), e.details()
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Unauthenticated(code, f"{what}: the robot server at {address} refused the token; pass the server's "
-                                     f"token (--token or {TOKEN_ENV})")
+                                     f"token (token= or {TOKEN_ENV})")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "e-stop" in (details or ""):
         return EStopLatched(code, f"{what}: {details}")
     if code == grpc.StatusCode.UNAVAILABLE and (details or "").startswith("supervisor hold"):

@@ -286,7 +286,7 @@ def load_token(token: str | None = None, token_file: str | None = None,
     env = os.environ if env is None else env
     warnings: list[str] = []
     if token_file and token:
-        raise ValueError("give the token once: --token-file or --token, not both")
+        raise ValueError("give the token once: token_file= or token=, not both")
     if token_file:
         try:
             with open(token_file, encoding="utf-8") as f:
@@ -300,8 +300,8 @@ def load_token(token: str | None = None, token_file: str | None = None,
             warnings.append(f"the token file {token_file} is readable by other users; chmod 600 it")
         return value, warnings
     if token:
-        warnings.append(f"--token is visible to every local user in the process list; prefer {TOKEN_ENV} or "
-                        "--token-file")
+        warnings.append(f"token= is visible to every local user in the process list; prefer {TOKEN_ENV} or "
+                        "token_file=")
         return token, warnings
     return env.get(TOKEN_ENV) or None, warnings
 

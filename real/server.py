@@ -99,8 +99,8 @@ class ServerConfig:
 
     def validate(self) -> None:
         if not self.token and not self.allow_unauthenticated:
-            raise ValueError(f"no token: set {TOKEN_ENV} or pass --token-file (or --allow-unauthenticated, loopback "
-                             "only)")
+            raise ValueError(f"no token: set {TOKEN_ENV} or pass token_file= (or allow_unauthenticated=true, "
+                             "loopback only)")
         if not self.token and not is_loopback(self.host):
             raise ValueError(f"refusing to serve without a token on the non-loopback address {self.host!r}")
         if self.watchdog_s <= 0:

@@ -10,7 +10,7 @@ Steps, top to bottom in `train_bc`:
 4. train with Adam on uniformly sampled minibatches for `steps` steps, printing a progress line and
    appending the mean loss of every `log_every` steps to `metrics.csv`;
 5. save the policy with `robot_rl.policies.io.save_policy` into `<run_dir>/policy` (with `bc_config.json` beside it);
-6. optionally evaluate it on `eval_env`: one episode in each of `eval_episodes` envs, resetting the policy's
+6. optionally evaluate it on `env.spec`: one episode in each of `eval_episodes` envs, resetting the policy's
    action queue of every env whose episode ended (`terminated | truncated`), as any user of a chunked
    policy must.
 """
@@ -22,7 +22,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -42,6 +42,11 @@ POLICIES = ("mlp", "diffusion", "flow")
 
 class BCError(ValueError):
     """A user mistake in a BC run (bad setting, mismatched env); one line naming it."""
+
+
+@dataclass
+class BCEnvArgs:
+    spec: str = _help("", "environment spec to evaluate the trained policy in (e.g. arm:reach); empty: no evaluation")
 
 
 @dataclass
@@ -73,7 +78,7 @@ class BCConfig:
         None, "torch CPU threads (default: torch's choice; 1 is fastest for small nets)"
     )
     log_every: int = _help(200, "steps between progress lines and metrics.csv rows")
-    eval_env: str = _help("", "env spec to evaluate the trained policy on (e.g. arm:reach); empty: no eval")
+    env: BCEnvArgs = field(default_factory=lambda: BCEnvArgs())
     eval_episodes: int = _help(10, "evaluation episodes (one per env, run in parallel)")
     eval_max_episode_steps: int | None = _help(
         None, "time limit of evaluation episodes (default: the task's)"
@@ -160,7 +165,7 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
 
     Returns a summary: `run_dir`, `policy_dir`, `first_loss` / `final_loss` (mean loss of the first / last
     `log_every` steps), `loss_curve` [(step, mean loss)], `train_time_s`, and `eval` (`evaluate_policy`'s
-    result, or None without `eval_env`).
+    result, or None without `env.spec`).
     """
     from robot_rl.datasets import read_dataset
 
@@ -172,8 +177,8 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     data = read_dataset(cfg.dataset)
     if len(data) == 0:
         raise BCError(f"{cfg.dataset}: the dataset has no frames")
-    if cfg.eval_env:  # fail before training, not after it
-        check_env(cfg.eval_env, data.obs.shape[1], data.action.shape[1])
+    if cfg.env.spec:  # fail before training, not after it
+        check_env(cfg.env.spec, data.obs.shape[1], data.action.shape[1])
     obs, chunks = chunk_pairs(data.obs, data.action, data.episodes.length, cfg.horizon)
     obs, chunks = obs.to(cfg.device), chunks.to(cfg.device)
 
@@ -236,10 +241,10 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
         "train_time_s": train_time,
         "eval": None,
     }
-    if cfg.eval_env:
+    if cfg.env.spec:
         summary["eval"] = evaluate_policy(
             policy,
-            cfg.eval_env,
+            cfg.env.spec,
             cfg.eval_episodes,
             seed=cfg.seed,
             deterministic=cfg.eval_deterministic,

@@ -1,18 +1,21 @@
 """`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, and the robot commands (`serve-robot`,
 `teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
 
-Arguments after the command are Hydra overrides (`key=value`, `group=preset`). User mistakes end with one line
-on stderr and exit status 2; no stack trace.
+Every command takes `key=value` settings (`train` and `finetune` also `group=preset`: Hydra overrides), and
+`robot-rl <command> --help` lists each key with its default. `device=` is always a torch device; `env.spec=` is
+always an environment spec. User mistakes end with one line on stderr and exit status 2; no stack trace.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from robot_rl.fields import help_field as _help
 
 if TYPE_CHECKING:
     from robot_rl.agents.sac import SACConfig
@@ -26,21 +29,22 @@ Commands:
   train     train an agent:              robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
   finetune  offline-to-online from data: robot-rl finetune experiment=wsrl_push
   eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
-            or a saved policy:           robot-rl eval policy=runs/<run>/policy env=arm:push-sparse [episodes=100]
-  collect   record episodes to a dataset: robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push
-  bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [eval_env=arm:push]
+            or a saved policy:           robot-rl eval policy=runs/<run>/policy env.spec=arm:push-sparse [episodes=100]
+  collect   record episodes to a dataset: robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 out=data/push
+  bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [env.spec=arm:push]
   aggregate statistics over seeds:       robot-rl aggregate runs/a runs/b ... [out=runs/a_b] [metric=eval_return_mean]
 
 Several seeds: `robot-rl train|finetune ... seed=0,1,2,3,4 jobs=2` trains each seed in <run_dir>/seed_<s>, then
 writes the mean and IQM over seeds with 95% bootstrap intervals (seeds.json) and curves with bands (curves.png).
 
-Robot commands (--flags; see docs/hardware.md):
-  serve-robot  serve a robot driver:      robot-rl serve-robot --driver sim_arm --task reach  (token: $ROBOT_RL_TOKEN)
-  teleop       drive it, record demos:    robot-rl teleop --robot 127.0.0.1:50051 --device keyboard --out data/demos
-  hil-train    learn with interventions:  robot-rl hil-train --robot 127.0.0.1:50051 --device scripted
-  deploy       run a checkpoint safely:   robot-rl deploy --robot 127.0.0.1:50051 --checkpoint runs/<run>/learner.pt
+Robot commands (see docs/hardware.md):
+  serve-robot  serve a robot driver:      robot-rl serve-robot driver=sim_arm task=reach  (token: $ROBOT_RL_TOKEN)
+  teleop       drive it, record demos:    robot-rl teleop robot=127.0.0.1:50051 teleop=keyboard out=data/demos
+  hil-train    learn with interventions:  robot-rl hil-train robot=127.0.0.1:50051 teleop=scripted device=cpu
+  deploy       run a checkpoint safely:   robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/<run>/learner.pt
 
-`robot-rl <command> --help` lists every key that can be set.
+`robot-rl <command> --help` lists every key that can be set, with its default. Booleans are key=true|false.
+device= is the torch device everywhere (teleop= is the operator's device); env.spec= is the environment spec.
 """
 
 
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(version_line())
         return 0
     command, args = argv[0], argv[1:]
-    if command in {"serve-robot", "teleop", "hil-train", "deploy"}:
+    if command in ROBOT_COMMANDS:
         return _robot_command(command, args)
     commands = {
         "train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc, "aggregate": _aggregate
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "aggregate": lambda: USAGE,
     }
     if command not in commands:
-        everything = [*commands, "serve-robot", "teleop", "hil-train", "deploy"]
+        everything = [*commands, *ROBOT_COMMANDS]
         return _fail(f"unknown command '{command}'; choose one of: {', '.join(everything)}")
     if any(a in {"-h", "--help"} for a in args):
         print(helps[command](), end="")
@@ -103,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.seeds import SeedsError, split_seed_overrides
 
     try:
+        if command in {"collect", "eval", "bc"}:
+            _check_env_spec(args, command)
+        if command == "finetune":
+            args = _finetune_steps(args)
         seeds, jobs, rest = split_seed_overrides(args) if command in {"train", "finetune"} else (None, 1, args)
         if seeds is not None:
             return _seeds(command, rest, seeds, jobs)
@@ -170,18 +178,73 @@ def _aggregate(args: list[str]) -> int:
     return 0
 
 
+ROBOT_COMMANDS = ("serve-robot", "teleop", "hil-train", "deploy")
+
+
 def _robot_command(command: str, args: list[str]) -> int:
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.datasets import DatasetError
-    from robot_rl.hil.cli import COMMANDS, CommandError
+    from robot_rl.hil.cli import COMMANDS, CommandError, help_text
     from robot_rl.real.client import BridgeError
 
+    if any(a in {"-h", "--help"} for a in args):
+        print(help_text(command), end="")
+        return 0
+    keys, run, _ = COMMANDS[command]
     try:
-        return COMMANDS[command](args)
-    except (CommandError, BridgeError, CheckpointError, DatasetError) as e:
+        _check_old_flags(args, command, keys())
+        parsed = _parse_args(keys(), args, command)
+        return run(parsed)
+    except (UserError, CommandError, BridgeError, CheckpointError, DatasetError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
+
+
+def _check_old_flags(args: list[str], command: str, keys: type) -> None:
+    """The robot commands used to take argparse `--flags`: name the new spelling of an old one in a one-line error."""
+    import dataclasses
+
+    from robot_rl.hil.cli import OLD_FLAGS
+
+    valid = {f.name for f in dataclasses.fields(keys)}
+    for a in args:
+        flag = a.split("=", 1)[0]
+        new, _, note = OLD_FLAGS.get(flag, "").partition(" (")
+        if new and new.split("=", 1)[0].split(".", 1)[0] in valid:
+            raise UserError(f"'{flag}' is now '{new}'" + (f" ({note}" if note else ""))
+        if flag == "device" and "device" not in valid and "teleop" in valid:
+            raise UserError(f"{command} has no device= (device= is a torch device); the operator's device is "
+                            "teleop=<keyboard|gamepad|spacemouse|scripted|replay>")
+
+
+def _check_env_spec(args: list[str], command: str) -> None:
+    """`env=` is a preset group in train; in collect, eval and bc the environment is `env.spec=<spec>` (bc's
+    was `eval_env=`)."""
+    for a in args:
+        if a.startswith(("env=", "eval_env=")):
+            spec = a.split("=", 1)[1]
+            raise UserError(f"'{a}': the environment of {command} is env.spec=<spec>, e.g. env.spec={spec or 'arm:push'}")
+
+
+#: finetune keys whose spelling differs between its two schemas: `train.*` (TrainConfig, as in `robot-rl train`)
+#: and the top-level keys of FinetuneConfig (fine-tuning a BC policy). Both spellings work in both.
+_FINETUNE_LOOP_KEYS = ("steps", "eval_every", "replay_capacity")
+
+
+def _finetune_steps(overrides: list[str]) -> list[str]:
+    """`train.steps=` (as in train) and `steps=` mean the same in finetune, whichever schema applies."""
+    policy = _fine_tunes_a_policy(overrides)
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        bare = key.lstrip("+")
+        if sep and policy and bare.startswith("train.") and bare[len("train."):] in _FINETUNE_LOOP_KEYS:
+            o = f"{bare[len('train.'):]}={value}"
+        elif sep and not policy and bare in _FINETUNE_LOOP_KEYS:
+            o = f"train.{bare}={value}"
+        out.append(o)
+    return out
 
 
 def _fail(message: str) -> int:
@@ -207,9 +270,22 @@ def _fine_tunes_a_policy(overrides: list[str]) -> bool:
         if key == "experiment" and value in presets("finetune"):
             return True
         if key == "resume":
-            path = Path(value) / "config.yaml"
-            return path.is_file() and any(line.startswith("method:") for line in path.read_text().splitlines())
+            return _saved_run_is_policy_finetune(Path(value))
     return False
+
+
+def _saved_run_is_policy_finetune(run_dir: Path) -> bool:
+    """A run directory's config.yaml was written from FinetuneConfig (it has `method`), not TrainConfig?"""
+    from omegaconf import OmegaConf
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return False
+    try:
+        saved = OmegaConf.load(path)
+    except Exception:  # a damaged file: load_run_config reports it with the key
+        return False
+    return OmegaConf.is_dict(saved) and "method" in saved and "train" not in saved
 
 
 def _finetune_policy(overrides: list[str]) -> int:
@@ -306,12 +382,12 @@ def _describe_agent(agent: SACConfig) -> str:
     return f"{nets}: {agent.num_critics} critics, UTD {agent.utd}"
 
 
-def _check_overrides(overrides: list[str]) -> None:
+def _check_overrides(overrides: list[str], command: str = "train") -> None:
     for o in overrides:
         if o.startswith("-"):
-            raise UserError(f"unknown option '{o}'; settings are key=value (see robot-rl train --help)")
+            raise UserError(f"unknown option '{o}'; settings are key=value (see robot-rl {command} --help)")
         if "=" not in o:
-            raise UserError(f"'{o}' is not key=value (see robot-rl train --help)")
+            raise UserError(f"'{o}' is not key=value (see robot-rl {command} --help)")
 
 
 def _slug(spec: str) -> str:
@@ -355,6 +431,9 @@ def _finetune_policy_help() -> str:
         "checkpoints/{latest,best}.pt, and for reinflow/dppo the fine-tuned policy in <run_dir>/policy.",
         "",
         f"Presets: experiment=  {', '.join(presets('finetune'))}",
+        "",
+        "train.steps=, train.eval_every= and train.replay_capacity= (as in train) are steps=, eval_every= and",
+        "replay_capacity= here; in recipe 2 steps= etc. are train.steps= etc.",
         "",
         "Keys (default):",
     ]
@@ -413,15 +492,15 @@ def _collect_help() -> str:
     from robot_rl.config import describe
 
     lines = [
-        "usage: robot-rl collect env=<spec> out=<dataset dir> [policy=expert|random|<checkpoint.pt>] [key=value ...]",
+        "usage: robot-rl collect env.spec=<spec> out=<dataset dir> [policy=expert|random|<checkpoint.pt>] [key=value ...]",
         "",
         "Records finished episodes to a dataset in the LeRobotDataset v3 layout (parquet + meta/, MP4 for cameras).",
         "Episodes are written as they finish; an interrupted recording keeps every finished episode.",
         "",
         "Examples:",
-        "  robot-rl collect env=arm:push-sparse policy=expert episodes=20 out=data/push_demos",
-        "  robot-rl collect env=arm:push-sparse policy=expert noise=0.6 episodes=30 out=data/push_mixed append=true",
-        "  robot-rl collect env=arm:reach policy=runs/<run>/checkpoints/best.pt episodes=50 out=data/reach_sac",
+        "  robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 out=data/push_demos",
+        "  robot-rl collect env.spec=arm:push-sparse policy=expert noise=0.6 episodes=30 out=data/push_mixed append=true",
+        "  robot-rl collect env.spec=arm:reach policy=runs/<run>/checkpoints/best.pt episodes=50 out=data/reach_sac",
         "",
         "Keys (default):",
     ]
@@ -458,10 +537,10 @@ def _bc_help() -> str:
         "",
         "Behaviour cloning of a chunked policy from a dataset (robot-rl collect writes one): trains on",
         "(observation, action chunk) pairs, writes <run_dir>/policy/{model.safetensors,config.json} (load it with",
-        "policies.io.load_policy), metrics.csv and bc_config.json, and with eval_env= runs evaluation episodes.",
+        "policies.io.load_policy), metrics.csv and bc_config.json, and with env.spec= runs evaluation episodes.",
         "",
         "Examples:",
-        "  robot-rl bc dataset=data/push_demos policy=diffusion eval_env=arm:push",
+        "  robot-rl bc dataset=data/push_demos policy=diffusion env.spec=arm:push",
         "  robot-rl bc dataset=data/push_demos policy=flow num_inference_steps=4 steps=5000 run_dir=runs/flow_push",
         "  robot-rl bc dataset=data/push_demos policy=mlp gaussian=true horizon=4 execute=2",
         "",
@@ -489,58 +568,123 @@ def _bc(args: list[str]) -> int:
     )
     ev = summary["eval"]
     if ev is not None:
-        line += f" | {cfg.eval_env}: return {ev['return_mean']:.2f}"
+        line += f" | {cfg.env.spec}: return {ev['return_mean']:.2f}"
         if ev["success_rate"] is not None:
             line += f", success rate {ev['success_rate']:.0%}"
     print(f"{line} | policy in {summary['policy_dir']}", flush=True)
     return 0
 
 
+def _is_text_key(cls: type, key: str) -> bool:
+    """Is `key` (dotted) a `str` or `str | None` field of the dataclass `cls`?"""
+    import dataclasses
+    import typing
+
+    node: typing.Any = cls
+    for part in key.split("."):
+        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+            return False
+        try:
+            hints = typing.get_type_hints(node)
+        except Exception:
+            return False
+        if part not in hints:
+            return False
+        node = hints[part]
+    return node is str or node == (str | None)
+
+
 def _parse_args(cls: type, args: list[str], command: str):
+    """`key=value` settings into the dataclass `cls`; a mistake raises a one-line UserError naming the key.
+
+    Values are YAML (numbers, true/false, null, [lists]) except for text keys, which take the text as typed: a
+    token or path such as 0123 stays 0123."""
     import dataclasses
 
     from omegaconf import OmegaConf
 
-    _check_overrides(args)
+    _check_overrides(args, command)
+    text_keys = {}
+    parsed = []
+    for a in args:
+        key, _, value = a.partition("=")
+        if value != "null" and _is_text_key(cls, key):
+            text_keys[key] = value
+        else:
+            parsed.append(a)
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.from_dotlist(args)))
+        merged = OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.from_dotlist(parsed))
+        for key, value in text_keys.items():
+            OmegaConf.update(merged, key, value, merge=False)
+        return OmegaConf.to_object(merged)
     except Exception as e:
-        first = str(e).splitlines()[0]
+        import re
+
+        from robot_rl.config import _keys_under
+
+        text = str(e)
+        first = text.splitlines()[0]
+        key = re.search(r"full_key: ([\w.\[\]]+)", text)
+        name = key.group(1) if key else ""
+        parent, _, leaf = name.rpartition(".")
+        if "not in" in first and name:
+            valid = _keys_under(parent, cls)
+            if not valid:  # a dict (driver_args, teleop_args) takes any key; the key above it was wrong
+                valid = [f.name for f in dataclasses.fields(cls)]
+            under = f" under {parent}" if parent and _keys_under(parent, cls) else ""
+            raise UserError(f"unknown key '{name}' for {command}; valid keys{under}: {', '.join(valid)}") from e
+        if name:
+            raise UserError(f"bad value for {name}: {first} (see robot-rl {command} --help)") from e
         keys = ", ".join(f.name for f in dataclasses.fields(cls))
         raise UserError(f"{first}; valid keys of {command}: {keys}") from e
 
 
 # -- eval ---------------------------------------------------------------------------------------------------
 @dataclass
+class EvalEnvArgs:
+    spec: str = _help("", "policy=: environment spec to evaluate in (e.g. arm:push-sparse); run=: the run's own")
+
+
+@dataclass
 class EvalArgs:
-    run: str = ""
-    policy: str = ""
-    env: str = ""
-    checkpoint: str = "best"
-    episodes: int = 10
-    video: bool = True
-    seed: int | None = None
-    device: str = "cpu"
+    run: str = _help("", "run directory to evaluate (its checkpoints/<checkpoint>.pt and config.yaml)")
+    policy: str = _help("", "or a saved policy directory (robot-rl bc, ReinFlow/DPPO fine-tuning); needs env.spec=")
+    env: EvalEnvArgs = field(default_factory=EvalEnvArgs)
+    checkpoint: str = _help("best", "run=: best or latest")
+    episodes: int = _help(10, "evaluation episodes (policy=: one in each of this many parallel envs)")
+    video: bool = _help(True, "run=: write videos/eval_<checkpoint>.mp4 in the run directory")
+    seed: int | None = _help(None, "seed (default: run=: the run's evaluation seed; policy=: 0), + env index")
+    device: str = _help("cpu", "torch device of the policy (cpu, cuda)")
 
 
 def _eval_help() -> str:
-    return (
-        "usage: robot-rl eval run=<run dir> [checkpoint=best|latest] [episodes=10] [video=true] [seed=N] "
-        "[device=cpu]\n"
-        "       robot-rl eval policy=<policy dir> env=<spec> [episodes=10] [seed=N] [device=cpu]\n\n"
-        "run=: runs deterministic episodes of a trained agent, prints mean and std return (and success rate\n"
-        "where the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.\n"
-        "policy=: the same for a saved policy directory (robot-rl bc, or ReinFlow/DPPO fine-tuning), one\n"
-        "episode in each of `episodes` parallel envs of `env`, seeded with seed (default 0) + env index.\n"
-    )
+    from robot_rl.config import describe
+
+    lines = [
+        "usage: robot-rl eval run=<run dir> [checkpoint=best|latest] [episodes=10] [video=true] [seed=N] [device=cpu]",
+        "       robot-rl eval policy=<policy dir> env.spec=<spec> [episodes=10] [seed=N] [device=cpu]",
+        "",
+        "run=: runs deterministic episodes of a trained agent, prints mean and std return (and success rate",
+        "where the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.",
+        "policy=: the same for a saved policy directory (robot-rl bc, or ReinFlow/DPPO fine-tuning), one",
+        "episode in each of `episodes` parallel envs of env.spec, seeded with seed (default 0) + env index.",
+        "",
+        "Keys (default):",
+    ]
+    rows = describe(EvalArgs)
+    width = max(len(k) + len(d) for k, d, _ in rows) + 4
+    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    return "\n".join(lines) + "\n"
 
 
 def _parse_eval_args(args: list[str]) -> EvalArgs:
     parsed: EvalArgs = _parse_args(EvalArgs, args, "eval")
     if bool(parsed.run) == bool(parsed.policy):
-        raise UserError("eval needs run=<run dir>, or policy=<policy dir> env=<spec>")
-    if parsed.policy and not parsed.env:
-        raise UserError("eval policy=<dir> needs env=<spec>, e.g. env=arm:push-sparse")
+        raise UserError("eval needs run=<run dir>, or policy=<policy dir> env.spec=<spec>")
+    if parsed.policy and not parsed.env.spec:
+        raise UserError("eval policy=<dir> needs env.spec=<spec>, e.g. env.spec=arm:push-sparse")
+    if parsed.run and parsed.env.spec:
+        raise UserError("eval run=<run dir> evaluates in the run's own environment; env.spec= is for policy=")
     if parsed.checkpoint not in {"best", "latest"}:
         raise UserError(f"checkpoint must be best or latest, not '{parsed.checkpoint}'")
     if parsed.episodes < 1:
@@ -587,8 +731,8 @@ def _eval_policy_dir(a: EvalArgs) -> int:
     from robot_rl.policies.io import load_policy
 
     policy = load_policy(a.policy, device=a.device)
-    result = evaluate_policy(policy, a.env, num_envs=a.episodes, seed=0 if a.seed is None else a.seed)
-    line = f"{a.env} | {a.policy} | {a.episodes} episodes | return {result['return_mean']:.2f}"
+    result = evaluate_policy(policy, a.env.spec, num_envs=a.episodes, seed=0 if a.seed is None else a.seed)
+    line = f"{a.env.spec} | {a.policy} | {a.episodes} episodes | return {result['return_mean']:.2f}"
     line += f" | length {result['length_mean']:.1f}"
     if result["success_rate"] is not None:
         line += f" | success rate {result['success_rate']:.0%}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,8 +22,13 @@ Policy = Callable[[dict[str, Tensor]], Tensor]
 
 
 @dataclass
+class CollectEnvArgs:
+    spec: str = _help("arm:push", "environment spec to record in (as env.spec= of robot-rl train)")
+
+
+@dataclass
 class CollectArgs:
-    env: str = _help("arm:push", "env spec to record in")
+    env: CollectEnvArgs = field(default_factory=CollectEnvArgs)
     out: str = _help("", "dataset directory to write")
     episodes: int = _help(20, "finished episodes to record")
     policy: str = _help("expert", "expert (the task's scripted expert), random, or a checkpoint file (.pt)")
@@ -59,7 +64,7 @@ def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callab
     if args.policy == "expert":
         from robot_rl.envs.arm.experts import make_expert
 
-        expert = make_expert(args.env, env.num_envs, noise=0.0, seed=args.seed, device=env.device)
+        expert = make_expert(args.env.spec, env.num_envs, noise=0.0, seed=args.seed, device=env.device)
         base, reset = expert.act, expert.reset
     elif args.policy == "random":
         base = lambda obs: torch.rand(env.num_envs, env.action_dim, device=env.device) * 2 - 1  # noqa: E731
@@ -81,8 +86,8 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
     """Record `args.episodes` finished episodes into `args.out`; returns counts and the success rate."""
     from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
 
-    env = envs.make(args.env, num_envs=args.num_envs, seed=args.seed, max_episode_steps=args.max_episode_steps)
-    task = args.task or args.env.split(":", 1)[-1]
+    env = envs.make(args.env.spec, num_envs=args.num_envs, seed=args.seed, max_episode_steps=args.max_episode_steps)
+    task = args.task or args.env.spec.split(":", 1)[-1]
     try:
         policy, reset_policy = make_policy(args, env)
         (state_dim,) = env.observation_spec["state"][0]
@@ -90,7 +95,7 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
         fps = round(1.0 / env.control_dt) if getattr(env, "control_dt", None) else 20
         writer = DatasetWriter(
             Path(args.out), fps=fps, features=transition_features(state_dim, env.action_dim, images=images or None),
-            robot_type=args.env.split(":", 1)[0], task=task, resume=args.append,
+            robot_type=args.env.spec.split(":", 1)[0], task=task, resume=args.append,
         )
         recorder = EpisodeRecorder(writer, env.num_envs, task=task)
         obs = env.reset(seed=args.seed)

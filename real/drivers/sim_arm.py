@@ -1,6 +1,6 @@
 """``SimArm``: the MuJoCo tabletop arm of ``robot_rl.envs.arm`` behind the ``Robot`` interface.
 
-It stands in for a physical arm everywhere a real one would be: ``robot-rl serve-robot --driver sim_arm`` serves it
+It stands in for a physical arm everywhere a real one would be: ``robot-rl serve-robot driver=sim_arm`` serves it
 with the same server, safety filter and watchdog, and the learner talks to it over the network. Time advances only
 when the server ticks it, once per control period, so on the server it runs in real time. The task (``reach``,
 ``push``, ``pick_place``) supplies the reward and success a real cell would get from a classifier or the operator.

@@ -1,22 +1,24 @@
 """The robot commands: ``serve-robot``, ``teleop``, ``hil-train`` and ``deploy``.
 
-They take ``--flags`` (``--help`` on each) rather than Hydra overrides: they are operational tools run beside
-a robot, and ``serve-robot`` in particular must be scriptable as a service. ``robot_rl.cli`` dispatches to them.
+They take ``key=value`` settings like every other command (``robot-rl <command> --help`` lists each key with its
+default); each command's keys are a dataclass below. ``robot_rl.cli`` parses the command line into it (and
+turns an old ``--flag`` into a one-line error naming its new spelling, from ``OLD_FLAGS``) and calls the
+command with it.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import logging
 import signal
 import sys
 import time
-from dataclasses import fields
+from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from robot_rl.fields import help_field as _help
 from robot_rl.real.server import TOKEN_ENV
 
 
@@ -24,30 +26,169 @@ class CommandError(Exception):
     """A user mistake: printed as one line, exit status 2."""
 
 
-def _kv(pairs: list[str] | None, flag: str) -> dict[str, Any]:
-    """``key=value`` strings to a dict, values parsed as Python literals when they are one (else strings)."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise CommandError(f"{flag} expects key=value, got {pair!r}")
-        try:
-            out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            out[key] = raw
-    return out
+TELEOP_DEVICES = ("keyboard", "gamepad", "spacemouse", "scripted", "replay")
+
+_HIL_AGENT = {  # the arm presets' SAC settings (configs/experiment/rlpd_push.yaml and friends)
+    "actor_layer_norm": True, "critic_layer_norm": True, "init_temperature": 0.05, "target_entropy_scale": 0.5,
+    "backup_entropy": False, "num_critics": 2,
+}
 
 
-def _token_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--token-file", default=None,
-                   help=f"file whose first line is the shared token (default: the {TOKEN_ENV} environment variable)")
-    p.add_argument("--token", default=None,
-                   help="shared token on the command line (visible to every local user in the process list: "
-                        f"prefer {TOKEN_ENV} or --token-file)")
+# -- the keys of each command ------------------------------------------------------------------------------
+@dataclass
+class ServeRobotArgs:
+    driver: str = _help("sim_arm", "robot driver: sim_arm (simulated MuJoCo arm) or ur_rtde (untested)")
+    driver_args: dict[str, Any] = _help(
+        {}, "driver constructor arguments, one key each: driver_args.<name>=<value> (ur_rtde: driver_args.ip=...)"
+    )
+    task: str = _help("reach", "sim_arm: reach, push or pick_place")
+    reward: str = _help("dense", "sim_arm: dense or sparse")
+    control_hz: float = _help(20.0, "sim_arm: control rate of the loop")
+    seed: int = _help(0, "sim_arm: seed of the first episode")
+    host: str = _help("127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
+    port: int = _help(50051, "port to listen on (0: any free port, printed at start)")
+    token_file: str | None = _help(None, f"file whose first line is the shared token (default: ${TOKEN_ENV})")
+    token: str | None = _help(
+        None, f"shared token (visible to every local user in the process list: prefer ${TOKEN_ENV} or token_file=)"
+    )
+    allow_unauthenticated: bool = _help(False, "serve without a token (refused unless host= is a loopback address)")
+    watchdog_s: float = _help(0.5, "hold the robot after this long without commands")
+    max_message_bytes: int = _help(64 * 1024, "larger requests are refused")
+    tls_cert: str | None = _help(None, "PEM certificate chain (with tls_key=: TLS)")
+    tls_key: str | None = _help(None, "PEM private key of tls_cert=")
+    status_every: float = _help(10.0, "seconds between status lines (0: none)")
+    run_for: float = _help(0.0, "stop after this many seconds (0: until Ctrl-C)")
 
 
-def _token(args: argparse.Namespace) -> str | None:
-    """The token from --token-file, --token or the environment; warnings on stderr; one-line errors."""
+@dataclass
+class RobotArgs:
+    """The keys shared by the commands that drive a robot through ``serve-robot``."""
+
+    robot: str = _help("127.0.0.1:50051", "address of serve-robot (host:port)")
+    token_file: str | None = _help(None, f"file whose first line is the shared token (default: ${TOKEN_ENV})")
+    token: str | None = _help(
+        None, f"shared token (visible to every local user in the process list: prefer ${TOKEN_ENV} or token_file=)"
+    )
+    tls_root_cert: str | None = _help(None, "PEM certificate to trust; enables TLS")
+    step_timeout_s: float = _help(
+        0.5, "deadline of one step; a step that misses it ends the episode (the run goes on)"
+    )
+    teleop: str | None = _help(None, f"operator device: {', '.join(TELEOP_DEVICES)} (null: none)")
+    teleop_args: dict[str, Any] = _help(
+        {}, "operator device constructor arguments, one key each: teleop_args.<name>=<value> (e.g. "
+            "teleop_args.noise=0.3, teleop_args.frame=beside)"
+    )
+
+
+@dataclass
+class TeleopArgs(RobotArgs):
+    teleop: str | None = _help("keyboard", f"operator device: {', '.join(TELEOP_DEVICES)}")
+    episodes: int = _help(10, "episodes to record")
+    out: str | None = _help(None, "dataset directory to record into (LeRobot v3.0 layout)")
+    append: bool = _help(False, "add episodes to an existing dataset out=")
+    task: str | None = _help(None, "task description stored with each episode (default: the robot's name)")
+    seed: int | None = _help(None, "seed of the first episode (the next ones count up)")
+
+
+@dataclass
+class HilTrainArgs(RobotArgs):
+    teleop: str | None = _help(
+        "scripted", f"operator device: {', '.join(TELEOP_DEVICES)} (null: none; scripted takes over by itself)"
+    )
+    steps: int = _help(6000, "env steps (control ticks with an action) to run")
+    run_dir: str | None = _help(None, "run directory (default: runs/<date>_hil_<robot name>)")
+    demos: str | None = _help(None, "dataset that pre-fills the prior buffer")
+    record: bool = _help(True, "record the episodes to <run_dir>/episodes")
+    rewind: bool = _help(False, "RaC-style rewind segments (operator event REWIND)")
+    updates_per_transition: float = _help(
+        1.0, "learner updates (each of agent.utd critic steps) per transition received; may be fractional"
+    )
+    learning_starts: int = _help(300, "transitions before the first update")
+    seed: int = _help(0, "seed of the networks, the learner's sampling and the episodes")
+    threads: int = _help(1, "torch threads of this process")
+    device: str = _help("cpu", "torch device of the learner (cpu, cuda, cuda:1)")
+    distributed: bool = _help(
+        False, "run the learner as a Ray actor (another process or machine) instead of in this process"
+    )
+    ray_address: str | None = _help(None, "Ray cluster to join (default: start a local one)")
+    learner_name: str = _help("robot-rl-learner", "name of the Ray learner actor")
+    # agent: SACConfig with the arm presets' settings (_HIL_AGENT), added by hil_train_args(): SACConfig imports
+    # torch, which serve-robot should not wait for.
+
+
+@cache
+def hil_train_args() -> type:
+    """The keys of ``hil-train``: HilTrainArgs plus ``agent.<field>`` (SACConfig, the arm presets' defaults)."""
+    from robot_rl.agents.sac import SACConfig
+
+    agent = field(default_factory=lambda: SACConfig(**_HIL_AGENT), metadata={"help": "SAC settings, as in train"})
+    return make_dataclass("HilTrainArgs", [("agent", SACConfig, agent)], bases=(HilTrainArgs,))
+
+
+@dataclass
+class DeployArgs(RobotArgs):
+    teleop: str | None = _help(None, f"operator device who may take over: {', '.join(TELEOP_DEVICES)} (null: none)")
+    checkpoint: str = _help(
+        "", "required: a training checkpoint (runs/<run>/checkpoints/best.pt) or a hil-train learner.pt "
+            "(<run_dir>/learner.pt, or <run_dir>/learner/checkpoints/learner.pt with distributed=true)"
+    )
+    episodes: int = _help(10, "episodes to run")
+    stochastic: bool = _help(False, "sample actions instead of taking the mean")
+    out: str | None = _help(None, "dataset directory to record the episodes into")
+    append: bool = _help(False, "add episodes to an existing dataset out=")
+    seed: int | None = _help(None, "seed of the first episode (the next ones count up)")
+
+
+#: Every flag of the former argparse interface and its key=value spelling, for a one-line error that says it.
+OLD_FLAGS: dict[str, str] = {
+    "--driver": "driver=<sim_arm|ur_rtde>",
+    "--driver-arg": "driver_args.<name>=<value>",
+    "--task": "task=<reach|push|pick_place>",
+    "--reward": "reward=<dense|sparse>",
+    "--control-hz": "control_hz=<hz>",
+    "--seed": "seed=<n>",
+    "--host": "host=<address>",
+    "--port": "port=<n>",
+    "--token-file": "token_file=<file>",
+    "--token": "token=<token>",
+    "--allow-unauthenticated": "allow_unauthenticated=true",
+    "--watchdog-s": "watchdog_s=<seconds>",
+    "--max-message-bytes": "max_message_bytes=<n>",
+    "--tls-cert": "tls_cert=<pem>",
+    "--tls-key": "tls_key=<pem>",
+    "--status-every": "status_every=<seconds>",
+    "--run-for": "run_for=<seconds>",
+    "--robot": "robot=<host:port>",
+    "--tls-root-cert": "tls_root_cert=<pem>",
+    "--step-timeout-s": "step_timeout_s=<seconds>",
+    "--device": "teleop=<" + "|".join(TELEOP_DEVICES) + "> (device= is the torch device)",
+    "--device-arg": "teleop_args.<name>=<value>",
+    "--episodes": "episodes=<n>",
+    "--out": "out=<dataset dir>",
+    "--append": "append=true",
+    "--task-text": "task=<text>",
+    "--steps": "steps=<n>",
+    "--run-dir": "run_dir=<dir>",
+    "--demos": "demos=<dataset dir>",
+    "--no-record": "record=false",
+    "--rewind": "rewind=true",
+    "--utd": "updates_per_transition=<x> (agent.utd= is critic steps per update, as in train)",
+    "--learning-starts": "learning_starts=<n>",
+    "--batch-size": "agent.batch_size=<n>",
+    "--agent": "agent.<field>=<value>",
+    "--threads": "threads=<n>",
+    "--distributed": "distributed=true",
+    "--ray-address": "ray_address=<address>",
+    "--learner-name": "learner_name=<name>",
+    "--learner-device": "device=<torch device>",
+    "--checkpoint": "checkpoint=<file>",
+    "--stochastic": "stochastic=true",
+    "--record": "out=<dataset dir>",
+}
+
+
+def _token(args: Any) -> str | None:
+    """The token from token_file=, token= or the environment; warnings on stderr; one-line errors."""
     from robot_rl.real.guard import load_token
 
     try:
@@ -59,42 +200,26 @@ def _token(args: argparse.Namespace) -> str | None:
     return token
 
 
-def _robot_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--robot", default="127.0.0.1:50051", help="address of serve-robot (host:port)")
-    _token_args(p)
-    p.add_argument("--tls-root-cert", default=None, help="PEM certificate to trust; enables TLS")
-    p.add_argument("--step-timeout-s", type=float, default=0.5,
-                   help="deadline of one step; a step that misses it ends the episode (the run goes on)")
-
-
-def _teleop_args(p: argparse.ArgumentParser, default: str | None) -> None:
-    p.add_argument("--device", default=default,
-                   help="operator device: keyboard, gamepad, spacemouse, scripted, replay" +
-                        (" (default: none)" if default is None else f" (default: {default})"))
-    p.add_argument("--device-arg", action="append", metavar="KEY=VALUE",
-                   help="device constructor argument, repeatable (e.g. noise=0.3, frame=beside)")
-
-
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: RobotArgs) -> Any:
     from robot_rl.real.client import RobotClient
 
     return RobotClient(args.robot, _token(args), tls_root_cert=args.tls_root_cert, step_timeout_s=args.step_timeout_s)
 
 
-def _teleop(args: argparse.Namespace, spec_name: str, defaults: dict[str, Any] | None = None) -> Any:
-    if not args.device:
+def _teleop(args: RobotArgs, spec_name: str, defaults: dict[str, Any] | None = None) -> Any:
+    if not args.teleop:
         return None
     from robot_rl.real.teleop import make_teleop
 
-    kwargs = dict(defaults or {}) if args.device == "scripted" else {}
-    if args.device == "scripted":
+    kwargs = dict(defaults or {}) if args.teleop == "scripted" else {}
+    if args.teleop == "scripted":
         task = spec_name.split(":", 1)[-1].split("-", 1)[0]  # "sim_arm:push-sparse" -> "push"
         kwargs.setdefault("task", task)
-    kwargs.update(_kv(args.device_arg, "--device-arg"))
+    kwargs.update(args.teleop_args)
     try:
-        return make_teleop(args.device, **kwargs)
+        return make_teleop(args.teleop, **kwargs)
     except (ValueError, TypeError, ImportError) as e:
-        raise CommandError(f"--device {args.device}: {e}") from None
+        raise CommandError(f"teleop={args.teleop}: {e}") from None
 
 
 def _writer(path: str | None, spec: Any, append: bool, task: str) -> Any:
@@ -106,7 +231,7 @@ def _writer(path: str | None, spec: Any, append: bool, task: str) -> Any:
     fps = max(1, int(round(spec.control_hz)))
     exists = (Path(path) / "meta" / "info.json").is_file()
     if exists and not append:
-        raise CommandError(f"dataset {path} exists; pass --append to add episodes to it or choose another path")
+        raise CommandError(f"dataset {path} exists; pass append=true to add episodes to it or choose another path")
     return DatasetWriter(path, fps=fps, features=features, robot_type=spec.name, task=task, resume=exists)
 
 
@@ -127,28 +252,8 @@ def _run_episodes(session: Any, client: Any, device: Any, writer: Any, episodes:
 
 
 # -- serve-robot --------------------------------------------------------------------------------------------
-def serve_robot(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl serve-robot", description="Serve a robot driver over the bridge.")
-    p.add_argument("--driver", default="sim_arm", help="sim_arm (simulated MuJoCo arm) or ur_rtde (untested)")
-    p.add_argument("--driver-arg", action="append", metavar="KEY=VALUE",
-                   help="driver constructor argument, repeatable (ur_rtde: ip=192.168.1.10)")
-    p.add_argument("--task", default="reach", help="sim_arm: reach, push or pick_place")
-    p.add_argument("--reward", default="dense", help="sim_arm: dense or sparse")
-    p.add_argument("--control-hz", type=float, default=20.0, help="control rate of the loop")
-    p.add_argument("--seed", type=int, default=0, help="sim_arm: seed of the first episode")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all interfaces)")
-    p.add_argument("--port", type=int, default=50051)
-    _token_args(p)
-    p.add_argument("--allow-unauthenticated", action="store_true",
-                   help="serve without a token (refused unless --host is a loopback address)")
-    p.add_argument("--watchdog-s", type=float, default=0.5, help="hold after this long without commands")
-    p.add_argument("--max-message-bytes", type=int, default=64 * 1024, help="larger requests are refused")
-    p.add_argument("--tls-cert", default=None, help="PEM certificate chain (with --tls-key: TLS)")
-    p.add_argument("--tls-key", default=None)
-    p.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines (0: none)")
-    p.add_argument("--run-for", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
-    args = p.parse_args(argv)
-
+def serve_robot(args: ServeRobotArgs) -> int:
+    """Serve a robot driver over the bridge."""
     from robot_rl.real.drivers import make_driver
     from robot_rl.real.guard import format_address
     from robot_rl.real.server import RobotServer, ServerConfig
@@ -156,7 +261,7 @@ def serve_robot(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("robot_rl.real").setLevel(logging.INFO)
 
-    kwargs = _kv(args.driver_arg, "--driver-arg")
+    kwargs = dict(args.driver_args)
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
                   **kwargs}
@@ -199,25 +304,18 @@ def serve_robot(argv: list[str]) -> int:
 
 
 # -- teleop -------------------------------------------------------------------------------------------------
-def teleop(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl teleop", description="Drive the robot and record demonstrations.")
-    _robot_args(p)
-    _teleop_args(p, "keyboard")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--out", default=None, help="dataset directory to record into (LeRobot v3.0 layout)")
-    p.add_argument("--append", action="store_true", help="add episodes to an existing dataset")
-    p.add_argument("--task-text", default=None, help="task description stored with each episode")
-    p.add_argument("--seed", type=int, default=None, help="seed of the first episode (the next ones count up)")
-    args = p.parse_args(argv)
+def teleop(args: TeleopArgs) -> int:
+    """Drive the robot and record demonstrations."""
     from robot_rl.hil.session import Session
 
     client = _client(args)
     spec = client.spec()
     device = _teleop(args, spec.name, {"mode": "always"})
-    writer = _writer(args.out, spec, args.append, args.task_text or spec.name)
     if device is None:
-        raise CommandError("teleop needs a --device")
-    session = Session(client, teleop=device, writer=writer, task=args.task_text or spec.name)
+        client.close()
+        raise CommandError(f"teleop needs an operator device: teleop=<{'|'.join(TELEOP_DEVICES)}>")
+    writer = _writer(args.out, spec, args.append, args.task or spec.name)
+    session = Session(client, teleop=device, writer=writer, task=args.task or spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
     ok = sum(e.success for e in eps)
@@ -227,39 +325,15 @@ def teleop(argv: list[str]) -> int:
 
 
 # -- hil-train ------------------------------------------------------------------------------------------------
-_HIL_AGENT = {  # the arm presets' SAC settings (configs/experiment/rlpd_push.yaml and friends)
-    "actor_layer_norm": True, "critic_layer_norm": True, "init_temperature": 0.05, "target_entropy_scale": 0.5,
-    "backup_entropy": False, "num_critics": 2,
-}
-
-
-def hil_train(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl hil-train",
-                                description="Human-in-the-loop RL (HIL-SERL): a learning policy, an operator who "
-                                            "takes over, interventions into the online and the prior buffer.")
-    _robot_args(p)
-    _teleop_args(p, "scripted")
-    p.add_argument("--steps", type=int, default=6000, help="env steps (control ticks with an action) to run")
-    p.add_argument("--run-dir", default=None, help="default: runs/<date>_hil_<robot name>")
-    p.add_argument("--demos", default=None, help="dataset that pre-fills the prior buffer")
-    p.add_argument("--no-record", action="store_true", help="do not record episodes to <run-dir>/episodes")
-    p.add_argument("--rewind", action="store_true", help="RaC-style rewind segments (operator event REWIND)")
-    p.add_argument("--utd", type=float, default=1.0, help="learner updates per transition")
-    p.add_argument("--learning-starts", type=int, default=300, help="transitions before the first update")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--agent", action="append", metavar="KEY=VALUE", help="SACConfig field, repeatable")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads of this process")
-    p.add_argument("--distributed", action="store_true",
-                   help="run the learner as a Ray actor (another process or machine) instead of in this process")
-    p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
-    p.add_argument("--learner-name", default="robot-rl-learner")
-    p.add_argument("--learner-device", default="cpu", help="torch device of the learner (e.g. cuda)")
-    args = p.parse_args(argv)
-
+def hil_train(args: HilTrainArgs) -> int:
+    """Human-in-the-loop RL (HIL-SERL): a learning policy, an operator who takes over, interventions into the
+    online and the prior buffer."""
+    if args.device.split(":", 1)[0] in TELEOP_DEVICES:
+        raise CommandError(f"device= is the torch device of the learner (cpu, cuda); the operator's device is "
+                           f"teleop={args.device}")
     import torch
 
-    from robot_rl.agents.sac import SACConfig, build_actor
+    from robot_rl.agents.sac import build_actor
     from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink
     from robot_rl.hil.session import Session
 
@@ -268,16 +342,12 @@ def hil_train(argv: list[str]) -> int:
     spec = client.spec()
     run_dir = Path(args.run_dir or f"runs/{datetime.now():%Y-%m-%d_%H-%M-%S}_hil_{spec.name.replace(':', '_')}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    agent_kwargs = {**_HIL_AGENT, "batch_size": args.batch_size, **_kv(args.agent, "--agent")}
-    known = {f.name for f in fields(SACConfig)}
-    unknown = sorted(set(agent_kwargs) - known)
-    if unknown:
-        raise CommandError(f"--agent: unknown SACConfig field(s) {unknown}; choose from {sorted(known)}")
-    sac = SACConfig(**agent_kwargs)
-    cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.utd,
-                        learning_starts=args.learning_starts, seed=args.seed, device=args.learner_device,
+    sac = args.agent
+    cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.updates_per_transition,
+                        learning_starts=args.learning_starts, seed=args.seed, device=args.device,
                         demo_path=args.demos)
     try:
+        sac.validate()
         cfg.validate()
     except ValueError as e:
         raise CommandError(str(e)) from None
@@ -310,7 +380,7 @@ def hil_train(argv: list[str]) -> int:
         # than the link's call deadline.
         connect_learner(args.learner_name, "robot-rl", timeout_s=120.0)
         link: Any = RayLink(args.learner_name, "robot-rl", handle=handle)
-        mode = f"learner on Ray ({args.learner_name}, {args.learner_device})"
+        mode = f"learner on Ray ({args.learner_name}, {args.device})"
     else:
         learner = HILLearner(cfg)
         if learner_ckpt.is_file():
@@ -321,11 +391,11 @@ def hil_train(argv: list[str]) -> int:
         link = LocalLink(learner)
         mode = "learner in this process"
     device = _teleop(args, spec.name, {"mode": "takeover"})
-    writer = None if args.no_record else _writer(str(run_dir / "episodes"), spec, True, spec.name)
+    writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name)
     session = Session(client, policy=policy, policy_loader=load, teleop=device, link=link, writer=writer,
                       rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name)
     print(f"hil-train on {spec.name} at {spec.control_hz:g} Hz for {args.steps:,} steps ({mode}; operator: "
-          f"{args.device or 'none'}); run directory {run_dir}", flush=True)
+          f"{args.teleop or 'none'}); run directory {run_dir}", flush=True)
     t0 = time.monotonic()
     try:
         if device is not None:
@@ -382,20 +452,10 @@ def _summary(episodes: list[Any], wall_s: float, run_dir: Path) -> None:
 
 
 # -- deploy ---------------------------------------------------------------------------------------------------
-def deploy(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl deploy",
-                                description="Run a trained policy on the robot with every safety on and no learning.")
-    _robot_args(p)
-    _teleop_args(p, None)
-    p.add_argument("--checkpoint", required=True,
-                   help="a training checkpoint (runs/<run>/checkpoints/best.pt) or a hil-train learner.pt "
-                        "(<run-dir>/learner.pt, or <run-dir>/learner/checkpoints/learner.pt with --distributed)")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
-    p.add_argument("--record", default=None, help="dataset directory to record the episodes into")
-    p.add_argument("--append", action="store_true")
-    p.add_argument("--seed", type=int, default=None)
-    args = p.parse_args(argv)
+def deploy(args: DeployArgs) -> int:
+    """Run a trained policy on the robot with every safety on and no learning."""
+    if not args.checkpoint:
+        raise CommandError("deploy needs checkpoint=<file> (runs/<run>/checkpoints/best.pt or <run_dir>/learner.pt)")
     import torch
 
     from robot_rl.hil.session import Session
@@ -409,7 +469,7 @@ def deploy(argv: list[str]) -> int:
             return actor(torch.as_tensor(state, dtype=torch.float32)[None], not args.stochastic)[0][0].numpy()
 
     device = _teleop(args, spec.name, {"mode": "takeover"})
-    writer = _writer(args.record, spec, args.append, spec.name)
+    writer = _writer(args.out, spec, args.append, spec.name)
     session = Session(client, policy=policy, teleop=device, writer=writer, task=spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
@@ -442,4 +502,56 @@ def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
     return actor.eval()
 
 
-COMMANDS = {"serve-robot": serve_robot, "teleop": teleop, "hil-train": hil_train, "deploy": deploy}
+#: command -> (a function that returns its keys' dataclass, the function that runs it with them, what it does)
+COMMANDS: dict[str, tuple[Any, Any, str]] = {
+    "serve-robot": (lambda: ServeRobotArgs, serve_robot, "Serve a robot driver over the bridge (the robot side)."),
+    "teleop": (lambda: TeleopArgs, teleop, "Drive the robot with an operator device and record demonstrations."),
+    "hil-train": (hil_train_args, hil_train, "Human-in-the-loop RL (HIL-SERL): a learning policy, an operator who "
+                                           "takes over, interventions into the online and the prior buffer."),
+    "deploy": (lambda: DeployArgs, deploy, "Run a trained policy on the robot with every safety on and no learning."),
+}
+
+EXAMPLES = {
+    "serve-robot": [
+        f"  {TOKEN_ENV}=... robot-rl serve-robot task=reach              # simulated arm on 127.0.0.1:50051",
+        "  robot-rl serve-robot driver=ur_rtde driver_args.ip=192.168.1.10 host=0.0.0.0 token_file=~/.robot_token",
+        "  robot-rl serve-robot port=0 run_for=5 allow_unauthenticated=true  # loopback only",
+    ],
+    "teleop": [
+        "  robot-rl teleop robot=127.0.0.1:50051 teleop=keyboard episodes=20 out=data/demos",
+        "  robot-rl teleop teleop=scripted teleop_args.noise=0.3 out=data/demos append=true",
+    ],
+    "hil-train": [
+        "  robot-rl hil-train robot=127.0.0.1:50051 teleop=scripted steps=6000 run_dir=runs/hil_reach",
+        "  robot-rl hil-train teleop=gamepad agent.utd=2 agent.batch_size=128 demos=data/demos",
+        "  robot-rl hil-train distributed=true device=cuda ray_address=auto",
+    ],
+    "deploy": [
+        "  robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/hil_reach/learner.pt episodes=20",
+        "  robot-rl deploy checkpoint=runs/<run>/checkpoints/best.pt teleop=keyboard out=data/deploy",
+    ],
+}
+
+
+def help_text(command: str) -> str:
+    """``robot-rl <command> --help``: what it does, examples, and every key with its default."""
+    from robot_rl.config import describe
+
+    keys, _, what = COMMANDS[command]
+    rows = describe(keys())
+    width = min(max(len(k) + len(d) for k, d, _ in rows) + 4, 44)
+    lines = [
+        f"usage: robot-rl {command} [key=value ...]",
+        "",
+        what,
+        "Booleans are key=true/false; null clears a key; dict keys are set one at a time (teleop_args.noise=0.3).",
+        "",
+        "Examples:",
+        *EXAMPLES[command],
+        "",
+        "Keys (default):",
+    ]
+    for key, default, text in rows:
+        setting = f"{key}={default}"
+        lines.append(f"  {setting:<{width}} {text}" if len(setting) < width else f"  {setting}\n  {'':<{width}} {text}")
+    return "\n".join(lines) + "\n"

@@ -451,7 +451,7 @@ def test_serve_robot_on_a_busy_port_exits_with_one_line():
         s.listen()
         port = s.getsockname()[1]
         env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "robot_rl.cli", "serve-robot", "--port", str(port), "--run-for", "1"]
+        cmd = [sys.executable, "-m", "robot_rl.cli", "serve-robot", f"port={port}", "run_for=1"]
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]

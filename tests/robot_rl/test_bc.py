@@ -9,7 +9,7 @@ from robot_rl.policies.io import load_policy, read_metadata
 
 from robot_rl.bc import BCConfig, BCError, chunk_pairs, evaluate_policy, train_bc
 from robot_rl.cli import main
-from robot_rl.collect import CollectArgs, collect
+from robot_rl.collect import CollectArgs, CollectEnvArgs, collect
 
 TINY = dict(
     steps=300, batch_size=64, hidden=[64, 64], horizon=4, execute=2, log_every=50, threads=1, quiet=True
@@ -30,7 +30,7 @@ def reach_demos(tmp_path_factory) -> Path:
     """12 episodes of the scripted reach expert (a proportional controller), about 60 frames."""
     out = tmp_path_factory.mktemp("data") / "reach"
     collect(
-        CollectArgs(env="arm:reach", out=str(out), episodes=12, num_envs=4, seed=0), message=lambda s: None
+        CollectArgs(env=CollectEnvArgs("arm:reach"), out=str(out), episodes=12, num_envs=4, seed=0), message=lambda s: None
     )
     return out
 
@@ -111,7 +111,7 @@ def test_cli_trains_evaluates_and_saves(reach_demos, tmp_path, capsys):
         "hidden=[32,32]",
         "log_every=20",
         "num_inference_steps=4",
-        "eval_env=arm:reach",
+        "env.spec=arm:reach",
         "eval_episodes=2",
         "eval_max_episode_steps=10",
         "threads=1",
@@ -125,7 +125,7 @@ def test_cli_help_lists_bc_and_its_keys(capsys):
     assert "robot-rl bc dataset=" in _run(capsys, "--help")[1]
     code, out, _ = _run(capsys, "bc", "--help")
     assert code == 0
-    for key in ["dataset=", "policy=mlp", "horizon=8", "execute=4", "num_inference_steps=10", "eval_env="]:
+    for key in ["dataset=", "policy=mlp", "horizon=8", "execute=4", "num_inference_steps=10", "env.spec="]:
         assert key in out
 
 
@@ -138,14 +138,14 @@ def test_cli_help_lists_bc_and_its_keys(capsys):
             ["dataset={ds}", "policy=transformer"],
             "unknown policy 'transformer'; choose one of: mlp, diffusion, flow",
         ),
-        (["dataset={ds}", "bogus=1"], "valid keys of bc: dataset, policy"),
+        (["dataset={ds}", "bogus=1"], "unknown key 'bogus' for bc; valid keys: dataset, policy"),
         (["dataset={ds}", "steps=many"], "steps"),
         (["dataset={ds}", "horizon=2", "execute=3"], "need 1 <= execute <= horizon"),
         (["dataset={ds}", "policy=mlp", "shortcut=true"], "shortcut=true is an option of policy=flow"),
         (["dataset={ds}", "--steps", "3"], "unknown option '--steps'"),
         (["dataset={tmp}"], "not a LeRobot dataset"),
-        (["dataset={ds}", "steps=1", "eval_env=gym:Pendulum-v1"], "policy expects 29 and 4"),
-        (["dataset={ds}", "steps=1", "eval_env=arm:nope"], "nope"),
+        (["dataset={ds}", "steps=1", "env.spec=gym:Pendulum-v1"], "policy expects 29 and 4"),
+        (["dataset={ds}", "steps=1", "env.spec=arm:nope"], "nope"),
     ],
 )
 def test_cli_user_errors_are_one_line(reach_demos, tmp_path, capsys, args, expected):

@@ -182,3 +182,150 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
     assert rows[-1]["eval_return_mean"] == rows[-1]["train_return_mean"] != ""
     assert not (run / "videos" / "final.mp4").exists() and "no video" in out + err
     assert (run / "checkpoints" / "best.pt").is_file()
+
+
+# -- one dialect for all nine commands ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "command, rows",
+    [
+        ("train", ["train.steps=10000 ", "device=cpu ", "env.spec=gym:Pendulum-v1 "]),
+        ("finetune", ["steps=50000 ", "train.steps=10000 ", "device=cpu "]),
+        ("eval", ["episodes=10 ", "env.spec= ", "checkpoint=best ", "device=cpu "]),
+        ("collect", ["env.spec=arm:push ", "episodes=20 ", "device=cpu "]),
+        ("bc", ["steps=2000 ", "policy=mlp ", "hidden=[256, 256, 256] ", "env.spec= "]),
+        ("serve-robot", ["port=50051 ", "host=127.0.0.1 ", "run_for=0.0 ", "driver_args={} ", "token_file=None "]),
+        ("teleop", ["robot=127.0.0.1:50051 ", "teleop=keyboard ", "teleop_args={} ", "episodes=10 ", "out=None "]),
+        ("hil-train", ["teleop=scripted ", "device=cpu ", "steps=6000 ", "updates_per_transition=1.0 ",
+                       "agent.batch_size=256 ", "agent.utd=1 ", "record=True "]),
+        ("deploy", ["teleop=None ", "checkpoint= ", "stochastic=False ", "step_timeout_s=0.5 "]),
+    ],
+)
+def test_every_command_help_lists_its_keys_with_defaults(capsys, command, rows):
+    code, out, _ = _run(capsys, command, "--help")
+    assert code == 0 and out.startswith(f"usage: robot-rl {command}") and "Keys (default):" in out
+    for row in rows:
+        assert f"  {row}" in out, (row, out)
+    keys = out.split("Keys (default):\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert keys and all(line.startswith("  ") and "=" in line for line in keys if not line.startswith("   ")), keys
+
+
+def test_usage_lists_nine_commands_in_one_dialect(capsys):
+    code, out, _ = _run(capsys, "--help")
+    assert code == 0
+    for command in ["train", "finetune", "eval", "collect", "bc", "serve-robot", "teleop", "hil-train", "deploy"]:
+        assert f"  {command} " in out, command
+    assert " --" not in out.replace("--help", "").replace("--version", ""), out  # no --flags left
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["hil-train", "--run-dir", "x"], "'--run-dir' is now 'run_dir=<dir>'"),
+        (["hil-train", "--utd", "2"], "'--utd' is now 'updates_per_transition=<x>'"),
+        (["hil-train", "--agent", "hidden_dims=[32]"], "'--agent' is now 'agent.<field>=<value>'"),
+        (["hil-train", "--learner-device", "cuda"], "'--learner-device' is now 'device=<torch device>'"),
+        (["hil-train", "--no-record"], "'--no-record' is now 'record=false'"),
+        (["teleop", "--device", "keyboard"], "'--device' is now 'teleop=<keyboard|gamepad|spacemouse|scripted|replay>'"),
+        (["teleop", "--device-arg", "noise=0.3"], "'--device-arg' is now 'teleop_args.<name>=<value>'"),
+        (["teleop", "--task-text", "push"], "'--task-text' is now 'task=<text>'"),
+        (["deploy", "--record", "data/x"], "'--record' is now 'out=<dataset dir>'"),
+        (["deploy", "--checkpoint=x.pt"], "'--checkpoint' is now 'checkpoint=<file>'"),
+        (["serve-robot", "--run-for", "1"], "'--run-for' is now 'run_for=<seconds>'"),
+        (["serve-robot", "--driver-arg", "ip=10.0.0.2"], "'--driver-arg' is now 'driver_args.<name>=<value>'"),
+        (["serve-robot", "--token-file", "t"], "'--token-file' is now 'token_file=<file>'"),
+        (["serve-robot", "--device", "x"], "unknown option '--device'; settings are key=value (see robot-rl serve-robot"),
+    ],
+)
+def test_an_old_flag_names_its_new_spelling(capsys, args, expected):
+    code, out, err = _run(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.startswith("robot-rl: error: ") and err.count("\n") == 1, err
+    assert expected in err, err
+
+
+def test_every_old_flag_has_a_command_that_knows_its_key(capsys):
+    from robot_rl.hil.cli import OLD_FLAGS
+
+    assert len(OLD_FLAGS) >= 40
+    for flag, new in OLD_FLAGS.items():
+        spelling = new.split(" (", 1)[0]
+        hits = []
+        for command in ["serve-robot", "teleop", "hil-train", "deploy"]:
+            code, _, err = _run(capsys, command, flag, "1")
+            assert code == 2
+            hits += [command] if f"is now '{spelling}'" in err else []
+        assert hits, flag
+
+
+def test_device_is_the_torch_device_and_teleop_the_operators():
+    from robot_rl.cli import _parse_args
+    from robot_rl.hil.cli import DeployArgs, TeleopArgs, hil_train_args
+
+    a = _parse_args(hil_train_args(), ["teleop=gamepad", "device=cuda", "teleop_args.noise=0.3",
+                                       "teleop_args.frame=beside", "agent.utd=2", "agent.hidden_dims=[32,32]"],
+                    "hil-train")
+    assert (a.teleop, a.device) == ("gamepad", "cuda")
+    assert a.teleop_args == {"noise": 0.3, "frame": "beside"}
+    assert a.agent.utd == 2 and a.agent.hidden_dims == [32, 32] and a.agent.num_critics == 2  # the HIL defaults
+    t = _parse_args(TeleopArgs, ["teleop=null", "append=true"], "teleop")
+    assert t.teleop is None and t.append is True
+    assert _parse_args(DeployArgs, [], "deploy").teleop is None
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["teleop", "device=keyboard"], "teleop has no device= (device= is a torch device); the operator's device is teleop="),
+        (["deploy", "device=keyboard"], "the operator's device is teleop="),
+        (["hil-train", "device=keyboard"], "device= is the torch device of the learner (cpu, cuda); the operator's device "
+                                           "is teleop=keyboard"),
+        (["hil-train", "agent.bogus=1"], "unknown key 'agent.bogus' for hil-train; valid keys under agent: network,"),
+        (["teleop", "episodes=many"], "bad value for episodes"),
+        (["deploy"], "deploy needs checkpoint=<file>"),
+        (["collect", "env=arm:reach", "out=x"], "'env=arm:reach': the environment of collect is env.spec=<spec>, "
+                                                "e.g. env.spec=arm:reach"),
+        (["eval", "policy=x", "env=arm:reach"], "the environment of eval is env.spec=<spec>"),
+        (["eval", "policy=x"], "eval policy=<dir> needs env.spec=<spec>"),
+        (["collect", "env.bogus=1"], "unknown key 'env.bogus' for collect; valid keys under env: spec"),
+        (["bc", "dataset=x", "eval_env=arm:push"], "'eval_env=arm:push': the environment of bc is env.spec=<spec>, "
+                                                   "e.g. env.spec=arm:push"),
+    ],
+)
+def test_one_line_errors_of_the_unified_keys(capsys, args, expected):
+    code, _, err = _run(capsys, *args)
+    assert code == 2 and err.startswith("robot-rl: error: ") and err.count("\n") == 1, err
+    assert expected in err, err
+
+
+def test_finetune_takes_train_steps_and_steps_in_both_recipes():
+    from robot_rl.cli import _finetune_steps
+
+    # fine-tuning a BC policy (FinetuneConfig: top-level steps) ...
+    assert _finetune_steps(["experiment=residual_push", "train.steps=7", "train.eval_every=3"]) == [
+        "experiment=residual_push", "steps=7", "eval_every=3"]
+    # ... and offline-to-online SAC (TrainConfig: train.steps)
+    assert _finetune_steps(["experiment=wsrl_push", "steps=7", "seed=0,1"]) == [
+        "experiment=wsrl_push", "train.steps=7", "seed=0,1"]
+
+
+def test_text_keys_take_the_text_as_typed():
+    """YAML would read a token 0123 as the octal number 83; a text key keeps what was typed."""
+    from robot_rl.cli import _parse_args
+    from robot_rl.collect import CollectArgs
+    from robot_rl.hil.cli import DeployArgs
+
+    a = _parse_args(DeployArgs, ["token=0123", "out=1e3", "episodes=3", "teleop=null"], "deploy")
+    assert (a.token, a.out, a.episodes, a.teleop) == ("0123", "1e3", 3, None)
+    c = _parse_args(CollectArgs, ["env.spec=arm:reach", "task=true", "noise=0.5"], "collect")
+    assert (c.env.spec, c.task, c.noise) == ("arm:reach", "true", 0.5)
+
+
+def test_finetune_tells_the_two_schemas_apart_by_the_saved_config(tmp_path):
+    from robot_rl.cli import _fine_tunes_a_policy
+
+    policy_run, sac_run = tmp_path / "policy", tmp_path / "sac"
+    policy_run.mkdir(), sac_run.mkdir()
+    (policy_run / "config.yaml").write_text("method: dsrl\nsteps: 100\nenv:\n  spec: arm:push\n")
+    (sac_run / "config.yaml").write_text("seed: 0\n# method: in a comment\ntrain:\n  steps: 100\n")
+    assert _fine_tunes_a_policy([f"resume={policy_run}"]) and not _fine_tunes_a_policy([f"resume={sac_run}"])
+    assert _fine_tunes_a_policy([f"resume={policy_run}", "train.steps=200"])

@@ -22,8 +22,8 @@ def test_hil_train_learns_reach_and_the_intervention_rate_falls(tmp_path, capsys
     address = f"127.0.0.1:{server.start()}"
     try:
         run = tmp_path / "hil"
-        assert main(["hil-train", "--robot", address, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "3500", "--run-dir", str(run),
-                     "--seed", "0"]) == 0
+        assert main(["hil-train", f"robot={address}", f"token={TOKEN}", "step_timeout_s=5", "steps=3500", f"run_dir={run}",
+                     "seed=0"]) == 0
         rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
 
         def rate(eps: list[dict[str, str]]) -> float:
@@ -32,8 +32,8 @@ def test_hil_train_learns_reach_and_the_intervention_rate_falls(tmp_path, capsys
         first, last = rate(rows[:20]), rate(rows[-20:])
         assert first > 0.2 and last < 0.05, (first, last)
         capsys.readouterr()
-        assert main(["deploy", "--robot", address, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(run / "learner.pt"),
-                     "--episodes", "20", "--seed", "5000"]) == 0
+        assert main(["deploy", f"robot={address}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run / 'learner.pt'}",
+                     "episodes=20", "seed=5000"]) == 0
         out = capsys.readouterr().out
         successes = int(re.search(r"done: .* success (\d+)/20", out).group(1))
         assert successes >= 18, out

@@ -48,7 +48,7 @@ def test_rlpd_with_20_demos_learns_sparse_push(tmp_path):
     Measured (seed 0, 1 thread): RLPD 10% at 10k env steps, 30% at 20k; SAC from scratch 0% throughout.
     """
     demos = tmp_path / "push_demos"
-    assert main(["collect", "env=arm:push-sparse", "policy=expert", "episodes=20", f"out={demos}"]) == 0
+    assert main(["collect", "env.spec=arm:push-sparse", "policy=expert", "episodes=20", f"out={demos}"]) == 0
     rows = _train(tmp_path / "rlpd", "experiment=rlpd_push", f"data.path={demos}", "seed=0", "threads=1",
                   "train.steps=12000")
     assert max(r["success_rate"] for r in rows) >= 0.1, [r["success_rate"] for r in rows]

@@ -64,7 +64,7 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
     if method in ("reinflow", "dppo"):  # the policy itself was fine-tuned: it is saved as a policy directory
         assert isinstance(load_policy(run_dir / "policy"), type(load_policy(bases[base])))
         capsys.readouterr()
-        assert main(["eval", f"policy={run_dir / 'policy'}", f"env={SPEC}", "episodes=3"]) == 0
+        assert main(["eval", f"policy={run_dir / 'policy'}", f"env.spec={SPEC}", "episodes=3"]) == 0
         assert "3 episodes" in (out := capsys.readouterr().out) and "success rate" in out, out
     assert main(["finetune", f"resume={run_dir}", "steps=72"]) == 0, capsys.readouterr().err
     assert int(float(rows(run_dir)[-1]["env_step"])) >= 72
@@ -105,10 +105,10 @@ def test_every_preset_composes_and_names_its_method(name: str) -> None:
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["policy=MLP"], "needs env=<spec>"),
-        (["policy=MLP", "run=somewhere", f"env={SPEC}"], "run=<run dir>, or policy=<policy dir> env=<spec>"),
-        (["policy=nowhere", f"env={SPEC}"], "nowhere"),
-        (["policy=MLP", "env=gym:Pendulum-v1"], "Pendulum"),
+        (["policy=MLP"], "needs env.spec=<spec>"),
+        (["policy=MLP", "run=somewhere", f"env.spec={SPEC}"], "run=<run dir>, or policy=<policy dir> env.spec=<spec>"),
+        (["policy=nowhere", f"env.spec={SPEC}"], "nowhere"),
+        (["policy=MLP", "env.spec=gym:Pendulum-v1"], "Pendulum"),
     ],
 )
 def test_eval_of_a_policy_directory_explains_bad_input(bases, capsys, args, expected) -> None:

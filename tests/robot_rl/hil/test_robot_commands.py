@@ -23,7 +23,7 @@ def robot_server():
     """``robot-rl serve-robot`` (simulated reach at 50 Hz) in a subprocess; yields its address."""
     env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
     proc = subprocess.Popen(
-        [*CLI, "serve-robot", "--port", "0", "--task", "reach", "--control-hz", "50", "--status-every", "0"],
+        [*CLI, "serve-robot", "port=0", "task=reach", "control_hz=50", "status_every=0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
@@ -41,38 +41,38 @@ def robot_server():
 
 def test_serve_robot_refuses_to_start_without_a_token(capsys, monkeypatch):
     monkeypatch.delenv("ROBOT_RL_TOKEN", raising=False)
-    assert main(["serve-robot", "--port", "0"]) == 2
+    assert main(["serve-robot", "port=0"]) == 2
     assert "no token" in capsys.readouterr().err
-    assert main(["serve-robot", "--host", "0.0.0.0", "--allow-unauthenticated", "--port", "0"]) == 2
+    assert main(["serve-robot", "host=0.0.0.0", "allow_unauthenticated=true", "port=0"]) == 2
     assert "non-loopback" in capsys.readouterr().err
 
 
 def test_wrong_token_is_one_clear_line(robot_server, capsys):
-    code = main(["teleop", "--robot", robot_server, "--token", "nope", "--device", "scripted", "--episodes", "1"])
+    code = main(["teleop", f"robot={robot_server}", "token=nope", "teleop=scripted", "episodes=1"])
     assert code == 2
     assert "refused the token" in capsys.readouterr().err
 
 
 def test_teleop_records_demonstrations(robot_server, tmp_path, capsys):
     out = tmp_path / "demos"
-    args = ["teleop", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--device", "scripted", "--episodes", "3",
-            "--out", str(out), "--seed", "0"]
+    args = ["teleop", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "teleop=scripted", "episodes=3",
+            f"out={out}", "seed=0"]
     assert main(args) == 0
     assert "3 episodes (3 successful)" in capsys.readouterr().out
     data = read_dataset(out)
     assert len(data.episodes) == 3
     assert bool(data.intervention.all()) and int(data.terminated.sum()) == 3
     assert main(args) == 2  # the dataset exists: refuse to overwrite ...
-    assert "--append" in capsys.readouterr().err
-    assert main([*args, "--append", "--episodes", "1"]) == 0  # ... unless told to append
+    assert "append=true" in capsys.readouterr().err
+    assert main([*args, "append=true", "episodes=1"]) == 0  # ... unless told to append
     assert len(read_dataset(out).episodes) == 4
 
 
 def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     run = tmp_path / "hil"
-    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "150", "--run-dir", str(run),
-                 "--learning-starts", "50", "--batch-size", "32", "--agent", "hidden_dims=[32,32]",
-                 "--device-arg", "patience=3", "--device-arg", "takeover_steps=5"])
+    code = main(["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "steps=150", f"run_dir={run}",
+                 "learning_starts=50", "agent.batch_size=32", "agent.hidden_dims=[32,32]",
+                 "teleop_args.patience=3", "teleop_args.takeover_steps=5"])
     assert code == 0
     out = capsys.readouterr().out
     assert "intervention rate" in out
@@ -84,8 +84,8 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     assert int(data.intervention.sum()) == sum(int(r["interventions"]) for r in rows)
     assert (run / "learner.pt").is_file()
 
-    code = main(["deploy", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(run / "learner.pt"),
-                 "--episodes", "1"])
+    code = main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run / 'learner.pt'}",
+                 "episodes=1"])
     assert code == 0
     assert "done: 1 episodes" in capsys.readouterr().out
 
@@ -93,9 +93,9 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
 def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     pytest.importorskip("ray")
     run = tmp_path / "hil_ray"
-    code = main(["hil-train", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--steps", "120", "--run-dir", str(run),
-                 "--learning-starts", "40", "--batch-size", "32", "--agent", "hidden_dims=[32,32]", "--distributed",
-                 "--learner-name", "test-learner"])
+    code = main(["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "steps=120", f"run_dir={run}",
+                 "learning_starts=40", "agent.batch_size=32", "agent.hidden_dims=[32,32]", "distributed=true",
+                 "learner_name=test-learner"])
     out = capsys.readouterr()
     if code == 2 and "could not start or join Ray" in out.err:
         pytest.skip(f"Ray could not start on this machine: {out.err.strip()}")
@@ -110,20 +110,20 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     state = checkpoint.load(ckpt)["learner"]
     assert state["counters"]["transitions"] >= 100  # the learner got (nearly) everything the actor sent
     assert state["counters"]["updates"] > 0
-    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(ckpt), "--episodes", "1"]) == 0
+    assert main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={ckpt}", "episodes=1"]) == 0
 
 
 def test_deploy_rejects_a_foreign_checkpoint(robot_server, tmp_path, capsys):
     bad = tmp_path / "x.pt"
     bad.write_bytes(b"not a checkpoint")
-    assert main(["deploy", "--robot", robot_server, "--token", TOKEN, "--step-timeout-s", "5", "--checkpoint", str(bad)]) == 2
+    assert main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={bad}"]) == 2
     assert "corrupt or not a robot_rl checkpoint" in capsys.readouterr().err
 
 
 def test_serve_robot_runs_for_a_set_time():
     env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
     t = time.monotonic()
-    out = subprocess.run([*CLI, "serve-robot", "--port", "0", "--run-for", "1.5", "--status-every", "0.5"],
+    out = subprocess.run([*CLI, "serve-robot", "port=0", "run_for=1.5", "status_every=0.5"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "[status]" in out.stdout and "server stopped" in out.stdout
