@@ -39,7 +39,7 @@ class OfflineData:
         if not Path(path).exists():
             raise DatasetError(
                 f"data.path={path} does not exist; record it first, e.g. "
-                f"robot-rl collect env=<spec> policy=expert episodes=20 out={path}"
+                f"robot-rl collect env.spec=<spec> policy=expert episodes=20 out={path}"
             )
         t = read_dataset(path)
         keep = torch.ones_like(t.reward, dtype=torch.bool)
