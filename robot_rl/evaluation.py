@@ -66,6 +66,9 @@ def record_video(policy: Policy, env, path: Path, seed: int, fps: int = 30, max_
         frames.append(env.render())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.mp4")
-    imageio.mimwrite(tmp, np.stack(frames), fps=fps, macro_block_size=1)
+    try:
+        imageio.mimwrite(tmp, np.stack(frames), fps=fps, macro_block_size=1)
+    except (OSError, RuntimeError):  # once more: an ffmpeg child can fail for reasons that are not ours
+        imageio.mimwrite(tmp, np.stack(frames), fps=fps, macro_block_size=1)
     tmp.replace(path)
     return {"return": episode_return, "length": length, "frames": len(frames)}

@@ -98,13 +98,18 @@ def _decode_video(path: Path, h: int, w: int) -> np.ndarray:
         raise DatasetError(
             f"{path}: listed in {EPISODES_DIR} but missing; the dataset is damaged (re-record it)"
         )
-    try:
-        gen = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
-        meta = next(gen)
-        fw, fh = meta["size"]
-        frames = [np.frombuffer(buf, dtype=np.uint8).reshape(fh, fw, 3) for buf in gen]
-    except (OSError, RuntimeError, StopIteration) as exc:
-        raise DatasetError(f"{path}: cannot decode ({exc}); the video is damaged (re-record it)") from None
+    # One retry: an ffmpeg child can fail for reasons that are not the file's (seen here: a line another library
+    # printed into the child's stderr between fork and exec hid ffmpeg's stream description).
+    for attempt in (1, 2):
+        try:
+            gen = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
+            meta = next(gen)
+            fw, fh = meta["size"]
+            frames = [np.frombuffer(buf, dtype=np.uint8).reshape(fh, fw, 3) for buf in gen]
+            break
+        except (OSError, RuntimeError, StopIteration) as exc:
+            if attempt == 2:
+                raise DatasetError(f"{path}: cannot decode ({exc}); the video is damaged (re-record it)") from None
     if (fh, fw) != (h, w):
         raise DatasetError(f"{path}: frames are {fh}x{fw}, info.json says {h}x{w}")
     return np.stack(frames) if frames else np.zeros((0, h, w, 3), dtype=np.uint8)
