@@ -415,7 +415,7 @@ FINETUNE_EXAMPLES = [
 
 
 def _finetune_policy_help() -> str:
-    from robot_rl.config import describe, presets
+    from robot_rl.config import describe, key_lines, presets
     from robot_rl.finetune.config import FinetuneConfig
 
     lines = [
@@ -437,9 +437,7 @@ def _finetune_policy_help() -> str:
         "",
         "Keys (default):",
     ]
-    rows = describe(FinetuneConfig)
-    width = min(max(len(k) + len(d) for k, d, _ in rows) + 4, 48)
-    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    lines += key_lines(describe(FinetuneConfig), max_width=48)
     return "\n".join(lines) + "\n\n"
 
 
@@ -459,7 +457,7 @@ def _finetune_help() -> str:
 
 
 def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
-    from robot_rl.config import describe, presets
+    from robot_rl.config import describe, key_lines, presets
 
     lines = [
         f"usage: robot-rl {command} [group=preset ...] [key=value ...]",
@@ -479,17 +477,14 @@ def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
         "",
         "Keys (default):",
     ]
-    rows = describe()
-    width = max(len(k) + len(d) for k, d, _ in rows) + 4
-    for key, default, text in rows:
-        lines.append(f"  {(key + '=' + default):<{width}} {text}")
+    lines += key_lines(describe())
     return "\n".join(lines) + "\n"
 
 
 # -- collect ------------------------------------------------------------------------------------------------
 def _collect_help() -> str:
     from robot_rl.collect import CollectArgs
-    from robot_rl.config import describe
+    from robot_rl.config import describe, key_lines
 
     lines = [
         "usage: robot-rl collect env.spec=<spec> out=<dataset dir> [policy=expert|random|<checkpoint.pt>] [key=value ...]",
@@ -504,9 +499,7 @@ def _collect_help() -> str:
         "",
         "Keys (default):",
     ]
-    rows = describe(CollectArgs)
-    width = max(len(k) + len(d) for k, d, _ in rows) + 4
-    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    lines += key_lines(describe(CollectArgs))
     return "\n".join(lines) + "\n"
 
 
@@ -530,7 +523,7 @@ def _collect(args: list[str]) -> int:
 # -- bc -----------------------------------------------------------------------------------------------------
 def _bc_help() -> str:
     from robot_rl.bc import BCConfig
-    from robot_rl.config import describe
+    from robot_rl.config import describe, key_lines
 
     lines = [
         "usage: robot-rl bc dataset=<dataset dir> policy=mlp|diffusion|flow [key=value ...]",
@@ -546,9 +539,7 @@ def _bc_help() -> str:
         "",
         "Keys (default):",
     ]
-    rows = describe(BCConfig)
-    width = max(len(k) + len(d) for k, d, _ in rows) + 4
-    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    lines += key_lines(describe(BCConfig))
     return "\n".join(lines) + "\n"
 
 
@@ -658,7 +649,7 @@ class EvalArgs:
 
 
 def _eval_help() -> str:
-    from robot_rl.config import describe
+    from robot_rl.config import describe, key_lines
 
     lines = [
         "usage: robot-rl eval run=<run dir> [checkpoint=best|latest] [episodes=10] [video=true] [seed=N] [device=cpu]",
@@ -671,9 +662,7 @@ def _eval_help() -> str:
         "",
         "Keys (default):",
     ]
-    rows = describe(EvalArgs)
-    width = max(len(k) + len(d) for k, d, _ in rows) + 4
-    lines += [f"  {(k + '=' + d):<{width}} {t}" for k, d, t in rows]
+    lines += key_lines(describe(EvalArgs))
     return "\n".join(lines) + "\n"
 
 

@@ -144,6 +144,18 @@ def describe(cls: type = TrainConfig, prefix: str = "", instance: Any = None) ->
     return rows
 
 
+def key_lines(rows: list[tuple[str, str, str]], max_width: int | None = None) -> list[str]:
+    """`--help`'s "Keys (default)" lines for `describe` rows: `key=default` padded to one column, then the help;
+    a setting wider than `max_width` gets its help on the next line."""
+    width = max(len(k) + len(d) for k, d, _ in rows) + 4
+    width = min(width, max_width) if max_width else width
+    lines = []
+    for key, default, text in rows:
+        setting = f"{key}={default}"
+        lines.append(f"  {setting:<{width}} {text}" if len(setting) < width else f"  {setting}\n  {'':<{width}} {text}")
+    return lines
+
+
 class ConfigError(ValueError):
     """A user mistake in the configuration; its message is one line naming the key and the valid choices."""
 

@@ -535,11 +535,9 @@ EXAMPLES = {
 
 def help_text(command: str) -> str:
     """``robot-rl <command> --help``: what it does, examples, and every key with its default."""
-    from robot_rl.config import describe
+    from robot_rl.config import describe, key_lines
 
     keys, _, what = COMMANDS[command]
-    rows = describe(keys())
-    width = min(max(len(k) + len(d) for k, d, _ in rows) + 4, 44)
     lines = [
         f"usage: robot-rl {command} [key=value ...]",
         "",
@@ -551,7 +549,5 @@ def help_text(command: str) -> str:
         "",
         "Keys (default):",
     ]
-    for key, default, text in rows:
-        setting = f"{key}={default}"
-        lines.append(f"  {setting:<{width}} {text}" if len(setting) < width else f"  {setting}\n  {'':<{width}} {text}")
+    lines += key_lines(describe(keys()), max_width=44)
     return "\n".join(lines) + "\n"
