@@ -16,8 +16,6 @@ without its replay buffer, plus `env_steps`, `eval_return` and `score`.
 from __future__ import annotations
 
 import random
-import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -33,6 +31,7 @@ from robot_rl import checkpoint
 from robot_rl.evaluation import evaluate
 from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress
 from robot_rl.plots import plot_learning_curve
+from robot_rl.signals import Terminated, sigterm_as_interrupt
 
 __all__ = [
     "CHECKPOINT_FORMAT", "EVAL_SEED_OFFSET", "Method", "MethodDefaults", "RunSettings", "Runner", "Terminated",
@@ -142,14 +141,6 @@ class RunSettings:
     means_on_host: bool = False  # see `MetricMean`
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: the run saves its checkpoint and stops."""
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated()
-
-
 class Runner:
     """Evaluation env, run directory, logging, checkpoints and the loop around one `Method`."""
 
@@ -197,37 +188,32 @@ class Runner:
         if method.env_steps > 0:
             self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
         method.start(s.seed + method.env_steps)  # a resumed run starts fresh episodes, seeded apart
-        in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
         try:
-            method.pretrain(self)
-            if s.evaluate_first and method.env_steps == 0 and self.evals == 0:
-                self._evaluate_and_log({}, 0.0)  # the starting point
-            while method.env_steps < s.steps:
-                means.add(method.advance())
-                now = time.monotonic()
-                if now - rate_t >= 1.0:
-                    rate = (method.env_steps - rate_steps) / (now - rate_t)
-                    rate_t, rate_steps = now, method.env_steps
-                self.progress.update(method.env_steps, rate, self._last_score())
-                if method.env_steps >= next_eval or method.env_steps >= s.steps:
-                    next_eval += s.eval_every
-                    self._evaluate_and_log(means.means(), rate)
-                    means.reset()
-                if method.env_steps >= next_ckpt or method.env_steps >= s.steps:
-                    next_ckpt += checkpoint_every
-                    self.save_checkpoint()
-        except KeyboardInterrupt:
-            if in_main:
-                signal.signal(signal.SIGTERM, previous)
+            with sigterm_as_interrupt():
+                method.pretrain(self)
+                if s.evaluate_first and method.env_steps == 0 and self.evals == 0:
+                    self._evaluate_and_log({}, 0.0)  # the starting point
+                while method.env_steps < s.steps:
+                    means.add(method.advance())
+                    now = time.monotonic()
+                    if now - rate_t >= 1.0:
+                        rate = (method.env_steps - rate_steps) / (now - rate_t)
+                        rate_t, rate_steps = now, method.env_steps
+                    self.progress.update(method.env_steps, rate, self._last_score())
+                    if method.env_steps >= next_eval or method.env_steps >= s.steps:
+                        next_eval += s.eval_every
+                        self._evaluate_and_log(means.means(), rate)
+                        means.reset()
+                    if method.env_steps >= next_ckpt or method.env_steps >= s.steps:
+                        next_ckpt += checkpoint_every
+                        self.save_checkpoint()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`Terminated`)
             self.progress.close()
             self.save_checkpoint()
             print(f"interrupted at step {method.env_steps:,}; checkpoint saved. Continue with:\n"
                   f"  robot-rl {s.command} resume={self.run_dir}", flush=True)
             raise
         finally:
-            if in_main:
-                signal.signal(signal.SIGTERM, previous)
             self.logger.close()
         self.progress.close()
         return {

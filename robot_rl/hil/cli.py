@@ -9,7 +9,6 @@ command with it.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import time
 from dataclasses import dataclass, field, make_dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from robot_rl.fields import help_field as _help
 from robot_rl.real.server import TOKEN_ENV
+from robot_rl.signals import sigterm_as_interrupt
 
 
 class CommandError(Exception):
@@ -238,10 +238,11 @@ def _writer(path: str | None, spec: Any, append: bool, task: str) -> Any:
 def _run_episodes(session: Any, client: Any, device: Any, writer: Any, episodes: int, seed: int | None) -> None:
     """Run ``episodes`` of ``session``; on Ctrl-C hold the robot; always release the device, dataset and channel."""
     try:
-        if device is not None:
-            device.connect()
-        session.run(episodes=episodes, seed=seed)
-    except KeyboardInterrupt:
+        with sigterm_as_interrupt():
+            if device is not None:
+                device.connect()
+            session.run(episodes=episodes, seed=seed)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         client.step(None)
     finally:
         if device is not None:
@@ -282,19 +283,19 @@ def serve_robot(args: ServeRobotArgs) -> int:
     tls = ", TLS" if args.tls_cert else ""
     print(f"serving {robot.spec.name} on {format_address(args.host, port)} at {robot.spec.control_hz:g} Hz ({auth}{tls}); "
           "Ctrl-C to stop", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     start = time.monotonic()
     try:
-        while args.run_for <= 0 or time.monotonic() - start < args.run_for:
-            time.sleep(args.status_every if args.status_every > 0 else 1.0)
-            if args.status_every > 0:
-                s = server.status()
-                print(f"[status] {s.state} | loop {s.health} | ticks {s.ticks:,} | commands {s.commands:,} | "
-                      f"holds {s.holds:,} | watchdog {s.watchdog_trips} | estops {s.estops} | "
-                      f"breaches {sum(s.breaches.values())} | rejected {sum(s.rejected.values())} | "
-                      f"clamped {sum(s.clamped.values())} | jitter p99 {s.jitter_p99_s * 1e3:.2f} ms | "
-                      f"overruns {s.overruns}" + (f" | loop error: {s.loop_error}" if s.loop_error else ""),
-                      flush=True)
+        with sigterm_as_interrupt():
+            while args.run_for <= 0 or time.monotonic() - start < args.run_for:
+                time.sleep(args.status_every if args.status_every > 0 else 1.0)
+                if args.status_every > 0:
+                    s = server.status()
+                    print(f"[status] {s.state} | loop {s.health} | ticks {s.ticks:,} | commands {s.commands:,} | "
+                          f"holds {s.holds:,} | watchdog {s.watchdog_trips} | estops {s.estops} | "
+                          f"breaches {sum(s.breaches.values())} | rejected {sum(s.rejected.values())} | "
+                          f"clamped {sum(s.clamped.values())} | jitter p99 {s.jitter_p99_s * 1e3:.2f} ms | "
+                          f"overruns {s.overruns}" + (f" | loop error: {s.loop_error}" if s.loop_error else ""),
+                          flush=True)
     except KeyboardInterrupt:
         pass
     finally:
@@ -396,13 +397,15 @@ def hil_train(args: HilTrainArgs) -> int:
                       rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name)
     print(f"hil-train on {spec.name} at {spec.control_hz:g} Hz for {args.steps:,} steps ({mode}; operator: "
           f"{args.teleop or 'none'}); run directory {run_dir}", flush=True)
-    t0 = time.monotonic()
+    t0, interrupted = time.monotonic(), False
     try:
-        if device is not None:
-            device.connect()
-        session.run(steps=args.steps, seed=args.seed * 100_000)
-    except KeyboardInterrupt:
-        print("interrupted; saving", flush=True)
+        with sigterm_as_interrupt():
+            if device is not None:
+                device.connect()
+            session.run(steps=args.steps, seed=args.seed * 100_000)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+        interrupted = True
+        print("interrupted; saving the learner", flush=True)
     finally:
         try:
             client.step(None)
@@ -420,6 +423,9 @@ def hil_train(args: HilTrainArgs) -> int:
             _stop_ray_learner(link, handle)
         client.close()
     _summary(session.episodes, time.monotonic() - t0, run_dir)
+    if interrupted:
+        print(f"learner saved; the same command with run_dir={run_dir} continues from it", flush=True)
+        return 130
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -128,3 +129,30 @@ def test_serve_robot_runs_for_a_set_time():
     assert out.returncode == 0, out.stderr
     assert "[status]" in out.stdout and "server stopped" in out.stdout
     assert time.monotonic() - t < 30
+
+
+def test_sigterm_during_hil_train_saves_the_learner_and_a_rerun_resumes(robot_server, tmp_path):
+    """SIGTERM (a scheduler's or `kill`'s stop) takes hil-train's Ctrl-C path: the robot is held, the learner saved
+    (exit 130) and the same command resumes from it. Before, SIGTERM killed the process with nothing saved."""
+    run = tmp_path / "hil"
+    args = ["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"run_dir={run}",
+            "learning_starts=50", "agent.batch_size=32", "agent.hidden_dims=[32,32]"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*CLI, *args, "steps=100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    metrics, deadline = run / "hil_metrics.csv", time.monotonic() + 300
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):  # header + the first episode
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "interrupted; saving the learner" in out and f"run_dir={run}" in out
+    from robot_rl.checkpoint import load
+
+    saved = load(run / "learner.pt")["counters"]["transitions"]
+    assert saved >= 1
+
+    out = subprocess.run([*CLI, *args, "steps=20"], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"resumed the learner from {run / 'learner.pt'} ({saved:,} transitions)" in out.stdout
