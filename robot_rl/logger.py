@@ -97,10 +97,24 @@ class MetricMean:
 
 
 class MetricsLogger:
-    """Appends rows to `metrics.csv` (flushed at once, so a killed run keeps every row) and to TensorBoard."""
+    """Appends rows to a CSV (flushed at once, so a killed run keeps every row) and to TensorBoard.
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None, columns: list[str] | None = None) -> None:
-        self.csv_path = run_dir / "metrics.csv"
+    One per phase of a run: `metrics.csv` keyed by `env_step` (the Runner), `offline_metrics.csv` keyed by
+    `offline_step` (offline pretraining, TensorBoard under `tensorboard/offline`). On resume, rows after
+    `resume_step` are dropped, since those steps are about to run again.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        resume_step: int | None = None,
+        columns: list[str] | None = None,
+        file_name: str = "metrics.csv",
+        step_key: str = "env_step",
+        tensorboard_dir: str = "tensorboard",
+    ) -> None:
+        self.csv_path = run_dir / file_name
+        self.step_key = step_key
         self.columns = METRIC_COLUMNS if columns is None else columns
         if resume_step is not None and self.csv_path.exists():
             self._truncate_after(resume_step)
@@ -112,12 +126,12 @@ class MetricsLogger:
             self._file.flush()
         from torch.utils.tensorboard import SummaryWriter  # slow import: only when a run starts
 
-        self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+        self._tb = SummaryWriter(str(run_dir / tensorboard_dir), purge_step=resume_step)
 
     def _truncate_after(self, step: int) -> None:
         """Drop rows logged after the checkpoint we resume from: those steps are about to be run again."""
         with open(self.csv_path, newline="") as f:
-            rows = [r for r in csv.DictReader(f) if int(float(r["env_step"])) <= step]
+            rows = [r for r in csv.DictReader(f) if int(float(r[self.step_key])) <= step]
         with open(self.csv_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
             writer.writeheader()
@@ -126,9 +140,9 @@ class MetricsLogger:
     def log(self, row: dict[str, float | None]) -> None:
         self._csv.writerow({k: ("" if v is None else v) for k, v in row.items()})
         self._file.flush()
-        step = int(row["env_step"])
+        step = int(row[self.step_key])
         for key, value in row.items():
-            if key != "env_step" and value is not None and not (isinstance(value, float) and math.isnan(value)):
+            if key != self.step_key and value is not None and not (isinstance(value, float) and math.isnan(value)):
                 self._tb.add_scalar(key, value, step)
         self._tb.flush()
 

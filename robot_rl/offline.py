@@ -11,17 +11,19 @@ One dataset serves three recipes:
 
 from __future__ import annotations
 
-import csv
 import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from robot_rl.agents.calql import CalQL
 from robot_rl.agents.iql import IQL
 from robot_rl.agents.sac import SAC
 from robot_rl.config import TrainConfig
-from robot_rl.logger import MetricMean
+from robot_rl.logger import MetricMean, MetricsLogger, Progress
 from robot_rl.prior_data import OfflineData
+
+if TYPE_CHECKING:
+    from robot_rl.runner import Runner
 
 
 def make_offline_learner(cfg: TrainConfig, agent: SAC) -> CalQL | IQL:
@@ -38,45 +40,43 @@ OFFLINE_COLUMNS = [
 
 
 def pretrain(
-    cfg: TrainConfig,
-    agent: SAC,
-    data: OfflineData,
-    start_step: int,
-    evaluate: Callable[[], dict[str, float | None]],
-    log_dir: Path,
-    save: Callable[[int], None],
-    message: Callable[[str], None] = print,
+    cfg: TrainConfig, agent: SAC, data: OfflineData, start_step: int, run: Runner, save: Callable[[int], None]
 ) -> int:
-    """Offline updates from `start_step` to `cfg.offline.steps`; evaluates, logs `offline_metrics.csv` and calls
-    `save(step)` every `offline.eval_every` steps (so an interrupted pretraining resumes). Returns the step."""
+    """Offline updates from `start_step` to `cfg.offline.steps`, the pretraining phase of `run`: every
+    `offline.eval_every` steps it evaluates with the run's evaluation, logs a row of `offline_metrics.csv` (and
+    TensorBoard under `tensorboard/offline`) and calls `save(step)`, so an interrupted pretraining resumes.
+    Returns the step reached."""
     learner = make_offline_learner(cfg, agent)
     total, every, batch_size, gamma = cfg.offline.steps, cfg.offline.eval_every, cfg.agent.batch_size, cfg.agent.gamma
-    csv_path = log_dir / "offline_metrics.csv"
-    new_file = not csv_path.exists()
+    logger = MetricsLogger(run.run_dir, resume_step=start_step, columns=OFFLINE_COLUMNS,
+                           file_name="offline_metrics.csv", step_key="offline_step",
+                           tensorboard_dir="tensorboard/offline")
+    progress = Progress(total, quiet=run.settings.quiet)
     step, t0, means = start_step, time.monotonic(), MetricMean()
-    message(
+    run.progress.message(
         f"offline pretraining ({cfg.offline.algorithm}) on {data.num_episodes} episodes / {len(data):,} transitions "
         f"for {total - start_step:,} steps"
     )
-    with open(csv_path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=OFFLINE_COLUMNS, extrasaction="ignore")
-        if new_file:
-            writer.writeheader()
+    try:
         while step < total:
             batch, mc_return = data.sample(batch_size, gamma)
             means.add(learner.update(batch, mc_return))
             step += 1
+            elapsed = time.monotonic() - t0
+            progress.update(step, (step - start_step) / elapsed if elapsed > 0 else 0.0, None)
             if step % every == 0 or step == total:
-                result = evaluate()
+                result = run.evaluate()
                 row = {"offline_step": step, "wall_time_s": round(time.monotonic() - t0, 1), **result}
                 row.update({k: round(v, 5) for k, v in means.means().items()})
-                writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-                f.flush()
+                logger.log(row)
                 means.reset()
                 success = "" if result["success_rate"] is None else f" | success {result['success_rate']:.0%}"
-                message(
+                progress.message(
                     f"[offline] step {step:,}/{total:,} | return {result['eval_return_mean']:.2f}{success} "
                     f"| q {row.get('q_mean', float('nan')):.3f} | {row['wall_time_s']:.0f}s"
                 )
                 save(step)
+    finally:
+        progress.close()
+        logger.close()
     return step

@@ -105,8 +105,7 @@ class OnlineSAC(MethodDefaults):
                 if step == self.cfg.offline.steps:
                     run.save_extra("pretrained.pt", {"agent": self.agent.state_dict()})
 
-            pretrain(self.cfg, self.agent, self.prior, self.offline_updates, run.evaluate, run.run_dir, save,
-                     run.progress.message)
+            pretrain(self.cfg, self.agent, self.prior, self.offline_updates, run, save)
         if self.pretrained and self.env_steps == 0 and run.evals == 0:
             run._evaluate_and_log({}, 0.0)
 

@@ -81,6 +81,7 @@ def test_wsrl_pretrains_warms_up_without_updates_then_learns_online(reach_data: 
     offline = _rows(run / "offline_metrics.csv")
     assert [int(r["offline_step"]) for r in offline] == [20, 40]
     assert all(r["cql_gap"] for r in offline)
+    assert any((run / "tensorboard" / "offline").glob("events.out.tfevents.*"))  # the same logger as metrics.csv
     rows = _rows(run / "metrics.csv")
     assert [int(r["env_step"]) for r in rows] == [0, 100, 200]  # step 0 is the pretrained policy
     # The warm-up made no updates: the first one comes once learning_starts transitions are stored.
@@ -126,3 +127,30 @@ def test_dataset_of_another_task_is_refused(reach_data: Path, tmp_path: Path, ca
     code = main(["train", "env.spec=gym:Pendulum-v1", f"data.path={reach_data}", f"run_dir={tmp_path / 'r'}", *TINY])
     assert code == 2
     assert "record the dataset on the same task" in capsys.readouterr().err
+
+
+def test_interrupted_offline_pretraining_resumes_without_duplicate_rows(reach_data: Path, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """Ctrl-C in the offline phase saves latest.pt at the last logged offline step; resuming redoes the steps after
+    it once: offline_metrics.csv ends with one row per evaluation, none repeated."""
+    from robot_rl.agents.calql import CalQL
+
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=40",
+                                "offline.eval_every=10", "train.steps=20", "train.eval_every=20",
+                                "train.learning_starts=10", "agent.batch_size=16", *TINY])
+    run = tmp_path / "run"
+    update, calls = CalQL.update, [0]
+
+    def interrupt_at_25(self, *args):
+        calls[0] += 1
+        if calls[0] == 25:
+            raise KeyboardInterrupt
+        return update(self, *args)
+
+    monkeypatch.setattr(CalQL, "update", interrupt_at_25)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg, run).run()
+    assert [int(r["offline_step"]) for r in _rows(run / "offline_metrics.csv")] == [10, 20]
+    monkeypatch.setattr(CalQL, "update", update)
+    Trainer(cfg, run, resume=True).run()
+    assert [int(r["offline_step"]) for r in _rows(run / "offline_metrics.csv")] == [10, 20, 30, 40]
