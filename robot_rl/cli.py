@@ -8,6 +8,7 @@ always an environment spec. User mistakes end with one line on stderr and exit s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -203,7 +204,6 @@ def _robot_command(command: str, args: list[str]) -> int:
 
 def _check_old_flags(args: list[str], command: str, keys: type) -> None:
     """The robot commands used to take argparse `--flags`: name the new spelling of an old one in a one-line error."""
-    import dataclasses
 
     from robot_rl.hil.cli import OLD_FLAGS
 
@@ -216,6 +216,17 @@ def _check_old_flags(args: list[str], command: str, keys: type) -> None:
         if flag == "device" and "device" not in valid and "teleop" in valid:
             raise UserError(f"{command} has no device= (device= is a torch device); the operator's device is "
                             "teleop=<keyboard|gamepad|spacemouse|scripted|replay>")
+
+
+def _dotted_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every key of a command's dataclass, dotted (`env.num_envs`), for "did you mean" hints."""
+    keys = []
+    for f in dataclasses.fields(schema):
+        keys.append(prefix + f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            keys += _dotted_keys(type(default), f"{prefix}{f.name}.")
+    return keys
 
 
 def _check_env_spec(args: list[str], command: str) -> None:
@@ -509,8 +520,8 @@ def _collect(args: list[str]) -> int:
     a = _parse_args(CollectArgs, args, "collect")
     if not a.out:
         raise UserError("collect needs out=<dataset dir>")
-    if a.episodes < 1 or a.num_envs < 1:
-        raise UserError("episodes and num_envs must be >= 1")
+    if a.episodes < 1 or a.env.num_envs < 1:
+        raise UserError("episodes and env.num_envs must be >= 1")
     if a.noise < 0:
         raise UserError("noise must be >= 0")
     if a.policy not in {"expert", "random"} and not Path(a.policy).is_file():
@@ -568,7 +579,6 @@ def _bc(args: list[str]) -> int:
 
 def _is_text_key(cls: type, key: str) -> bool:
     """Is `key` (dotted) a `str` or `str | None` field of the dataclass `cls`?"""
-    import dataclasses
     import typing
 
     node: typing.Any = cls
@@ -590,7 +600,6 @@ def _parse_args(cls: type, args: list[str], command: str):
 
     Values are YAML (numbers, true/false, null, [lists]) except for text keys, which take the text as typed: a
     token or path such as 0123 stays 0123."""
-    import dataclasses
 
     from omegaconf import OmegaConf
 
@@ -623,7 +632,9 @@ def _parse_args(cls: type, args: list[str], command: str):
             if not valid:  # a dict (driver_args, teleop_args) takes any key; the key above it was wrong
                 valid = [f.name for f in dataclasses.fields(cls)]
             under = f" under {parent}" if parent and _keys_under(parent, cls) else ""
-            raise UserError(f"unknown key '{name}' for {command}; valid keys{under}: {', '.join(valid)}") from e
+            elsewhere = [k for k in _dotted_keys(cls) if k.rpartition(".")[2] == leaf and k != name]
+            hint = f" (did you mean {' or '.join(elsewhere)}?)" if elsewhere else ""
+            raise UserError(f"unknown key '{name}' for {command}{hint}; valid keys{under}: {', '.join(valid)}") from e
         if name:
             raise UserError(f"bad value for {name}: {first} (see robot-rl {command} --help)") from e
         keys = ", ".join(f.name for f in dataclasses.fields(cls))

@@ -23,7 +23,11 @@ Policy = Callable[[dict[str, Tensor]], Tensor]
 
 @dataclass
 class CollectEnvArgs:
+    """The env keys of `robot-rl train` that recording needs, under the same names."""
+
     spec: str = _help("arm:push", "environment spec to record in (as env.spec= of robot-rl train)")
+    num_envs: int = _help(4, "parallel envs recording at once")
+    max_episode_steps: int | None = _help(None, "time limit in env steps (default: the task's)")
 
 
 @dataclass
@@ -33,11 +37,9 @@ class CollectArgs:
     episodes: int = _help(20, "finished episodes to record")
     policy: str = _help("expert", "expert (the task's scripted expert), random, or a checkpoint file (.pt)")
     noise: float = _help(0.0, "std of Gaussian noise added to the policy's actions (clipped to [-1, 1])")
-    num_envs: int = _help(4, "parallel envs recording at once")
     seed: int = _help(0, "seed of the envs and the noise")
     append: bool = _help(False, "add episodes to an existing dataset instead of refusing to overwrite it")
     task: str = _help("", "task description stored with each episode (default: derived from the env spec)")
-    max_episode_steps: int | None = _help(None, "time limit in env steps (default: the task's)")
     device: str = _help("cpu", "device of a checkpoint policy")
 
 
@@ -86,7 +88,8 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
     """Record `args.episodes` finished episodes into `args.out`; returns counts and the success rate."""
     from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
 
-    env = envs.make(args.env.spec, num_envs=args.num_envs, seed=args.seed, max_episode_steps=args.max_episode_steps)
+    env = envs.make(args.env.spec, num_envs=args.env.num_envs, seed=args.seed,
+                    max_episode_steps=args.env.max_episode_steps)
     task = args.task or args.env.spec.split(":", 1)[-1]
     try:
         policy, reset_policy = make_policy(args, env)

@@ -30,7 +30,7 @@ def reach_demos(tmp_path_factory) -> Path:
     """12 episodes of the scripted reach expert (a proportional controller), about 60 frames."""
     out = tmp_path_factory.mktemp("data") / "reach"
     collect(
-        CollectArgs(env=CollectEnvArgs("arm:reach"), out=str(out), episodes=12, num_envs=4, seed=0), message=lambda s: None
+        CollectArgs(env=CollectEnvArgs("arm:reach", num_envs=4), out=str(out), episodes=12, seed=0), message=lambda s: None
     )
     return out
 

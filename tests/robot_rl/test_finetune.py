@@ -25,8 +25,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def reach_data(tmp_path_factory) -> Path:
     """A small mixed dataset: 4 expert and 3 random episodes of the sparse reach task."""
     out = tmp_path_factory.mktemp("data") / "reach"
-    assert main(["collect", "env.spec=arm:reach-sparse", "episodes=4", "num_envs=3", f"out={out}"]) == 0
-    assert main(["collect", "env.spec=arm:reach-sparse", "policy=random", "episodes=3", "num_envs=2", f"out={out}",
+    assert main(["collect", "env.spec=arm:reach-sparse", "episodes=4", "env.num_envs=3", f"out={out}"]) == 0
+    assert main(["collect", "env.spec=arm:reach-sparse", "policy=random", "episodes=3", "env.num_envs=2", f"out={out}",
                  "append=true", "seed=1"]) == 0
     return out
 
@@ -49,6 +49,9 @@ def test_collect_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert "does not exist" in capsys.readouterr().err
     assert main(["collect", "env.spec=arm:reach", f"out={tmp_path}/d", "bogus=1"]) == 2
     assert "unknown key 'bogus' for collect; valid keys: env, out" in capsys.readouterr().err
+    # The env keys have train's names (env.num_envs, env.max_episode_steps); the old spelling points there.
+    assert main(["collect", "env.spec=arm:reach", f"out={tmp_path}/d", "num_envs=2"]) == 2
+    assert "unknown key 'num_envs' for collect (did you mean env.num_envs?)" in capsys.readouterr().err
 
 
 def test_rlpd_batches_mix_prior_and_online_data(reach_data: Path, tmp_path: Path) -> None:
