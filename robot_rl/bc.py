@@ -261,9 +261,12 @@ def evaluate_policy(
     seed: int = 0,
     deterministic: bool = True,
     max_episode_steps: int | None = None,
+    episodes: int | None = None,
+    message: Callable[[str], None] | None = None,
 ) -> dict[str, float | None]:
-    """One episode in each of `num_envs` envs of `spec`: mean return, mean length and success rate (None
-    where the task defines no success). The policy's action queue is reset for every env that finishes."""
+    """`episodes` episodes (default: one in each env) in `num_envs` envs of `spec`, in rounds if there are more
+    episodes than envs: mean return, mean length and success rate (None where the task defines no success). The
+    policy's action queue is reset for every env that finishes."""
     from robot_rl import envs
     from robot_rl.evaluation import evaluate
 
@@ -276,6 +279,8 @@ def evaluate_policy(
             env,
             seed=seed,
             on_done=policy.reset,
+            episodes=episodes,
+            message=message,
         )
     finally:
         env.close()

@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.seeds import SeedsError, split_seed_overrides
 
     try:
+        for a in args:
+            if a.partition("=")[0] == "device":
+                check_torch_device(a.partition("=")[2])
         if command in {"collect", "eval", "bc"}:
             _check_env_spec(args, command)
         if command == "finetune":
@@ -185,7 +188,7 @@ ROBOT_COMMANDS = ("serve-robot", "teleop", "hil-train", "deploy")
 def _robot_command(command: str, args: list[str]) -> int:
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.datasets import DatasetError
-    from robot_rl.hil.cli import COMMANDS, CommandError, help_text
+    from robot_rl.hil.cli import COMMANDS, CommandError, check_ranges, help_text
     from robot_rl.real.client import BridgeError
 
     if any(a in {"-h", "--help"} for a in args):
@@ -195,6 +198,8 @@ def _robot_command(command: str, args: list[str]) -> int:
     try:
         _check_old_flags(args, command, keys())
         parsed = _parse_args(keys(), args, command)
+        check_ranges(parsed)
+        check_torch_device(getattr(parsed, "device", "cpu"))
         return run(parsed)
     except (UserError, CommandError, BridgeError, CheckpointError, DatasetError) as e:
         return _fail(str(e))
@@ -216,6 +221,28 @@ def _check_old_flags(args: list[str], command: str, keys: type) -> None:
         if flag == "device" and "device" not in valid and "teleop" in valid:
             raise UserError(f"{command} has no device= (device= is a torch device); the operator's device is "
                             "teleop=<keyboard|gamepad|spacemouse|scripted|replay>")
+
+
+def check_torch_device(device: str) -> None:
+    """`device=` names a torch device this process can use, or one line says which to use instead."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"device={device}: not a torch device; use cpu, cuda, cuda:<index> or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise UserError(f"device={device}: no CUDA GPU is usable here (torch {torch.__version__}, {build}); "
+                            f"use device=cpu, or install a CUDA build of torch on a machine with a GPU")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UserError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                            f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"device={device}: Apple's MPS is not available here; use device=cpu")
+    elif dev.type not in {"cpu", "cuda", "mps"}:
+        raise UserError(f"device={device}: robot-rl runs on cpu, cuda or mps")
 
 
 def _dotted_keys(schema: type, prefix: str = "") -> list[str]:
@@ -695,7 +722,7 @@ def _parse_eval_args(args: list[str]) -> EvalArgs:
 def _eval(args: list[str]) -> int:
     from robot_rl import checkpoint
     from robot_rl.config import load_run_config
-    from robot_rl.evaluation import evaluate, record_video
+    from robot_rl.evaluation import MAX_EVAL_ENVS, evaluate, record_video
     from robot_rl.trainer import EVAL_SEED_OFFSET, build_agent, make_env
 
     a = _parse_eval_args(args)
@@ -706,10 +733,11 @@ def _eval(args: list[str]) -> int:
     cfg.device = a.device
     state = checkpoint.load(run_dir / "checkpoints" / f"{a.checkpoint}.pt")
     seed = cfg.seed + EVAL_SEED_OFFSET if a.seed is None else a.seed
-    with make_env(cfg, a.episodes) as env:
+    with make_env(cfg, min(a.episodes, MAX_EVAL_ENVS)) as env:
         agent = build_agent(cfg, env)
         agent.load_state_dict(state["agent"])
-        result = evaluate(lambda o: agent.act(o, deterministic=True).to(env.device), env, seed=seed)
+        result = evaluate(lambda o: agent.act(o, deterministic=True).to(env.device), env, seed=seed,
+                          episodes=a.episodes, message=print)
     line = (
         f"{cfg.env.spec} | {a.checkpoint} checkpoint (env step {state['env_steps']:,}) | {a.episodes} episodes | "
         f"return {result['eval_return_mean']:.2f} ± {result['eval_return_std']:.2f}"
@@ -728,10 +756,12 @@ def _eval(args: list[str]) -> int:
 
 def _eval_policy_dir(a: EvalArgs) -> int:
     from robot_rl.bc import evaluate_policy
+    from robot_rl.evaluation import MAX_EVAL_ENVS
     from robot_rl.policies.io import load_policy
 
     policy = load_policy(a.policy, device=a.device)
-    result = evaluate_policy(policy, a.env.spec, num_envs=a.episodes, seed=0 if a.seed is None else a.seed)
+    result = evaluate_policy(policy, a.env.spec, num_envs=min(a.episodes, MAX_EVAL_ENVS),
+                             seed=0 if a.seed is None else a.seed, episodes=a.episodes, message=print)
     line = f"{a.env.spec} | {a.policy} | {a.episodes} episodes | return {result['return_mean']:.2f}"
     line += f" | length {result['length_mean']:.1f}"
     if result["success_rate"] is not None:

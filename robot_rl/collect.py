@@ -86,11 +86,14 @@ def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callab
 
 def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
     """Record `args.episodes` finished episodes into `args.out`; returns counts and the success rate."""
-    from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
+    from robot_rl.datasets import DatasetError, DatasetWriter, EpisodeRecorder, transition_features
 
+    task = args.task or args.env.spec.split(":", 1)[-1]
+    if (Path(args.out) / "meta" / "info.json").is_file() and not args.append:
+        raise DatasetError(f"{args.out}: a dataset already exists; pass append=true to add episodes to it, or choose "
+                           f"another out=")
     env = envs.make(args.env.spec, num_envs=args.env.num_envs, seed=args.seed,
                     max_episode_steps=args.env.max_episode_steps)
-    task = args.task or args.env.spec.split(":", 1)[-1]
     try:
         policy, reset_policy = make_policy(args, env)
         (state_dim,) = env.observation_spec["state"][0]
@@ -100,6 +103,10 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
             Path(args.out), fps=fps, features=transition_features(state_dim, env.action_dim, images=images or None),
             robot_type=args.env.spec.split(":", 1)[0], task=task, resume=args.append,
         )
+        others = sorted(set(writer.tasks) - {task})
+        if others:
+            message(f"warning: {args.out} already holds episodes of task(s) {', '.join(others)}; adding episodes of "
+                    f"{task!r} (a learner reading the dataset mixes them)")
         recorder = EpisodeRecorder(writer, env.num_envs, task=task)
         obs = env.reset(seed=args.seed)
         reset_policy(torch.ones(env.num_envs, dtype=torch.bool, device=env.device))

@@ -10,17 +10,53 @@ import torch
 from torch import Tensor
 
 Policy = Callable[[dict[str, Tensor]], Tensor]
+MAX_EVAL_ENVS = 32  # `robot-rl eval` runs more episodes than this in rounds: memory grows with envs
 
 
 @torch.no_grad()
 def evaluate(
-    policy: Policy, env, seed: int, on_done: Callable[[Tensor], None] | None = None
+    policy: Policy,
+    env,
+    seed: int,
+    on_done: Callable[[Tensor], None] | None = None,
+    episodes: int | None = None,
+    message: Callable[[str], None] | None = None,
 ) -> dict[str, float | None]:
-    """Run exactly one episode in each of `env.num_envs` environments; return mean/std return and success rate.
+    """Run `episodes` episodes (default: one in each of `env.num_envs` envs); return mean/std return, mean length
+    and success rate (None where the task defines no success).
 
-    The same `seed` gives the same initial states every time, so successive evaluations of a run are comparable.
-    `on_done(done_mask)` is called after every step, e.g. to reset a chunked policy's queue for envs that ended.
+    More episodes than envs run in rounds of `env.num_envs` (memory grows with envs, not with episodes); round r
+    resets with `seed + r * num_envs`, so on backends that seed sub-env i with `seed + i` (gym:, mujoco:)
+    episode i starts from the same state however many envs run it. The same `seed` gives
+    the same initial states every time, so successive evaluations of a run are comparable. `on_done(done_mask)`
+    is called after every step, e.g. to reset a chunked policy's queue for envs that ended; `message` gets a line
+    per round when there are several.
     """
+    n = env.num_envs
+    episodes = n if episodes is None else episodes
+    parts: list[tuple[Tensor, Tensor, Tensor]] = []
+    has_success = False
+    for start in range(0, episodes, n):
+        returns, lengths, success, round_has_success = _one_round(policy, env, seed + start, on_done)
+        has_success |= round_has_success
+        keep = min(n, episodes - start)
+        parts.append((returns[:keep], lengths[:keep], success[:keep]))
+        if message is not None and episodes > n:
+            message(f"[eval] {start + keep:,}/{episodes:,} episodes")
+    returns, lengths, success = (torch.cat(x) for x in zip(*parts, strict=True))
+    return {
+        "eval_return_mean": returns.mean().item(),
+        "eval_return_std": returns.std(unbiased=False).item(),
+        "eval_length_mean": lengths.mean().item(),
+        "success_rate": success.float().mean().item() if has_success else None,
+    }
+
+
+def _one_round(
+    policy: Policy, env, seed: int, on_done: Callable[[Tensor], None] | None
+) -> tuple[Tensor, Tensor, Tensor, bool]:
+    """One episode in each env: per-env returns, lengths, success (reached at any step) and whether any step
+    reported success."""
     obs = env.reset(seed=seed)
     n = env.num_envs
     finished = torch.zeros(n, dtype=torch.bool, device=env.device)
@@ -36,17 +72,11 @@ def evaluate(
         lengths = torch.where(newly_done, info["episode_length"], lengths)
         if "success" in info:
             has_success = True
-            # success counts if reached at any step of the episode
             success |= info["success"].to(torch.bool) & ~finished
         finished |= newly_done
         if on_done is not None:
             on_done(done)
-    return {
-        "eval_return_mean": returns.mean().item(),
-        "eval_return_std": returns.std(unbiased=False).item(),
-        "eval_length_mean": lengths.mean().item(),
-        "success_rate": success.float().mean().item() if has_success else None,
-    }
+    return returns, lengths, success, has_success
 
 
 @torch.no_grad()

@@ -171,6 +171,11 @@ class DatasetWriter:
         return int(self._rows[-1]["dataset_to_index"]) if self._rows else 0
 
     @property
+    def tasks(self) -> list[str]:
+        """The task descriptions of the episodes so far (those already in a resumed dataset included)."""
+        return list(self._tasks)
+
+    @property
     def video_keys(self) -> list[str]:
         return [k for k, ft in self.features.items() if ft["dtype"] == "video"]
 

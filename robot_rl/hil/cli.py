@@ -116,6 +116,23 @@ class HilTrainArgs(RobotArgs):
     # torch, which serve-robot should not wait for.
 
 
+# Keys that must be positive (counts, durations, rates) wherever a robot command has them.
+_POSITIVE_KEYS = ("steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz")
+_NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s")
+
+
+def check_ranges(args: Any) -> None:
+    """One line naming the first key out of range, before anything connects to a robot."""
+    for name in _POSITIVE_KEYS:
+        value = getattr(args, name, None)
+        if value is not None and not value > 0:
+            raise CommandError(f"{name}={value}: must be > 0")
+    for name in _NON_NEGATIVE_KEYS:
+        value = getattr(args, name, None)
+        if value is not None and not value >= 0:
+            raise CommandError(f"{name}={value}: must be >= 0")
+
+
 @cache
 def hil_train_args() -> type:
     """The keys of ``hil-train``: HilTrainArgs plus ``agent.<field>`` (SACConfig, the arm presets' defaults)."""

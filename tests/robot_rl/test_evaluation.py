@@ -1,0 +1,45 @@
+"""`robot_rl.evaluation.evaluate`: exactly the requested episodes, in rounds when there are more than envs."""
+
+from __future__ import annotations
+
+import torch
+
+from robot_rl import envs
+from robot_rl.cli import main
+from robot_rl.evaluation import evaluate
+
+
+def _policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.tanh(obs["state"][:, :1])  # deterministic, state-dependent
+
+
+def test_rounds_of_envs_give_the_one_env_per_episode_result() -> None:
+    """5 episodes on 2 envs (rounds seeded seed, seed+2, seed+4) equal 5 episodes on 5 envs: same initial states
+    on a backend that seeds sub-env i with seed + i."""
+    with envs.make("gym:Pendulum-v1", num_envs=5) as wide, envs.make("gym:Pendulum-v1", num_envs=2) as narrow:
+        one_each = evaluate(_policy, wide, seed=7)
+        rounds = evaluate(_policy, narrow, seed=7, episodes=5, message=lambda s: None)
+    assert rounds == one_each
+
+
+def test_eval_runs_many_episodes_in_bounded_envs(tmp_path, capsys, monkeypatch) -> None:
+    """`eval episodes=N` used to build N envs at once (and print nothing until the end); now at most
+    MAX_EVAL_ENVS at a time, with a line per round."""
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=gym:Pendulum-v1", "train.steps=200", "train.learning_starts=100",
+                 "train.eval_every=200", "env.num_eval_envs=1", "train.video=false", "agent.hidden_dims=[16,16]",
+                 "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    capsys.readouterr()
+    made = []
+    real_make = envs.make
+
+    def counting_make(spec, num_envs=1, **kw):
+        made.append(num_envs)
+        return real_make(spec, num_envs=num_envs, **kw)
+
+    monkeypatch.setattr(envs, "make", counting_make)
+    monkeypatch.setattr("robot_rl.evaluation.MAX_EVAL_ENVS", 4)
+    assert main(["eval", f"run={run}", "episodes=10", "video=false"]) == 0
+    out = capsys.readouterr().out
+    assert max(made) == 4
+    assert "[eval] 4/10 episodes" in out and "[eval] 10/10 episodes" in out and "| 10 episodes |" in out
