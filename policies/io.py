@@ -104,6 +104,8 @@ def load_policy(path: str | os.PathLike[str], device: str | torch.device = "cpu"
     if not path.is_dir():
         raise PolicyFormatError(f"{path}: no such policy directory (expected {CONFIG} and {WEIGHTS} in it)")
     config_path, weights_path = path / CONFIG, path / WEIGHTS
+    if not config_path.is_file() and (path / "policy" / CONFIG).is_file():  # a bc/finetune run directory
+        raise PolicyFormatError(f"{path} is a run directory; its policy is {path / 'policy'}")
     for f in (config_path, weights_path):
         if not f.is_file():
             raise PolicyFormatError(f"{f}: missing; {path} is not a complete saved policy")

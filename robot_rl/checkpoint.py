@@ -30,11 +30,23 @@ def atomic_save(obj: Any, path: str | Path) -> None:
         raise
 
 
+def _missing(path: Path) -> str:
+    """Why `path` is not there, and what to load instead."""
+    if path.is_dir():
+        return f"{path} is a directory; pass a checkpoint file in it ({', '.join(p.name for p in path.glob('*.pt'))})"
+    others = sorted(p.name for p in path.parent.glob("*.pt")) if path.parent.is_dir() else []
+    if others:
+        return f"no checkpoint at {path}; {path.parent} holds {', '.join(others)}"
+    if path.parent.name == "checkpoints" and (path.parent.parent / "config.yaml").is_file():
+        return f"no checkpoint at {path}: the run has not reached its first checkpoint yet"
+    return f"no checkpoint at {path}: no such file"
+
+
 def load(path: str | Path) -> dict:
     """Load a checkpoint written by `atomic_save`, with an error that says what to do when it is unusable."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}: the run has not reached its first checkpoint yet")
+        raise CheckpointError(_missing(path))
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # torch raises several types for truncated or foreign files

@@ -199,7 +199,6 @@ def _robot_command(command: str, args: list[str]) -> int:
         _check_old_flags(args, command, keys())
         parsed = _parse_args(keys(), args, command)
         check_ranges(parsed)
-        check_torch_device(getattr(parsed, "device", "cpu"))
         return run(parsed)
     except (UserError, CommandError, BridgeError, CheckpointError, DatasetError) as e:
         return _fail(str(e))
@@ -731,7 +730,11 @@ def _eval(args: list[str]) -> int:
     run_dir = Path(a.run)
     cfg = load_run_config(run_dir)
     cfg.device = a.device
-    state = checkpoint.load(run_dir / "checkpoints" / f"{a.checkpoint}.pt")
+    ckpt = run_dir / "checkpoints" / f"{a.checkpoint}.pt"
+    if a.checkpoint == "best" and not ckpt.is_file() and ckpt.with_name("latest.pt").is_file():
+        raise UserError(f"{run_dir} has no best.pt yet (written at its first evaluation); evaluate its latest.pt "
+                        f"with checkpoint=latest")
+    state = checkpoint.load(ckpt)
     seed = cfg.seed + EVAL_SEED_OFFSET if a.seed is None else a.seed
     with make_env(cfg, min(a.episodes, MAX_EVAL_ENVS)) as env:
         agent = build_agent(cfg, env)

@@ -351,6 +351,10 @@ def hil_train(args: HilTrainArgs) -> int:
                            f"teleop={args.device}")
     import torch
 
+    from robot_rl.cli import check_torch_device
+
+    check_torch_device(args.device)
+
     from robot_rl.agents.sac import build_actor
     from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink
     from robot_rl.hil.session import Session

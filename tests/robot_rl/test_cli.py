@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from robot_rl.cli import main
 
@@ -287,6 +288,10 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
         (["eval", "policy=x", "env=arm:reach"], "the environment of eval is env.spec=<spec>"),
         (["eval", "policy=x"], "eval policy=<dir> needs env.spec=<spec>"),
         (["collect", "env.bogus=1"], "unknown key 'env.bogus' for collect; valid keys under env: spec"),
+        (["hil-train", "steps=-5"], "steps=-5: must be > 0"),
+        (["teleop", "episodes=0"], "episodes=0: must be > 0"),
+        (["train", "device=gpu"], "device=gpu: not a torch device; use cpu, cuda, cuda:<index> or mps"),
+        (["hil-train", "device=gpu"], "device=gpu: not a torch device"),
         (["bc", "dataset=x", "eval_env=arm:push"], "'eval_env=arm:push': the environment of bc is env.spec=<spec>, "
                                                    "e.g. env.spec=arm:push"),
     ],
@@ -295,6 +300,33 @@ def test_one_line_errors_of_the_unified_keys(capsys, args, expected):
     code, _, err = _run(capsys, *args)
     assert code == 2 and err.startswith("robot-rl: error: ") and err.count("\n") == 1, err
     assert expected in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["train", "finetune", "bc", "eval", "collect", "hil-train"])
+def test_device_cuda_without_cuda_is_one_line(capsys, command):
+    """Was a 35-line traceback from torch's lazy CUDA init, after the envs were built."""
+    code, _, err = _run(capsys, command, "device=cuda")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "device=cuda: no CUDA GPU is usable here" in err and "use device=cpu" in err
+
+
+def test_missing_best_checkpoint_and_run_dir_as_policy(capsys, tmp_path):
+    """A run without best.pt but with latest.pt says so (was: "has not reached its first checkpoint"); a bc run
+    directory given where its policy directory belongs names the policy directory."""
+    run = tmp_path / "run"
+    assert _run(capsys, "train", f"run_dir={run}", "quiet=true", *FAST)[0] == 0
+    (run / "checkpoints" / "best.pt").unlink()
+    code, _, err = _run(capsys, "eval", f"run={run}", "video=false")
+    assert code == 2 and "has no best.pt yet" in err and "checkpoint=latest" in err, err
+    assert _run(capsys, "eval", f"run={run}", "video=false", "checkpoint=latest")[0] == 0
+
+    from robot_rl.policies.io import PolicyFormatError, load_policy
+
+    (tmp_path / "bc" / "policy").mkdir(parents=True)
+    (tmp_path / "bc" / "policy" / "config.json").write_text("{}")
+    with pytest.raises(PolicyFormatError, match=f"{tmp_path / 'bc'} is a run directory; its policy is "):
+        load_policy(tmp_path / "bc")
 
 
 def test_finetune_takes_train_steps_and_steps_in_both_recipes():
