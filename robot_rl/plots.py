@@ -49,22 +49,35 @@ def plot_comparison(
     runs: dict[str, Path],
     png_path: Path,
     title: str = "",
-    metric: str = "success_rate",
+    metric: str | None = None,
     x: str = "env_step",
     logx: bool = False,
-) -> None:
+) -> str:
     """One curve per run (label -> run directory) of `metric` against `x` (environment steps, or wall_time_s),
     e.g. WSRL against naive fine-tuning and RLPD: `python -m robot_rl.plots out.png wsrl=runs/a naive=runs/b`.
     `logx` puts x on a log scale (linear below the first positive x, so the starting point at 0 stays): for
-    runs whose budgets differ by orders of magnitude, as SAC-based and PPO-based fine-tuning do."""
+    runs whose budgets differ by orders of magnitude, as SAC-based and PPO-based fine-tuning do.
+
+    `metric` None: `success_rate` where a run has it, else `eval_return_mean`. A metric no run has is a
+    ValueError naming the columns they have (rather than a blank plot). Returns the metric plotted."""
+    tables = {label: read_metrics(Path(run_dir) / "metrics.csv") for label, run_dir in runs.items()}
+
+    def present(name: str) -> bool:
+        return any(r.get(name) is not None for rows in tables.values() for r in rows)
+
+    if metric is None:
+        metric = "success_rate" if present("success_rate") else "eval_return_mean"
+    if not present(metric):
+        have = sorted({k for rows in tables.values() for r in rows for k, v in r.items() if v is not None})
+        raise ValueError(f"no run has values of {metric!r}; columns with values: {', '.join(have)}")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for label, run_dir in runs.items():
-        rows = [r for r in read_metrics(Path(run_dir) / "metrics.csv") if r.get(metric) is not None]
+    for label, table in tables.items():
+        rows = [r for r in table if r.get(metric) is not None]
         ax.plot([r[x] for r in rows], [r[metric] for r in rows], marker="o", ms=3, label=label)
     if logx:
         positive = [v for line in ax.get_lines() for v in line.get_xdata() if v > 0]
@@ -80,6 +93,7 @@ def plot_comparison(
     png_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
+    return metric
 
 
 if __name__ == "__main__":
@@ -88,11 +102,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m robot_rl.plots", description="compare runs' metrics.csv")
     parser.add_argument("out", type=Path, help="output PNG")
     parser.add_argument("runs", nargs="+", help="<label>=<run dir>")
-    parser.add_argument("--metric", default="success_rate", help="column to plot (e.g. eval_return_mean)")
+    parser.add_argument("--metric", default=None,
+                        help="column to plot (default: success_rate where the runs have it, else eval_return_mean)")
     parser.add_argument("--x", default="env_step", help="x axis column: env_step or wall_time_s")
     parser.add_argument("--title", default="")
     parser.add_argument("--logx", action="store_true", help="log-scaled x axis (budgets of different magnitudes)")
     args = parser.parse_args()
     if any("=" not in r for r in args.runs):
         parser.error("runs are <label>=<run dir>")
-    plot_comparison(dict(r.split("=", 1) for r in args.runs), args.out, args.title, args.metric, args.x, args.logx)
+    try:
+        plot_comparison(dict(r.split("=", 1) for r in args.runs), args.out, args.title, args.metric, args.x, args.logx)
+    except ValueError as e:
+        parser.error(str(e))

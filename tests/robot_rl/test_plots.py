@@ -39,3 +39,17 @@ def test_log_x_axis_changes_the_plot(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "robot_rl.plots", str(out), f"r={run}", *flag], check=True, cwd=repo)
         outs[bool(flag)] = out.read_bytes()
     assert outs[True] != outs[False]
+
+
+def test_default_metric_is_one_the_runs_have(tmp_path: Path) -> None:
+    """Without --metric, runs without success (Pendulum, Hopper) are drawn by return; before, the default
+    success_rate gave a blank plot and exit 0. A metric no run has is an error naming the columns."""
+    from robot_rl.plots import plot_comparison
+
+    run = write_run(tmp_path / "r", [{"env_step": 0, "wall_time_s": 1.0, "eval_return_mean": 5.0, "success_rate": ""},
+                                     {"env_step": 10, "wall_time_s": 2.0, "eval_return_mean": 7.0, "success_rate": ""}])
+    assert plot_comparison({"r": run}, tmp_path / "a.png") == "eval_return_mean"
+    bad = subprocess.run([sys.executable, "-m", "robot_rl.plots", str(tmp_path / "b.png"), f"r={run}", "--metric",
+                          "success_rate"], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert bad.returncode == 2 and "no run has values of 'success_rate'" in bad.stderr
+    assert "eval_return_mean" in bad.stderr and not (tmp_path / "b.png").exists()
