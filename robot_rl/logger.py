@@ -96,6 +96,23 @@ class MetricMean:
         self.sums, self.counts = {}, {}
 
 
+_TIME_KEYS = {"wall_time_s", "eval_time_s", "env_steps_per_s", "updates"}
+
+
+def tensorboard_tag(key: str) -> str:
+    """TensorBoard groups a CSV column by prefix: `eval/` (evaluation), `train/` (training episodes), `time/`
+    (clock, rate, counters) and `update/` (what the learner's updates report: losses, Q, temperature, ...)."""
+    if key.startswith("eval_") and key not in _TIME_KEYS:
+        return "eval/" + key[len("eval_"):]
+    if key == "success_rate":
+        return "eval/success_rate"
+    if key.startswith("train_"):
+        return "train/" + key[len("train_"):]
+    if key in _TIME_KEYS:
+        return "time/" + key
+    return "update/" + key
+
+
 class MetricsLogger:
     """Appends rows to a CSV (flushed at once, so a killed run keeps every row) and to TensorBoard.
 
@@ -143,7 +160,7 @@ class MetricsLogger:
         step = int(row[self.step_key])
         for key, value in row.items():
             if key != self.step_key and value is not None and not (isinstance(value, float) and math.isnan(value)):
-                self._tb.add_scalar(key, value, step)
+                self._tb.add_scalar(tensorboard_tag(key), value, step)
         self._tb.flush()
 
     def close(self) -> None:

@@ -1,0 +1,42 @@
+"""`robot_rl.logger.MetricsLogger`: one CSV row and grouped TensorBoard scalars per log call."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from robot_rl.logger import MetricsLogger
+
+
+def test_tensorboard_tags_are_grouped_and_the_csv_keeps_its_columns(tmp_path: Path) -> None:
+    logger = MetricsLogger(tmp_path)
+    logger.log({"env_step": 100, "wall_time_s": 2.0, "eval_return_mean": 5.0, "success_rate": None,
+                "train_return_mean": 3.0, "critic_loss": 0.5, "updates": 10, "eval_time_s": 0.5})
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {
+        "eval/return_mean", "train/return_mean", "update/critic_loss", "time/wall_time_s", "time/updates",
+        "time/eval_time_s",
+    }
+    assert events.Scalars("eval/return_mean")[0].step == 100
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        row = next(csv.DictReader(f))
+    assert row["eval_return_mean"] == "5.0" and row["critic_loss"] == "0.5" and row["success_rate"] == ""
+
+
+def test_a_second_logger_keys_its_own_file_by_its_own_step(tmp_path: Path) -> None:
+    """Offline pretraining's logger: offline_metrics.csv keyed by offline_step; on resume, rows after the resume
+    step are dropped."""
+    kw = {"columns": ["offline_step", "critic_loss"], "file_name": "offline.csv", "step_key": "offline_step",
+          "tensorboard_dir": "tensorboard/offline"}
+    logger = MetricsLogger(tmp_path, **kw)
+    for step in (10, 20, 30):
+        logger.log({"offline_step": step, "critic_loss": 1.0 / step})
+    logger.close()
+    MetricsLogger(tmp_path, resume_step=20, **kw).close()
+    with open(tmp_path / "offline.csv", newline="") as f:
+        assert [int(r["offline_step"]) for r in csv.DictReader(f)] == [10, 20]
+    assert not (tmp_path / "metrics.csv").exists()
