@@ -5,10 +5,9 @@ from __future__ import annotations
 import csv
 import math
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from torch import Tensor
 
@@ -173,50 +172,61 @@ def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:
         return [{k: (float(v) if v not in ("", None) else None) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
-class Progress:
-    """A live one-line status on a terminal (rewritten in place), or a plain line every `interval_s` in logs."""
+class _Lines:
+    """A stream for tqdm in a log file: each redraw becomes one plain line (no carriage returns)."""
 
-    def __init__(self, total_steps: int, quiet: bool = False, interval_s: float = 1.0) -> None:
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class Progress:
+    """The live progress bar (tqdm): steps, rate and ETA measured by tqdm over this process's own steps (a resumed
+    run's earlier steps do not inflate the rate), plus the last evaluation's return and losses. On a terminal it
+    redraws in place; into a log file it writes a line every `log_interval_s`."""
+
+    def __init__(self, total_steps: int, quiet: bool = False, interval_s: float = 0.5, log_interval_s: float = 30.0,
+                 initial: int = 0, delay_s: float = 1.0) -> None:
+        from tqdm import tqdm
+
         self.total, self.quiet = total_steps, quiet
         self.tty = sys.stderr.isatty()
-        self.interval_s = interval_s if self.tty else 30.0
-        self._last_print = 0.0
-
-    def update(self, step: int, steps_per_s: float, last_eval: float | None, force: bool = False) -> None:
-        if self.quiet:
-            return
-        now = time.monotonic()
-        if not force and now - self._last_print < self.interval_s:
-            return
-        self._last_print = now
-        eta = (self.total - step) / steps_per_s if steps_per_s > 0 else float("inf")
-        eval_text = "n/a" if last_eval is None else f"{last_eval:.1f}"
-        line = (
-            f"step {step:>9,}/{self.total:,} ({100 * step / self.total:5.1f}%) | {steps_per_s:7.1f} steps/s | "
-            f"last eval return {eval_text} | ETA {_fmt_duration(eta)}"
+        self._bar = None if quiet else tqdm(
+            total=total_steps, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True, smoothing=0.05,
+            file=sys.stderr if self.tty else _Lines(sys.stderr), ascii=not self.tty, delay=delay_s,
+            mininterval=interval_s if self.tty else log_interval_s,
         )
-        if self.tty:
-            sys.stderr.write("\r\033[K" + line)
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        self._postfix = ""
+
+    def update(self, step: int, last_eval: float | None = None, losses: Mapping[str, float] | None = None) -> None:
+        """Move to `step`; `last_eval` and `losses` (host floats from the last log row) show beside the bar."""
+        if self._bar is None:
+            return
+        postfix = "" if last_eval is None else f"eval {last_eval:.1f}"
+        if losses:
+            postfix += "".join(f" | {k} {v:.3g}" for k, v in losses.items())
+        if postfix != self._postfix:
+            self._postfix = postfix
+            self._bar.set_postfix_str(postfix, refresh=False)
+        if step > self._bar.n:
+            self._bar.update(step - self._bar.n)
 
     def message(self, text: str) -> None:
         """A line that must not be overwritten (evaluation results, warnings)."""
-        if self.tty and not self.quiet:
-            sys.stderr.write("\r\033[K")
-        print(text, flush=True)
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stdout)
+            sys.stdout.flush()
+        else:
+            print(text, flush=True)
 
     def close(self) -> None:
-        if self.tty and not self.quiet:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
-def _fmt_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "--:--"
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -51,8 +51,8 @@ def pretrain(
     logger = MetricsLogger(run.run_dir, resume_step=start_step, columns=OFFLINE_COLUMNS,
                            file_name="offline_metrics.csv", step_key="offline_step",
                            tensorboard_dir="tensorboard/offline")
-    progress = Progress(total, quiet=run.settings.quiet)
-    step, t0, means = start_step, time.monotonic(), MetricMean()
+    progress = Progress(total, quiet=run.settings.quiet, initial=start_step)
+    step, t0, means, shown = start_step, time.monotonic(), MetricMean(), {}
     run.progress.message(
         f"offline pretraining ({cfg.offline.algorithm}) on {data.num_episodes} episodes / {len(data):,} transitions "
         f"for {total - start_step:,} steps"
@@ -62,13 +62,13 @@ def pretrain(
             batch, mc_return = data.sample(batch_size, gamma)
             means.add(learner.update(batch, mc_return))
             step += 1
-            elapsed = time.monotonic() - t0
-            progress.update(step, (step - start_step) / elapsed if elapsed > 0 else 0.0, None)
+            progress.update(step, None, shown)
             if step % every == 0 or step == total:
                 result = run.evaluate()
                 row = {"offline_step": step, "wall_time_s": round(time.monotonic() - t0, 1), **result}
                 row.update({k: round(v, 5) for k, v in means.means().items()})
                 logger.log(row)
+                shown = {k: row[k] for k in ("critic_loss", "actor_loss") if k in row}
                 means.reset()
                 success = "" if result["success_rate"] is None else f" | success {result['success_rate']:.0%}"
                 progress.message(

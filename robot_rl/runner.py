@@ -163,7 +163,8 @@ class Runner:
         self.logger = MetricsLogger(
             self.run_dir, resume_step=method.env_steps if resume else None, columns=settings.columns
         )
-        self.progress = Progress(settings.steps, quiet=settings.quiet)
+        self.progress = Progress(settings.steps, quiet=settings.quiet, initial=method.env_steps)
+        self._shown_losses: dict[str, float] = {}  # of the last log row, beside the progress bar
 
     @property
     def env_steps(self) -> int:
@@ -183,7 +184,6 @@ class Runner:
         next_eval = (method.env_steps // s.eval_every + 1) * s.eval_every
         next_ckpt = (method.env_steps // checkpoint_every + 1) * checkpoint_every
         self._t0 = time.monotonic()
-        rate_t, rate_steps, rate = self._t0, method.env_steps, 0.0
         means = MetricMean(on_host=s.means_on_host)
         if method.env_steps > 0:
             self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
@@ -193,17 +193,18 @@ class Runner:
                 method.pretrain(self)
                 if s.evaluate_first and method.env_steps == 0 and self.evals == 0:
                     self._evaluate_and_log({}, 0.0)  # the starting point
+                # env_steps_per_s of a log row: training steps since the previous row over the time they took
+                # (evaluation and pretraining excluded)
+                span_t, span_steps = time.monotonic(), method.env_steps
                 while method.env_steps < s.steps:
                     means.add(method.advance())
-                    now = time.monotonic()
-                    if now - rate_t >= 1.0:
-                        rate = (method.env_steps - rate_steps) / (now - rate_t)
-                        rate_t, rate_steps = now, method.env_steps
-                    self.progress.update(method.env_steps, rate, self._last_score())
+                    self.progress.update(method.env_steps, self._last_score(), self._shown_losses)
                     if method.env_steps >= next_eval or method.env_steps >= s.steps:
                         next_eval += s.eval_every
+                        rate = (method.env_steps - span_steps) / max(time.monotonic() - span_t, 1e-9)
                         self._evaluate_and_log(means.means(), rate)
                         means.reset()
+                        span_t, span_steps = time.monotonic(), method.env_steps
                     if method.env_steps >= next_ckpt or method.env_steps >= s.steps:
                         next_ckpt += checkpoint_every
                         self.save_checkpoint()
@@ -264,6 +265,7 @@ class Runner:
             **means,
         }
         self.logger.log(row)
+        self._shown_losses = {k: row[k] for k in ("critic_loss", "actor_loss") if row.get(k) is not None}
         score = self._score(result)
         if score > self.best_score:
             self.best_score = score

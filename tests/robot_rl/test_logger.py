@@ -40,3 +40,25 @@ def test_a_second_logger_keys_its_own_file_by_its_own_step(tmp_path: Path) -> No
     with open(tmp_path / "offline.csv", newline="") as f:
         assert [int(r["offline_step"]) for r in csv.DictReader(f)] == [10, 20]
     assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_progress_in_a_log_file_is_plain_lines_with_the_measured_rate(capsys) -> None:
+    """Into a log (not a terminal): one line per redraw, no carriage returns; the rate is tqdm's measurement of
+    this process's steps (a resumed run's earlier steps are `initial`, not counted as fast steps)."""
+    import time
+
+    from robot_rl.logger import Progress
+
+    progress = Progress(1000, interval_s=0.0, log_interval_s=0.0, initial=500, delay_s=0.0)
+    for step in range(501, 601):
+        progress.update(step, -3.5, {"critic_loss": 0.25})
+        time.sleep(0.002)
+    progress.message("[eval] a line of its own")
+    progress.close()
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err
+    last = captured.err.strip().splitlines()[-1]
+    assert "600/1.00k" in last and "eval -3.5 | critic_loss 0.25" in last, last
+    rate = float(last.split("step/s")[0].rsplit(" ", 1)[-1].rstrip("k"))
+    assert 50 < rate < 600, last  # ~100 steps in ~0.2-0.5 s; counting the initial 500 would give well above 1000
+    assert "[eval] a line of its own" in captured.out
