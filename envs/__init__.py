@@ -18,6 +18,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import importlib  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
@@ -25,7 +26,7 @@ import torch  # noqa: E402
 
 from .core import BatchedEnv, EnvOptions, SyncBatchedEnv, UnknownEnvError  # noqa: E402
 
-__all__ = ["BatchedEnv", "SyncBatchedEnv", "UnknownEnvError", "make", "make_single"]
+__all__ = ["BatchedEnv", "SyncBatchedEnv", "UnknownEnvError", "from_gymnasium", "make", "make_single"]
 
 # Backends are imported lazily: dm_control is slow to import and not every user needs it.
 _BACKENDS = {
@@ -118,4 +119,45 @@ def make(
     except BaseException:
         for env in envs:
             env.close()
+        raise
+
+
+def from_gymnasium(
+    env: gym.Env | Callable[[], gym.Env],
+    num_envs: int = 1,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    *,
+    action_repeat: int = 1,
+    max_episode_steps: int | None = None,
+) -> BatchedEnv:
+    """Your own gymnasium env in the batched API, in one line: ``envs.from_gymnasium(lambda: MyEnv(), 4)``.
+
+    ``env`` is a factory called ``num_envs`` times, or one env instance (then ``num_envs`` must be 1). The env
+    gets what ``make`` gives every backend: actions in [-1, 1] mapped onto its Box action space, float32
+    observations (a Dict mapped onto ``state`` and ``pixels`` groups, see ``wrappers.Float32Observation``),
+    action repeat; its own time limit stays (a ``gymnasium.make``'d env has one), ``max_episode_steps`` adds
+    one in agent steps.
+    """
+    from .wrappers import finish_single_env
+
+    if isinstance(env, gym.Env) and num_envs != 1:
+        raise ValueError("from_gymnasium: pass a factory (e.g. lambda: MyEnv()) for num_envs > 1, not an instance")
+    options = EnvOptions(action_repeat, max_episode_steps, False, (240, 320), None)
+    made: list[gym.Env] = []
+    try:
+        for _ in range(num_envs):
+            single = env if isinstance(env, gym.Env) else env()
+            if not isinstance(single, gym.Env):
+                raise TypeError(f"from_gymnasium: the factory returned {type(single).__name__}, not a gymnasium.Env")
+            if not isinstance(single.action_space, gym.spaces.Box):
+                raise ValueError(f"from_gymnasium: a {type(single.action_space).__name__} action space; only "
+                                 f"continuous (Box) actions are supported")
+            wrapped, limit = finish_single_env(single, options, None)
+            made.append(wrapped)
+        name = getattr(made[0].unwrapped.spec, "id", None) or type(made[0].unwrapped).__name__
+        return SyncBatchedEnv(f"gym:{name}", made, device=device, seed=seed, max_episode_steps=limit)
+    except BaseException:
+        for e in made:
+            e.close()
         raise

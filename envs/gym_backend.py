@@ -1,8 +1,13 @@
-"""gymnasium backend: ``gym:<id>`` specs, e.g. ``gym:Hopper-v5`` or ``gym:Pendulum-v1``."""
+"""gymnasium backend: ``gym:<id>`` specs, e.g. ``gym:Hopper-v5`` or ``gym:Pendulum-v1``.
+
+An environment that a third-party package registers when it is imported (a robot suite, a lab's own env) is
+``gym:<module>:<id>``, gymnasium's own syntax: the module is imported first, then ``<id>`` is looked up.
+"""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -15,17 +20,28 @@ PREFIX = "gym:"
 
 
 def lookup(env_id: str) -> EnvSpec:
-    """Return the registered spec of ``env_id`` or raise ``UnknownEnvError`` listing close matches."""
-    if env_id in gym.registry:
-        return gym.registry[env_id]
-    ids = sorted(gym.registry)
-    by_lower = {i.lower(): i for i in ids}
-    close = [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.6)]
+    """The registered spec of ``env_id`` (``[<module>:]<id>``, the module imported first) or an
+    ``UnknownEnvError`` naming the closest registered ids."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UnknownEnvError(
+                f"env spec {PREFIX + env_id!r}: cannot import {module!r}, the module that should register {name!r} "
+                f"({e}); install its package or check the module name"
+            ) from None
+    if name in gym.registry:
+        return gym.registry[name]
+    by_lower = {i.lower(): i for i in gym.registry}
+    close = [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=5, cutoff=0.6)]
+    where = f"after importing {module!r}" if module else "in gymnasium's registry"
     if close:
-        hint = "close matches: " + ", ".join(PREFIX + c for c in close)
+        hint = "closest: " + ", ".join(PREFIX + (f"{module}:" if module else "") + c for c in close)
     else:
-        hint = "valid choices: " + ", ".join(PREFIX + i for i in ids)
-    raise UnknownEnvError(f"unknown env spec {PREFIX + env_id!r}: no such gymnasium id; {hint}")
+        hint = (f"no close match among {len(by_lower)} ids" + ("" if module else
+                "; an env that a package registers on import is gym:<module>:<id>"))
+    raise UnknownEnvError(f"unknown env spec {PREFIX + env_id!r}: {name!r} is not registered {where}; {hint}")
 
 
 def _is_mujoco(env_spec: EnvSpec) -> bool:
@@ -50,7 +66,7 @@ def make_env(env_id: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
         if not mujoco:
             raise ValueError(f"camera_id is only supported for MuJoCo gymnasium envs, not {PREFIX + env_id}")
         kwargs["camera_id"] = options.camera_id
-    env = gym.make(env_id, max_episode_steps=-1, disable_env_checker=True, **kwargs)
+    env = gym.make(env_spec, max_episode_steps=-1, disable_env_checker=True, **kwargs)
     if not isinstance(env.action_space, gym.spaces.Box):
         env.close()
         raise ValueError(

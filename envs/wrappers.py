@@ -16,20 +16,63 @@ from .core import EnvOptions
 
 
 class Float32Observation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """Cast flat Box observations to float32: torch's default dtype and half the memory in replay buffers."""
+    """Observations in the batched layout: a flat float32 vector, or a dict of groups.
+
+    A flat Box is cast to float32 (torch's default dtype, half the memory of float64 in replay buffers). A Dict
+    (a third-party env's, e.g. ``agent_pos`` + ``environment_state`` + a camera) is mapped onto groups:
+    ``"state"``: its vector entries (scalar or 1-D Boxes of any numeric dtype) concatenated as float32, a
+    ``"state"`` entry first, then the others in sorted key order (``state_keys`` records the order);
+    ``"pixels"``: its image entry (uint8, H x W x C) when there is one, or ``"pixels/<key>"`` for each of
+    several. Any other entry is refused with its key named.
+    """
 
     def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
+        self.state_keys: tuple[str, ...] = ()
+        self.image_keys: dict[str, str] = {}  # group name -> the env's key
+        if isinstance(space, gym.spaces.Dict):
+            self.observation_space = self._map_dict(space)
+            return
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise ValueError(f"only flat Box observation spaces are supported, got {space}")
+            raise ValueError(
+                f"only flat Box observation spaces or Dicts of vectors and images are supported, got {space}"
+            )
         self.observation_space = gym.spaces.Box(
             space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
         )
 
-    def observation(self, observation: Any) -> np.ndarray:
-        return np.asarray(observation, dtype=np.float32)
+    def _map_dict(self, space: gym.spaces.Dict) -> gym.spaces.Dict:
+        vectors, images = [], []
+        for key in sorted(space.spaces, key=lambda k: (k != "state", k)):
+            sub = space.spaces[key]
+            if isinstance(sub, gym.spaces.Box) and len(sub.shape) <= 1 and np.issubdtype(sub.dtype, np.number):
+                vectors.append(key)
+            elif isinstance(sub, gym.spaces.Box) and len(sub.shape) == 3 and sub.dtype == np.uint8:
+                images.append(key)
+            else:
+                raise ValueError(
+                    f"observation entry {key!r} is {sub}; supported are numeric vectors (joined into 'state') and "
+                    f"uint8 H x W x C images (as 'pixels')"
+                )
+        if not vectors:
+            raise ValueError(f"a Dict observation needs at least one vector entry for 'state', got {space}")
+        self.state_keys = tuple(vectors)
+        low = np.concatenate([np.ravel(space[k].low).astype(np.float32) for k in vectors])
+        high = np.concatenate([np.ravel(space[k].high).astype(np.float32) for k in vectors])
+        groups: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(low, high, low.shape, np.float32)}
+        for key in images:
+            name = "pixels" if len(images) == 1 else f"pixels/{key}"
+            self.image_keys[name] = key
+            groups[name] = space[key]
+        return gym.spaces.Dict(groups)
+
+    def observation(self, observation: Any) -> Any:
+        if not self.state_keys:
+            return np.asarray(observation, dtype=np.float32)
+        state = np.concatenate([np.ravel(np.asarray(observation[k], dtype=np.float32)) for k in self.state_keys])
+        return {"state": state, **{name: observation[key] for name, key in self.image_keys.items()}}
 
 
 class NormalizedAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
