@@ -1,0 +1,167 @@
+"""The Python API: train, load and act, in the shape Stable-Baselines3 users expect.
+
+    from robot_rl import api
+    agent = api.train("gym:Pendulum-v1", steps=5_000, run_dir="runs/pendulum")  # robot-rl train, from Python
+    agent = api.Agent.load("runs/pendulum")        # a run, a checkpoint (.pt) or a policy directory
+    env = gymnasium.make("Pendulum-v1")
+    obs, _ = env.reset(seed=0)
+    action = agent.predict(obs)                     # in the env's own units (Pendulum: torque in [-2, 2])
+
+Actions come back in the units of the environment the policy was trained on: robot_rl learns in [-1, 1]
+(`robot_rl.envs.wrappers.NormalizedAction`), and `predict` maps back with the bounds of the run's env spec, or
+of the `action_space` given to `load` (needed for a policy directory, which records no env). Observations go in
+as the env gives them: a flat vector, a batch of them, or a dict with a `state` entry. Observation
+normalisation travels inside the checkpoint or policy directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+__all__ = ["Agent", "train"]
+
+
+class Agent:
+    """A trained policy outside training: `predict(obs) -> action` in the environment's own units."""
+
+    def __init__(
+        self,
+        act: Callable[[torch.Tensor, bool], torch.Tensor],
+        obs_dim: int,
+        action_dim: int,
+        action_space: gym.spaces.Box | None = None,
+        spec: str | None = None,
+        reset: Callable[[], None] | None = None,
+    ) -> None:
+        self._act, self._reset = act, reset
+        self.obs_dim, self.action_dim, self.spec = obs_dim, action_dim, spec
+        self.action_space = action_space
+        if action_space is not None:
+            if action_space.shape != (action_dim,):
+                raise ValueError(f"action_space {action_space} does not fit the policy's {action_dim} actions")
+            self._low = np.asarray(action_space.low, np.float64)
+            self._high = np.asarray(action_space.high, np.float64)
+
+    @classmethod
+    def load(cls, path: str | Path, action_space: gym.spaces.Box | None = None, device: str = "cpu") -> Agent:
+        """A run directory (its `checkpoints/best.pt`, else `latest.pt`), a checkpoint file (`robot-rl train` /
+        `finetune` checkpoints, a `hil-train` `learner.pt`), or a policy directory (`robot-rl bc`, ReinFlow,
+        DPPO). `action_space`: the env's, for actions in its units where the saved run names no env."""
+        from robot_rl import checkpoint
+
+        path = Path(path)
+        if path.is_dir() and (path / "config.json").is_file() or (path / "policy" / "config.json").is_file():
+            return cls._from_policy_dir(path if (path / "config.json").is_file() else path / "policy",
+                                        action_space, device)
+        if path.is_dir():
+            ckpts = path / "checkpoints"
+            path = ckpts / "best.pt" if (ckpts / "best.pt").is_file() else ckpts / "latest.pt"
+        state = checkpoint.load(path)
+        return cls._from_checkpoint(path, state, action_space, device)
+
+    @classmethod
+    def _from_checkpoint(cls, path: Path, state: dict, action_space: gym.spaces.Box | None, device: str) -> Agent:
+        from robot_rl import checkpoint
+        from robot_rl.agents.sac import SACConfig, build_actor
+
+        if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
+            state = state["learner"]
+        config = state.get("config") if isinstance(state.get("config"), dict) else {}
+        if "agent" not in state or not ({"agent", "sac"} & config.keys()):
+            raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
+        sac = SACConfig(**config.get("agent", config.get("sac")))
+        spec = (config.get("env") or {}).get("spec")
+        if "obs_dim" in config:  # hil-train's learner config
+            obs_dim, action_dim = int(config["obs_dim"]), int(config["action_dim"])
+        else:
+            obs_dim, action_dim = _env_dims(spec, path)
+        actor = build_actor(obs_dim, action_dim, sac).to(device)
+        actor.load_state_dict(state["agent"]["actor"])
+        actor.eval()
+        if action_space is None and spec:
+            action_space = _native_action_space(spec)
+
+        def act(obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+            return actor(obs.to(device), deterministic)[0]
+
+        return cls(act, obs_dim, action_dim, action_space, spec)
+
+    @classmethod
+    def _from_policy_dir(cls, path: Path, action_space: gym.spaces.Box | None, device: str) -> Agent:
+        from robot_rl.policies.io import load_policy
+
+        policy = load_policy(path, device=device)
+
+        def act(obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+            return policy.act({"state": obs.to(device)}, deterministic=deterministic)
+
+        return cls(act, policy.obs_dim, policy.action_dim, action_space, reset=policy.reset)
+
+    @torch.no_grad()
+    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """Action(s) for one observation or a batch: float64 in the env's units where its bounds are known,
+        else float32 in [-1, 1]."""
+        if isinstance(obs, dict):
+            obs = obs["state"]
+        x = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        single = x.dim() == 1
+        if x.shape[-1] != self.obs_dim:
+            raise ValueError(f"observation of size {x.shape[-1]}; this policy takes {self.obs_dim}")
+        action = self._act(x[None] if single else x, deterministic).cpu().numpy()
+        if self.action_space is not None:
+            action = self._low + (action.astype(np.float64) + 1.0) * 0.5 * (self._high - self._low)
+        return action[0] if single else action
+
+    def reset(self) -> None:
+        """Start a new episode (clears a chunked policy's queued actions)."""
+        if self._reset is not None:
+            self._reset()
+
+
+def train(env_spec: str, steps: int, run_dir: str | Path | None = None, **overrides: Any) -> Agent:
+    """`robot-rl train env.spec=<env_spec> train.steps=<steps> [key=value ...]` from Python; returns the
+    run's best agent. `overrides` are train's keys with `__` for dots: `agent__utd=2`, `experiment="hopper"`."""
+    from datetime import datetime
+
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    keys = [f"{k.replace('__', '.')}={v}" for k, v in overrides.items()]
+    cfg = compose_train_config([f"env.spec={env_spec}", f"train.steps={steps}", *keys])
+    run = Path(run_dir) if run_dir is not None else Path(f"runs/{datetime.now():%Y-%m-%d_%H-%M-%S}_api")
+    Trainer(cfg, run).run()
+    return Agent.load(run)
+
+
+def _env_dims(spec: str, path: Path) -> tuple[int, int]:
+    """(obs_dim, action_dim) of the run's env (one env built to read them)."""
+    from robot_rl import checkpoint, envs
+
+    try:
+        with envs.make(spec, num_envs=1) as env:
+            return int(env.observation_spec["state"][0][0]), int(env.action_dim)
+    except Exception as e:
+        raise checkpoint.CheckpointError(
+            f"{path}: cannot build its env {spec!r} to read the policy's sizes ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _native_action_space(spec: str) -> gym.spaces.Box | None:
+    """The action space of `spec`'s env before robot_rl normalised it to [-1, 1] (None where there is none)."""
+    from robot_rl import envs
+
+    try:
+        env = envs.make_single(spec)
+    except Exception:  # batched-only backends (mjx:, warp:, isaaclab:): actions stay in [-1, 1]
+        return None
+    try:
+        space = env.unwrapped.action_space
+        return space if isinstance(space, gym.spaces.Box) else None
+    finally:
+        env.close()
