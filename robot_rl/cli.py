@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.envs import UnknownEnvError
     from robot_rl.finetune import FinetuneError
     from robot_rl.policies.io import PolicyFormatError
+    from robot_rl.replay import ReplayMemoryError
     from robot_rl.seeds import SeedsError, split_seed_overrides
 
     try:
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         PolicyFormatError,
         FinetuneError,
         SeedsError,
+        ReplayMemoryError,
     ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:

@@ -81,6 +81,63 @@ def _spec_to_plain(obs_spec: ObsSpec) -> dict[str, tuple[list[int], str]]:
     return {name: (list(shape), str(dtype)) for name, (shape, dtype) in obs_spec.items()}
 
 
+class ReplayMemoryError(ValueError):
+    """The replay buffer would not fit in the device's memory; the message names the key and a size that fits."""
+
+
+MEMORY_HEADROOM = 0.8  # of the available memory a replay buffer may take: the networks, envs and OS need the rest
+
+
+def bytes_per_transition(obs_spec: ObsSpec, action_dim: int) -> int:
+    """Bytes one stored transition takes: obs and next_obs groups, action, reward and the two flags."""
+    obs = sum(_numel(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in obs_spec.values())
+    return 2 * obs + 4 * action_dim + 4 + 2
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on `device` (host: the kernel's MemAvailable); None where unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_fits(capacity: int, obs_spec: ObsSpec, action_dim: int, device: torch.device,
+               key: str = "capacity") -> None:
+    """Raise `ReplayMemoryError` before allocating when `capacity` transitions would not fit in `device`'s
+    memory (more than `MEMORY_HEADROOM` of what is available): one line with the size needed, where it goes and
+    a `key=` value that fits. A run killed by the kernel's OOM killer says nothing; this says what to change."""
+    available = available_memory(device)
+    per = bytes_per_transition(obs_spec, action_dim)
+    need = capacity * per
+    if available is None or need <= MEMORY_HEADROOM * available:
+        return
+    fits = int(MEMORY_HEADROOM * available // per)
+    fits = int(float(f"{fits:.2g}")) if fits >= 100 else fits  # a round number, rounded down by %g's 2 digits
+    groups = ", ".join(f"{k} {_numel(s) * torch.empty((), dtype=d).element_size():,} B"
+                       for k, (s, d) in obs_spec.items())
+    raise ReplayMemoryError(
+        f"{key}={capacity:,} needs {need / 1e9:.1f} GB of {device.type} memory for the replay buffer ({per:,} bytes "
+        f"per transition; observation: {groups}, stored for obs and next_obs) but {available / 1e9:.1f} GB is "
+        f"available; {key}={fits:,} fits"
+    )
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 class ReplayBuffer:
     """Circular replay buffer over ``num_envs`` parallel envs with n-step returns computed at sample time.
 
@@ -97,7 +154,9 @@ class ReplayBuffer:
         device: str | torch.device = "cpu",
         gamma: float = 0.99,
         n_step: int = 1,
+        capacity_key: str = "capacity",
     ) -> None:
+        """`capacity_key` is the config key that set `capacity`, for the error when it does not fit in memory."""
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if capacity < num_envs:
@@ -115,6 +174,7 @@ class ReplayBuffer:
         self.obs_spec = _normalise_spec(obs_spec)
         self.action_dim = int(action_dim)
         self.device = torch.device(device)
+        check_fits(self.capacity, self.obs_spec, self.action_dim, self.device, capacity_key)
         self.gamma = float(gamma)
         self.n_step = int(n_step)
 

@@ -46,6 +46,13 @@ def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
     return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device)
 
 
+STORED_GROUPS = ("state",)  # the observation groups the replay keeps: what SAC reads
+
+
+def _stored(obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return obs if obs.keys() == {"state"} else {k: obs[k] for k in STORED_GROUPS}
+
+
 class OnlineSAC(MethodDefaults):
     """Online SAC as a `robot_rl.runner.Method`: RLPD with prior data, after an optional offline pretraining
     phase (WSRL). Owns the training envs, agent and replay; `advance()` is one batched env step plus updates."""
@@ -55,14 +62,17 @@ class OnlineSAC(MethodDefaults):
         if "state" not in env.observation_spec:
             raise ValueError(f"{cfg.env.spec} has no 'state' observation group; SAC needs state observations")
         self.agent = build_agent(cfg, env)
+        # Only the groups the agent reads are stored: SAC reads `state`, and an 84x84 camera group kept beside
+        # it would cost 42 GB at the default capacity (obs and next_obs) for nothing.
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
             cfg.env.num_envs,
-            env.observation_spec,
+            {k: env.observation_spec[k] for k in STORED_GROUPS},
             env.action_dim,
             device=cfg.device,
             gamma=cfg.agent.gamma,
             n_step=cfg.agent.n_step,
+            capacity_key="train.replay_capacity",
         )
         self.prior: OfflineData | None = None
         self.prior_replay: ReplayBuffer | None = None
@@ -119,7 +129,7 @@ class OnlineSAC(MethodDefaults):
         else:
             action = agent.act(obs).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(action)
-        self.replay.add(obs, action, reward, info["final_obs"], terminated, truncated)
+        self.replay.add(_stored(obs), action, reward, _stored(info["final_obs"]), terminated, truncated)
         done = terminated | truncated
         agent.observe(obs, reward, done)
         self._obs = next_obs

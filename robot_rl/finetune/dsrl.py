@@ -87,6 +87,7 @@ class DSRL(MethodDefaults):
         self.replay = ReplayBuffer(
             capacity, 1, {"state": ((base.obs_dim,), torch.float32)},
             self.executed_dim if cfg.aliased else self.noise_dim, device, gamma=sac.gamma**base.execute,
+            capacity_key="replay_capacity",
         )
         if cfg.aliased:
             self.action_critic = QEnsemble(

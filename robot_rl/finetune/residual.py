@@ -127,7 +127,8 @@ class ResidualRL(MethodDefaults):
         self.agent = SAC(dim, self.action_dim, sac, device)
         self.agent.zero_actor_mean()
         spec = {"state": ((dim,), torch.float32)}
-        self.replay = ReplayBuffer(capacity, env.num_envs, spec, self.action_dim, device, sac.gamma, sac.n_step)
+        self.replay = ReplayBuffer(capacity, env.num_envs, spec, self.action_dim, device, sac.gamma, sac.n_step,
+                                   capacity_key="replay_capacity")
         self.prior = (
             None if demos is None
             else demo_replay(self.base, demos, cfg.scale, cfg.base_deterministic, capacity, sac, device)

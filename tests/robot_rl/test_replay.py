@@ -369,3 +369,34 @@ def test_metric_mean_sums_then_divides_once() -> None:
     device.add({"x": torch.tensor(0.1)})
     device.add({"x": torch.tensor(0.2)})
     assert device.means()["x"] == ((torch.tensor(0.1) + torch.tensor(0.2)) / 2).item()
+
+
+def test_a_buffer_that_does_not_fit_in_memory_stops_before_allocating(monkeypatch) -> None:
+    """`robot-rl train env.spec=arm:reach-pixels` was killed by the kernel's OOM killer with no message (1M x 84x84
+    frames for obs and next_obs: 42 GB). Now the size is checked first: one line with what is needed, the key and a
+    value that fits."""
+    import robot_rl.replay as replay
+
+    monkeypatch.setattr(replay, "available_memory", lambda device: 8 * 10**9)
+    spec = {"state": ((29,), torch.float32), "pixels": ((84, 84, 3), torch.uint8)}
+    with pytest.raises(replay.ReplayMemoryError) as e:
+        ReplayBuffer(1_000_000, 1, spec, 4, capacity_key="train.replay_capacity")
+    message = str(e.value)
+    assert "train.replay_capacity=1,000,000 needs 42.6 GB of cpu memory" in message
+    assert "pixels 21,168 B" in message and "8.0 GB is available; train.replay_capacity=150,000 fits" in message
+    ReplayBuffer(150_000, 1, spec, 4)  # the suggested size is accepted
+    assert replay.bytes_per_transition(spec, 4) == 2 * (29 * 4 + 84 * 84 * 3) + 16 + 4 + 2
+
+
+def test_train_stores_only_the_groups_the_agent_reads(tmp_path) -> None:
+    """A pixel task's camera group is not kept in the state-based learner's replay (it read only `state`)."""
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    cfg = compose_train_config(["env.spec=arm:reach-pixels", "train.replay_capacity=1000", "env.num_eval_envs=0",
+                                "train.video=false", "quiet=true", "threads=1"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    assert set(trainer.replay.obs) == {"state"}
+    trainer.method.start(0)
+    trainer.method.advance()
+    assert len(trainer.replay) == 1
