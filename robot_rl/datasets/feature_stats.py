@@ -1,14 +1,21 @@
-"""Per-feature statistics of a dataset (min / max / mean / std / count), per episode and aggregated as LeRobot does
-(count-weighted mean and pooled variance; images per channel over at most `MAX_STAT_FRAMES` frames)."""
+"""Per-feature statistics of a dataset, per episode and aggregated as LeRobot does: min / max / mean / std / count
+(count-weighted mean and pooled variance; images per channel over at most `MAX_STAT_FRAMES` frames) and the
+quantiles q01 / q10 / q50 / q90 / q99 that LeRobot's QUANTILES normalisation reads (exact per episode; over the
+dataset, the count-weighted mean of the episodes' quantiles, LeRobot's own approximation)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from robot_rl.datasets.atomic import write_json
 from robot_rl.datasets.format import MAX_STAT_FRAMES
+
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 
 
 def feature_stats(array: np.ndarray) -> dict[str, np.ndarray]:
@@ -16,12 +23,14 @@ def feature_stats(array: np.ndarray) -> dict[str, np.ndarray]:
     a = array.reshape(len(array), -1)
     work = a.astype(np.float64)
     mn, mx = a.min(axis=0), a.max(axis=0)
+    quantiles = np.quantile(work, list(QUANTILES.values()), axis=0)
     return {
         "min": mn,
         "max": mx,
         "mean": work.mean(axis=0),
         "std": work.std(axis=0),
         "count": np.array([len(a)], dtype=np.int64),
+        **dict(zip(QUANTILES, quantiles, strict=True)),
     }
 
 
@@ -40,12 +49,14 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
         sample = sample[:, ::step, ::step]
     x = sample.astype(np.float64) / 255.0
     axes = (0, 1, 2)
+    quantiles = np.quantile(x.reshape(-1, 3), list(QUANTILES.values()), axis=0)
     return {
         "min": x.min(axis=axes).reshape(3, 1, 1),
         "max": x.max(axis=axes).reshape(3, 1, 1),
         "mean": x.mean(axis=axes).reshape(3, 1, 1),
         "std": x.std(axis=axes).reshape(3, 1, 1),
         "count": np.array([len(sample)], dtype=np.int64),
+        **{name: q.reshape(3, 1, 1) for name, q in zip(QUANTILES, quantiles, strict=True)},
     }
 
 
@@ -71,6 +82,9 @@ def aggregate_stats(per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]
             "std": np.sqrt(np.maximum(var, 0.0)),
             "count": np.array([int(total)], dtype=np.int64),
         }
+        for name in QUANTILES:  # where every episode has it (datasets written before quantiles have none)
+            if all(name in s for s in items):
+                out[key][name] = (np.stack([np.asarray(s[name], dtype=np.float64) for s in items]) * w).sum(0) / total
     return out
 
 
@@ -78,3 +92,19 @@ def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, di
     return {k: {s: np.asarray(v).tolist() for s, v in st.items()} for k, st in stats.items()}
 
 
+
+
+def write_total_stats(path: Path, per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]], fsync: bool) -> None:
+    """`meta/stats.json` from the episodes' statistics, keeping what this code cannot recompute: statistics
+    (and features) that another tool added to the existing file stay as they were."""
+    new = stats_to_json(aggregate_stats(per_episode))
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {}
+    for feature, entries in old.items() if isinstance(old, dict) else ():
+        if isinstance(entries, dict):
+            new.setdefault(feature, {})
+            for name, value in entries.items():
+                new[feature].setdefault(name, value)
+    write_json(path, new, fsync)

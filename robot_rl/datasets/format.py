@@ -294,12 +294,14 @@ def read_episode_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def stats_from_row(row: Mapping[str, Any], features: Mapping[str, dict]) -> dict[str, dict[str, np.ndarray]]:
+    """An episode's statistics from its `meta/episodes` row: every `stats/<feature>/<stat>` column it has
+    (quantiles and statistics other tools added included), for the features with the five basic ones."""
     stats: dict[str, dict[str, np.ndarray]] = {}
     for key in features:
-        cols = {s: row.get(f"stats/{key}/{s}") for s in _STATS_KEYS}
-        if any(v is None for v in cols.values()):
-            continue
-        stats[key] = {s: np.asarray(v) for s, v in cols.items()}
+        prefix = f"stats/{key}/"
+        cols = {c[len(prefix):]: v for c, v in row.items() if c.startswith(prefix) and v is not None}
+        if all(s in cols for s in _STATS_KEYS):
+            stats[key] = {s: np.asarray(v) for s, v in cols.items()}
     return stats
 
 

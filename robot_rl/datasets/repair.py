@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from robot_rl.datasets.atomic import is_tmp, write_json
-from robot_rl.datasets.feature_stats import aggregate_stats, stats_to_json
+from robot_rl.datasets.feature_stats import write_total_stats
 from robot_rl.datasets.format import (
     INFO_PATH,
     STATS_PATH,
@@ -67,5 +67,5 @@ def repair(root: str | os.PathLike[str], *, fsync: bool = True) -> list[Path]:
         write_json(root / INFO_PATH, fixed, fsync)
     ep_stats = [stats_from_row(r, info["features"]) for r in rows]
     if not rows or all(ep_stats):  # foreign datasets may lack per-episode stats: keep theirs
-        write_json(root / STATS_PATH, stats_to_json(aggregate_stats(ep_stats)), fsync)
+        write_total_stats(root / STATS_PATH, ep_stats, fsync)
     return removed

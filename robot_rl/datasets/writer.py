@@ -28,7 +28,7 @@ import numpy as np
 from torch import Tensor
 
 from robot_rl.datasets.atomic import write_json, write_table
-from robot_rl.datasets.feature_stats import aggregate_stats, feature_stats, image_stats, stats_to_json
+from robot_rl.datasets.feature_stats import feature_stats, image_stats, write_total_stats
 from robot_rl.datasets.format import (
     CODEBASE_VERSION,
     DATA_PATH,
@@ -315,7 +315,7 @@ class DatasetWriter:
         self.info["splits"] = {"train": f"0:{n}"} if n else {}
         if tasks_changed:
             write_table(self.root / TASKS_PATH, tasks_table(self._tasks), self._fsync)
-        write_json(self.root / STATS_PATH, stats_to_json(aggregate_stats(self._ep_stats)), self._fsync)
+        write_total_stats(self.root / STATS_PATH, self._ep_stats, self._fsync)
         if episodes_changed and n:
             write_table(
                 self.root / EPISODES_PATH.format(chunk_index=0, file_index=0),

@@ -629,3 +629,40 @@ def test_video_decode_survives_one_ffmpeg_failure(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(imageio_ffmpeg, "read_frames", flaky)
     img = read_dataset(root, load_images=True).images["observation.images.cam"]
     assert calls["n"] == 2 and tuple(img.shape) == (5, h, w, 3)
+
+
+# ------------------------------------------------------------------------------------------ quantile statistics
+
+
+def test_quantile_statistics_per_episode_and_in_total(tmp_path: Path) -> None:
+    """LeRobot's QUANTILES normalisation reads q01..q99 from stats.json, and its episodes table has them per episode;
+    without them LeRobot could neither normalise with our datasets nor append to them."""
+    root = tmp_path / "ds"
+    write(root, [30, 50]).close()
+    rows = pq.read_table(next((root / "meta/episodes").rglob("*.parquet"))).to_pylist()
+    episodes = [make_episode(i, n, terminated=i % 2 == 0)["action"].astype(np.float64) for i, n in enumerate([30, 50])]
+    for row, actions in zip(rows, episodes, strict=True):
+        np.testing.assert_allclose(row["stats/action/q01"], np.quantile(actions, 0.01, axis=0))
+        np.testing.assert_allclose(row["stats/action/q99"], np.quantile(actions, 0.99, axis=0))
+    total = json.loads((root / "meta/stats.json").read_text())["action"]
+    assert {"q01", "q10", "q50", "q90", "q99"} <= total.keys()
+    weighted = (30 * np.quantile(episodes[0], 0.5, axis=0) + 50 * np.quantile(episodes[1], 0.5, axis=0)) / 80
+    np.testing.assert_allclose(total["q50"], weighted)
+
+
+def test_statistics_other_tools_added_survive_appending_and_repair(tmp_path: Path) -> None:
+    """repair() and appending rewrote stats.json from the episodes and dropped what they did not compute."""
+    root = tmp_path / "ds"
+    write(root, [5, 6]).close()
+    path = root / "meta/stats.json"
+    stats = json.loads(path.read_text())
+    stats["action"]["q05"] = [0.5, 0.5]
+    stats["observation.extra"] = {"mean": [1.0]}
+    path.write_text(json.dumps(stats))
+    w = DatasetWriter(root, fps=10, features=transition_features(D, A), resume=True)
+    w.write_episode(make_episode(2, 4))
+    w.close()
+    repair(root)
+    after = json.loads(path.read_text())
+    assert after["action"]["q05"] == [0.5, 0.5] and after["observation.extra"] == {"mean": [1.0]}
+    assert after["action"]["count"] == [15] and "q99" in after["action"]
