@@ -8,16 +8,24 @@ export MUJOCO_GL ?= egl
 
 .PHONY: install train test test-fast test-slow bench lint clean proto
 
+BASE_STAMP := $(VENV)/.installed-base
+
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+# The simulation install (what `make train` needs): the package and its base dependencies only.
+$(BASE_STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	@touch $(BASE_STAMP)
+
+# Everything the tests need: the robot bridge, Ray, MJX/Warp (their CPU correctness tests), Minari, pytest, ruff.
+$(STAMP): $(BASE_STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	@touch $(STAMP)
 
 ## train: train the default task (SAC on Pendulum-v1, a few minutes on 2 cores); extra Hydra overrides via ARGS="..."
-train: $(STAMP)
+train: $(BASE_STAMP)
 	$(BIN)/robot-rl train $(ARGS)
 
 ## test: the fast suite, then the seeded learning tests CI can afford (Pendulum-v1, cartpole-swingup), the

@@ -188,6 +188,11 @@ ROBOT_COMMANDS = ("serve-robot", "teleop", "hil-train", "deploy")
 
 
 def _robot_command(command: str, args: list[str]) -> int:
+    try:
+        import grpc  # noqa: F401  (the bridge's transport: an extra, not part of the simulation install)
+    except ImportError:
+        return _fail(f"{command} needs the robot bridge's packages, an extra of the simulation install: "
+                     f"pip install -c constraints.txt -e '.[robot]'  (or pip install 'robot-rl[robot]')")
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.datasets import DatasetError
     from robot_rl.hil.cli import COMMANDS, CommandError, check_ranges, help_text

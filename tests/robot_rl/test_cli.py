@@ -329,6 +329,17 @@ def test_missing_best_checkpoint_and_run_dir_as_policy(capsys, tmp_path):
         load_policy(tmp_path / "bc")
 
 
+@pytest.mark.parametrize("command", ["serve-robot", "hil-train"])
+def test_robot_commands_without_the_bridge_extra_say_how_to_install_it(capsys, monkeypatch, command):
+    """gRPC is an extra (`.[robot]`) of the simulation install; without it a robot command is one line."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "grpc", None)  # `import grpc` raises ImportError
+    code, _, err = _run(capsys, command)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{command} needs the robot bridge's packages" in err and "-e '.[robot]'" in err
+
+
 def test_finetune_takes_train_steps_and_steps_in_both_recipes():
     from robot_rl.cli import _finetune_steps
 
