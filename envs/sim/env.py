@@ -125,10 +125,7 @@ class SimEnv(BatchedEnv):
         if final is None:
             final = task.observe(qpos, qvel)
 
-        self._elapsed += 1
-        truncated = self._elapsed >= self.max_episode_steps
-        done = terminated | truncated
-        self._elapsed.masked_fill_(done, 0)
+        truncated, done = self._count_steps(terminated)
         if self._reset_where(done):
             obs = torch.where(done[:, None], task.observe(*physics.state()), final)
             final_obs: Obs | None = {"state": final}
@@ -173,11 +170,28 @@ class SimEnv(BatchedEnv):
         self.physics.close()
 
     # -- internals -------------------------------------------------------------------------------------------
+    def _count_steps(self, terminated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance the episode step counters: ``(truncated, done)``, counters of done envs back to 0. On the host
+        in numpy views of the tensors, as ``BatchedEnv._episode_stats_host`` (tiny tensors: torch's per-op
+        dispatch would cost several times the arithmetic)."""
+        if self.device.type == "cpu":
+            elapsed = self._elapsed.numpy()
+            elapsed += 1
+            truncated = elapsed >= self.max_episode_steps
+            done = terminated.numpy() | truncated
+            elapsed[done] = 0
+            return torch.from_numpy(truncated), torch.from_numpy(done)
+        self._elapsed += 1
+        truncated_t = self._elapsed >= self.max_episode_steps
+        done_t = terminated | truncated_t
+        self._elapsed.masked_fill_(done_t, 0)
+        return truncated_t, done_t
+
     def _reset_where(self, mask: torch.Tensor) -> bool:
         """Reset the envs in ``mask``; False when it is known that none was (on the host)."""
         # On the host, asking whether anything ended costs nothing and saves drawing N fresh starts and an
         # observation per step; on a GPU it would be a synchronisation, so the masked reset always runs there.
-        if self.device.type == "cpu" and not bool(mask.any()):
+        if self.device.type == "cpu" and not mask.numpy().any():
             return False
         qpos, qvel, ctrl = self.task.initial_state(self._rng)
         self.physics.reset(mask, qpos, qvel, ctrl)
