@@ -5,8 +5,8 @@
 Implementations, all with random actions (pre-drawn, so drawing them is not timed) and autoreset included:
   sync       gymnasium.vector.SyncVectorEnv over gymnasium.make(task), numpy actions (the reference)
   gym        envs.make("gym:<task>", n): our SyncBatchedEnv, torch in and out
-  mujoco     envs.make("mujoco:<task>", n): the native batch on mujoco's thread pool (--nthread threads,
-             default os.cpu_count())
+  mujoco     envs.make("mujoco:<task>", n): envs.sim's task on CPU MuJoCo, all envs stepped as one
+             mujoco.batch on its thread pool (--nthread threads, default os.cpu_count())
   mujoco-1t  the same with one physics thread, to show what the threads add on this machine
 A round gives every implementation --seconds of stepping, cut into --slices short slices taken in turn, so
 that load from other processes, which drifts within seconds, hits all implementations alike. Reported per
@@ -30,7 +30,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
-from robot_rl.envs.mujoco_backend import MujocoBatchedEnv
+from robot_rl.envs.mujoco_backend import GymnasiumTwinEnv
 
 from bench.common import cpu_model
 from robot_rl import envs
@@ -97,9 +97,9 @@ def build(impl: str, task: str, num_envs: int, nthread: int, seed: int) -> Stepp
         if nthread == (os.cpu_count() or 1):  # the public path, whose default is os.cpu_count() threads
             env = envs.make(f"mujoco:{task}", num_envs, seed=seed)
         else:
-            env = MujocoBatchedEnv(task, num_envs, seed=seed, nthread=min(nthread, num_envs))
+            env = GymnasiumTwinEnv(task, num_envs, seed=seed, nthread=min(nthread, num_envs))
     elif impl == "mujoco-1t":
-        env = MujocoBatchedEnv(task, num_envs, seed=seed, nthread=1)
+        env = GymnasiumTwinEnv(task, num_envs, seed=seed, nthread=1)
     else:
         raise ValueError(f"unknown implementation {impl!r}")
     env.reset()

@@ -1,7 +1,7 @@
 """Simulator backends: env steps/s of mujoco:, mjx: and warp: tasks against a CPU peer, compile time apart.
 
     python -m bench.sim_backends [--quick] [--device cpu|cuda] [--num-envs N ...] [--tasks T ...]
-                                 [--backends mujoco mujoco-sim mjx warp] [--seconds S] [--rounds R] [--out PATH]
+                                 [--backends mujoco mjx warp] [--seconds S] [--rounds R] [--out PATH]
 
 Implementations, all with random actions in [-1, 1] pre-drawn on the env's device (drawing is not timed) and
 autoreset included (Hopper falls within tens of random steps, so resets are part of every timed window):
@@ -10,10 +10,9 @@ autoreset included (Hopper falls within tens of random steps, so resets are part
               gymnasium.vector.SyncVectorEnv over gymnasium.make(task) for the locomotion tasks (Hopper-v5),
               our SyncBatchedEnv over dm_control for cartpole-swingup (envs.make("dmc:cartpole-swingup")) and
               over the tabletop arm for reach/push (envs.make("arm:reach"))
-  mujoco      envs.make("mujoco:<task>", N, device): CPU MuJoCo. For Hopper-v5 this is the older native
-              backend (envs.mujoco_backend); for the other tasks it is envs.sim.SimEnv on CPU physics
-  mujoco-sim  envs.sim.SimEnv(make_task(task), "cpu", N): the sim version on CPU MuJoCo, only for tasks where
-              mujoco: is the native backend (elsewhere it is the mujoco row again, so it is skipped)
+  mujoco      envs.make("mujoco:<task>", N, device): envs.sim.SimEnv on CPU MuJoCo (for Hopper-v5 with
+              gymnasium's reset noise, envs.mujoco_backend.GymnasiumTwinEnv). Result files before 2026-11-25
+              also have mujoco-sim, SimEnv for Hopper-v5 when mujoco:Hopper-v5 was a numpy implementation
   mjx         envs.make("mjx:<task>", N, device): MJX under jit(vmap) (JAX's CPU backend on --device cpu)
   warp        envs.make("warp:<task>", N, device): MuJoCo Warp (its LLVM CPU backend on --device cpu)
 
@@ -43,15 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from robot_rl.envs.mujoco_backend import TASKS as NATIVE_MUJOCO_TASKS
-from robot_rl.envs.sim import SimEnv, make_task, task_names
+from robot_rl.envs.sim import task_names
 
 from bench.common import _git, _version, machine_info, results_path, sync, write_json
 from bench.envs_throughput import ACTION_POOL, Stepper, _cycle, _load
 from bench.envs_throughput import build as build_gym_stepper
 from robot_rl import envs
 
-BACKENDS = ("mujoco", "mujoco-sim", "mjx", "warp")
+BACKENDS = ("mujoco", "mjx", "warp")
 DEFAULT_TASKS = ("cartpole-swingup", "Hopper-v5", "reach", "push")
 LOCOMOTION = ("Hopper-v5", "Walker2d-v5", "HalfCheetah-v5")  # gymnasium's own envs are the peer
 NOT_ON_THIS_DEVICE = "no CUDA device in this run"
@@ -68,18 +66,11 @@ def peer_spec(task: str) -> str:
     )
 
 
-def applies(task: str, impl: str) -> bool:
-    """mujoco-sim only differs from mujoco where mujoco: is the native backend."""
-    return impl != "mujoco-sim" or task in NATIVE_MUJOCO_TASKS
-
-
 def make_env(task: str, impl: str, num_envs: int, device: str, seed: int) -> envs.BatchedEnv:
     """The env of one implementation (the peer's locomotion form is built by bench.envs_throughput)."""
     if impl == "peer":
         spec = "dmc:cartpole-swingup" if task == "cartpole-swingup" else f"arm:{task}"
         return envs.make(spec, num_envs, device=device, seed=seed)
-    if impl == "mujoco-sim":
-        return SimEnv(make_task(task), "cpu", num_envs, device=device, seed=seed)
     prefix = {"mujoco": "mujoco", "mjx": "mjx", "warp": "warp"}[impl]
     return envs.make(f"{prefix}:{task}", num_envs, device=device, seed=seed)
 
@@ -284,7 +275,7 @@ def not_measured_rows(
         {"task": t, "num_envs": n, "impl": impl, "not measured": reason}
         for t in tasks
         for n in num_envs
-        for impl in ("peer", *(i for i in impls if applies(t, i)))
+        for impl in ("peer", *impls)
     ]
 
 
@@ -413,11 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         results = []
         for task in args.tasks:
-            impls = [i for i in args.backends if applies(task, i)]
             results += run_task(
                 task,
                 num_envs,
-                impls,
+                args.backends,
                 args.device,
                 rounds,
                 seconds,

@@ -2,7 +2,7 @@
 
 ``make("gym:Hopper-v5", num_envs=8)``, ``make("dmc:walker-walk", num_envs=8)`` or
 ``make("mujoco:Hopper-v5", num_envs=64)`` (gymnasium's v5 locomotion tasks stepped as one batch on
-``mujoco``'s thread pool; see ``robot_rl.envs.mujoco_backend``) return a ``BatchedEnv`` (see ``robot_rl.envs.core`` for the full
+``mujoco``'s thread pool, bit-identical to ``gym:``; see ``robot_rl.envs.mujoco_backend``) return a ``BatchedEnv`` (see ``robot_rl.envs.core`` for the full
 contract); ``make_single`` returns one plain gymnasium env with the same normalisation, for tools that expect
 the gymnasium API. ``make("arm:pick_place", num_envs=8)`` builds the tabletop arm tasks of ``robot_rl.envs.arm``
 (reach, push, pick_place; ``-sparse`` and ``-pixels`` variants, see ``robot_rl.envs.arm_backend``).

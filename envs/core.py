@@ -3,9 +3,9 @@
 ``BatchedEnv`` owns the contract that every backend shares: ``step`` validates and clips actions, keeps the
 episode statistics and assembles the info dict; ``reset`` applies the seed given to ``make`` on the first reset.
 A backend only implements ``_reset(seed)`` and ``_step(action) -> BackendStep`` on top of its simulator: a list
-of single gymnasium envs (``SyncBatchedEnv``, for ``gym:``, ``dmc:`` and ``arm:``), one batch of MuJoCo states
-(``robot_rl.envs.mujoco_backend``), a torch task on CPU MuJoCo, MJX or Warp (``robot_rl.envs.sim``), or an
-already batched Isaac Lab env (``robot_rl.envs.isaaclab_backend``).
+of single gymnasium envs (``SyncBatchedEnv``, for ``gym:``, ``dmc:`` and ``arm:``), a torch task on CPU MuJoCo
+(``mujoco:``, ``robot_rl.envs.mujoco_backend``), MJX or Warp (``robot_rl.envs.sim``), or an already batched
+Isaac Lab env (``robot_rl.envs.isaaclab_backend``).
 
 ``SyncBatchedEnv`` steps a list of single gymnasium envs with flat float32 observations and actions normalised
 to [-1, 1] (see ``robot_rl.envs.wrappers``) in one Python loop and speaks torch to the learner. We deliberately do

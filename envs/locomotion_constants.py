@@ -1,8 +1,7 @@
 """gymnasium's v5 locomotion tasks (HalfCheetah, Hopper, Walker2d) as constants: MJCF file and default kwargs.
 
-One table for the two implementations of these tasks, so that neither imports the other: the native batched
-CPU stepper (``robot_rl.envs.mujoco_backend``, ``mujoco:<id>``) and the torch task of ``robot_rl.envs.sim``
-(``robot_rl.envs.sim.tasks.locomotion``, which ``mjx:<id>`` and ``warp:<id>`` run).
+The table behind the torch task of ``robot_rl.envs.sim`` (``robot_rl.envs.sim.tasks.locomotion``, which
+``mujoco:<id>``, ``mjx:<id>`` and ``warp:<id>`` run) and the spec lookup of ``robot_rl.envs.mujoco_backend``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``robot_rl.envs.make`` entry points for the sim backends: ``mjx:<task>`` and ``warp:<task>`` (and, through
-``robot_rl.envs.mujoco_backend``, ``mujoco:<task>`` for the tasks that only exist here)."""
+``robot_rl.envs.mujoco_backend``, ``mujoco:<task>`` for the tasks other than gymnasium's)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,14 @@
 Everything per step is a fixed sequence of tensor operations on ``env.device``: no per-env Python, and one
 host synchronisation only, ``BatchedEnv``'s finiteness check that keeps NaN actions out of the simulator (the
 contract requires a ``ValueError`` before anything is sent). Finished envs are reset in the same step under a mask:
-the task draws fresh starts for every env from per-env counter-based streams (``robot_rl.envs.sim.rng``), and the
-physics applies them only where the mask is set, so no ``nonzero`` or branching on device values is needed.
+the task draws fresh starts for every env from per-env counter-based streams (``robot_rl.envs.sim.rng``; a
+subclass may set ``rng_type``, as ``mujoco:``'s gymnasium twin does), and the physics applies them only where the
+mask is set, so no ``nonzero`` or branching on device values is needed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import gymnasium as gym
 import mujoco
@@ -17,7 +20,7 @@ import torch
 from ..core import BackendStep, BatchedEnv, EnvOptions, Obs
 from ..wrappers import default_time_limit
 from .physics import make_physics
-from .rng import CounterRNG
+from .rng import CounterRNG, ResetRNG
 from .task import SimTask
 
 
@@ -29,7 +32,11 @@ class SimEnv(BatchedEnv):
     ``info["success"]`` for tasks that report it, ``reset(seed=s)`` seeding sub-env i with s + i. With action
     repeat, an env that terminates during the repeat stops accumulating reward and keeps the observation it
     terminated in as its final observation (the physics of all envs still steps, which keeps the batch whole).
+    ``nthread``: CPU physics threads (default ``min(os.cpu_count(), num_envs)``).
     """
+
+    #: Where reset noise comes from (``robot_rl.envs.sim.rng.ResetRNG``); made as ``rng_type(num_envs, device)``.
+    rng_type: Callable[[int, torch.device], ResetRNG] = CounterRNG
 
     def __init__(
         self,
@@ -41,6 +48,7 @@ class SimEnv(BatchedEnv):
         seed: int | None = None,
         options: EnvOptions | None = None,
         spec: str | None = None,
+        nthread: int | None = None,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
@@ -58,7 +66,7 @@ class SimEnv(BatchedEnv):
                 f"camera_id {options.camera_id} out of range for {task.name} (-1..{model.ncam - 1})"
             )
         self._model = model
-        self.physics = make_physics(physics, model, num_envs, self.device, task.contact_capacity)
+        self.physics = make_physics(physics, model, num_envs, self.device, task.contact_capacity, nthread)
         self.backend = physics
         task.setup(model, num_envs, self.device, self.physics.dtype)
         self.action_dim = task.action_dim
@@ -72,7 +80,7 @@ class SimEnv(BatchedEnv):
         self._action_repeat = options.action_repeat
         self._action_dtype = self.physics.dtype  # BatchedEnv checks actions on ``device``, in this dtype
 
-        self._rng = CounterRNG(num_envs, self.device)
+        self._rng = self.rng_type(num_envs, self.device)
         self._initial_seed = seed
         self._render = options.render
         self._render_size = options.render_size
@@ -99,14 +107,16 @@ class SimEnv(BatchedEnv):
             physics.step(ctrl, task.frame_skip)
             qpos_before, (qpos, qvel) = qpos, physics.state()
             r, term, succ = task.evaluate(qpos_before, qpos, qvel, ctrl)
+            if r.dtype != torch.float64:
+                r = r.to(torch.float64)
             if k == 0:
-                reward, terminated, success = r.to(torch.float64), term, succ
+                reward, terminated, success = r, term, succ
                 if self._action_repeat > 1:
                     final = task.observe(qpos, qvel)
                 continue
             # Envs that already terminated in this repeat keep their reward, flag and final observation.
             alive = ~terminated
-            reward = reward + torch.where(alive, r.to(torch.float64), 0.0)
+            reward = reward + torch.where(alive, r, 0.0)
             obs_k = task.observe(qpos, qvel)
             final = torch.where(alive[:, None], obs_k, final)
             if success is not None and succ is not None:
@@ -115,18 +125,18 @@ class SimEnv(BatchedEnv):
         if final is None:
             final = task.observe(qpos, qvel)
 
-        self._elapsed += 1
-        truncated = self._elapsed >= self.max_episode_steps
-        done = terminated | truncated
-        self._elapsed.masked_fill_(done, 0)
-        self._reset_where(done)
-        obs = torch.where(done[:, None], task.observe(*physics.state()), final)
+        truncated, done = self._count_steps(terminated)
+        if self._reset_where(done):
+            obs = torch.where(done[:, None], task.observe(*physics.state()), final)
+            final_obs: Obs | None = {"state": final}
+        else:  # nothing reset (known on the host only): obs is final, BatchedEnv copies it
+            obs, final_obs = final, None
         info = None
         if task.reports_success:
             assert success is not None
             info = {"success": success}
         # reward stays float64: BatchedEnv sums episode returns before casting to float32.
-        return BackendStep({"state": obs}, reward, terminated, truncated, {"state": final}, info)
+        return BackendStep({"state": obs}, reward, terminated, truncated, final_obs, info)
 
     # -- public API ------------------------------------------------------------------------------------------
     def render(self, index: int = 0) -> np.ndarray:
@@ -143,7 +153,9 @@ class SimEnv(BatchedEnv):
         if mocap is not None:
             data.mocap_pos[:] = mocap
         mujoco.mj_forward(self._model, data)
-        camera = -1 if self._camera_id is None else self._camera_id
+        camera = self._camera_id
+        if camera is None or camera < 0:
+            camera = self.task.default_camera(data)
         self._renderer.update_scene(data, camera=camera)
         return np.ascontiguousarray(self._renderer.render(), dtype=np.uint8)
 
@@ -158,12 +170,31 @@ class SimEnv(BatchedEnv):
         self.physics.close()
 
     # -- internals -------------------------------------------------------------------------------------------
-    def _reset_where(self, mask: torch.Tensor) -> None:
-        # On the host, asking whether anything ended costs nothing and saves drawing N fresh starts per step; on
-        # a GPU it would be a synchronisation, so the masked reset runs unconditionally there.
-        if self.device.type == "cpu" and not bool(mask.any()):
-            return
+    def _count_steps(self, terminated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance the episode step counters: ``(truncated, done)``, counters of done envs back to 0. On the host
+        in numpy views of the tensors, as ``BatchedEnv._episode_stats_host`` (tiny tensors: torch's per-op
+        dispatch would cost several times the arithmetic)."""
+        if self.device.type == "cpu":
+            elapsed = self._elapsed.numpy()
+            elapsed += 1
+            truncated = elapsed >= self.max_episode_steps
+            done = terminated.numpy() | truncated
+            elapsed[done] = 0
+            return torch.from_numpy(truncated), torch.from_numpy(done)
+        self._elapsed += 1
+        truncated_t = self._elapsed >= self.max_episode_steps
+        done_t = terminated | truncated_t
+        self._elapsed.masked_fill_(done_t, 0)
+        return truncated_t, done_t
+
+    def _reset_where(self, mask: torch.Tensor) -> bool:
+        """Reset the envs in ``mask``; False when it is known that none was (on the host)."""
+        # On the host, asking whether anything ended costs nothing and saves drawing N fresh starts and an
+        # observation per step; on a GPU it would be a synchronisation, so the masked reset always runs there.
+        if self.device.type == "cpu" and not mask.numpy().any():
+            return False
         qpos, qvel, ctrl = self.task.initial_state(self._rng)
         self.physics.reset(mask, qpos, qvel, ctrl)
         self.task.commit_reset(mask)
         self._rng.advance(mask)
+        return True

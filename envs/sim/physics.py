@@ -55,13 +55,17 @@ def make_physics(
     num_envs: int,
     device: torch.device,
     contact_capacity: tuple[int, int] | None = None,
+    nthread: int | None = None,
 ) -> Physics:
     """The ``kind`` backend ("cpu", "mjx" or "warp") for ``num_envs`` copies of ``model`` on ``device``.
 
-    ``contact_capacity`` is (contacts, constraint rows) per env for backends that preallocate them (Warp).
+    ``contact_capacity`` is (contacts, constraint rows) per env for backends that preallocate them (Warp);
+    ``nthread`` the CPU backend's thread count.
     """
+    if nthread is not None and kind != "cpu":
+        raise ValueError(f"nthread applies to the cpu physics backend only, not {kind!r}")
     if kind == "cpu":
-        return CpuPhysics(model, num_envs, device)
+        return CpuPhysics(model, num_envs, device, nthread)
     if kind == "mjx":
         from .mjx_physics import MjxPhysics
 
@@ -74,7 +78,12 @@ def make_physics(
 
 
 class CpuPhysics:
-    """``mujoco.batch.Batch`` in float64 on the host; see the module docstring."""
+    """``mujoco.batch.Batch`` in float64 on the host; see the module docstring.
+
+    ``mujoco.batch`` keeps each state row complete (qpos, qvel, act, warmstart, ctrl, time), so every row steps
+    bit-identically to a single ``MjData`` (gymnasium's), at any thread count. ``nthread`` defaults to
+    ``min(os.cpu_count(), num_envs)``.
+    """
 
     dtype = torch.float64
 
@@ -83,29 +92,36 @@ class CpuPhysics:
     ):
         try:
             from mujoco import batch
-        except ImportError as err:  # pragma: no cover - depends on the installed mujoco
+        except ImportError as err:
             raise ImportError(
-                f"the CPU physics backend needs mujoco.batch (MuJoCo >= 3.17), not mujoco {mujoco.__version__}"
+                f"mujoco: and CPU physics need mujoco.batch from MuJoCo >= 3.17, not mujoco {mujoco.__version__}"
+                ' (pip install -c constraints.txt "mujoco>=3.17")'
             ) from err
+        if nthread is not None and (isinstance(nthread, bool) or not isinstance(nthread, int) or nthread < 1):
+            raise ValueError(f"nthread must be None or an int >= 1, got {nthread!r}")
         self.model, self.num_envs, self.device = model, num_envs, torch.device(device)
-        threads = nthread or max(1, min(os.cpu_count() or 1, num_envs))
-        self._batch = batch.Batch(model, num_envs, threads)
+        self.nthread = nthread or max(1, min(os.cpu_count() or 1, num_envs))
+        self._batch = batch.Batch(model, num_envs, self.nthread)
         self._qpos = self._batch.bind("qpos")  # live views of the state rows
         self._qvel = self._batch.bind("qvel")
         self._ctrl = self._batch.bind("ctrl")
         self._batch.reset(None, stage=mujoco.mjtStage.mjSTAGE_NONE)
         self._on_host = self.device.type == "cpu"
+        self._state: tuple[torch.Tensor, torch.Tensor] | None = None  # until the state changes
 
     def state(self) -> tuple[torch.Tensor, torch.Tensor]:
         # Copies: the views change in place at the next step, and callers keep qpos_before across it.
-        qpos, qvel = torch.from_numpy(self._qpos.copy()), torch.from_numpy(self._qvel.copy())
-        if self._on_host:
-            return qpos, qvel
-        return qpos.to(self.device), qvel.to(self.device)
+        if self._state is None:
+            qpos, qvel = torch.from_numpy(self._qpos.copy()), torch.from_numpy(self._qvel.copy())
+            if not self._on_host:
+                qpos, qvel = qpos.to(self.device), qvel.to(self.device)
+            self._state = qpos, qvel
+        return self._state
 
     def step(self, ctrl: torch.Tensor, nstep: int) -> None:
-        self._ctrl[:] = ctrl.detach().to("cpu", torch.float64).numpy()
+        self._ctrl[:] = ctrl.numpy(force=True)  # to the host if needed; float64 on assignment
         self._batch.step(None, nstep)
+        self._state = None
 
     def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> None:
         ids = np.flatnonzero(mask.cpu().numpy()).astype(np.int32)
@@ -118,6 +134,13 @@ class CpuPhysics:
         self._qpos[ids] = qpos[rows].cpu().numpy()
         self._qvel[ids] = qvel[rows].cpu().numpy()
         self._ctrl[ids] = ctrl[rows].cpu().numpy()
+        self._state = None
+
+    def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Overwrite every env's qpos/qvel, keeping the rest of its state (warmstart, time, ctrl)."""
+        self._qpos[:] = qpos.cpu().numpy()
+        self._qvel[:] = qvel.cpu().numpy()
+        self._state = None
 
     def get_data(self, index: int, data: mujoco.MjData) -> None:
         self._batch.get_data(index, data)

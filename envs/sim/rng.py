@@ -1,4 +1,4 @@
-"""Per-env random streams computed on the device: ``CounterRNG``.
+"""Per-env random streams for reset noise: the ``ResetRNG`` protocol and ``CounterRNG``, computed on the device.
 
 The batched-env contract seeds sub-env ``i`` with ``seed + i`` and keeps each sub-env's stream independent of
 when the others reset. With thousands of envs on a GPU, one ``torch.Generator`` per env is out of the question,
@@ -15,6 +15,7 @@ wraps modulo 2**64 as the unsigned version would, and right shifts are made logi
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 
@@ -31,6 +32,23 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     return x ^ _shr(x, 31)
+
+
+class ResetRNG(Protocol):
+    """Where ``SimEnv`` draws reset noise: one stream per env, made as ``rng_type(num_envs, device)``.
+
+    The draws made between two ``advance`` calls are every env's draws for its next reset; ``advance(mask)``
+    moves on only the envs in ``mask`` (the ones that reset), the others see the same numbers next time.
+    ``CounterRNG`` (below) is the default; ``robot_rl.envs.mujoco_backend`` draws from gymnasium's generators.
+    """
+
+    def seed(self, seed: int) -> None: ...
+
+    def advance(self, mask: torch.Tensor | None = None) -> None: ...
+
+    def uniform(self, shape: tuple[int, ...], low: float = 0.0, high: float = 1.0) -> torch.Tensor: ...
+
+    def normal(self, shape: tuple[int, ...]) -> torch.Tensor: ...
 
 
 class CounterRNG:

@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 import torch
 
-from .rng import CounterRNG
+from .rng import ResetRNG
 
 
 class SimTask(abc.ABC):
@@ -55,7 +55,7 @@ class SimTask(abc.ABC):
         self.qvel0 = torch.zeros(model.nv, dtype=dtype, device=device)
 
     @abc.abstractmethod
-    def initial_state(self, rng: CounterRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def initial_state(self, rng: ResetRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Fresh starts ``(qpos [N, nq], qvel [N, nv], ctrl [N, nu])`` for every env.
 
         Only the rows of envs that reset are used (see ``commit_reset``); drawing for all keeps the step free
@@ -79,6 +79,12 @@ class SimTask(abc.ABC):
     @abc.abstractmethod
     def observe(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Observation ``[N, obs_dim]`` float32."""
+
+    def default_camera(self, data: mujoco.MjData) -> int | mujoco.MjvCamera:
+        """The view rendered when no ``camera_id`` (or -1) is asked for; ``data`` is the scene to render.
+
+        Default: the model's free camera (-1)."""
+        return -1
 
     def mocap_pos(self, index: int) -> np.ndarray | None:
         """Mocap body positions of env ``index`` for rendering (e.g. a target marker); None if there are none."""

@@ -137,10 +137,10 @@ def test_host_and_device_bookkeeping_agree() -> None:
 
 def test_backends_do_not_reimplement_the_contract() -> None:
     from robot_rl.envs.isaaclab_backend import IsaacLabEnv
-    from robot_rl.envs.mujoco_backend import MujocoBatchedEnv
+    from robot_rl.envs.mujoco_backend import GymnasiumTwinEnv
     from robot_rl.envs.sim import SimEnv
 
-    for cls in (SyncBatchedEnv, MujocoBatchedEnv, SimEnv, IsaacLabEnv):
+    for cls in (SyncBatchedEnv, GymnasiumTwinEnv, SimEnv, IsaacLabEnv):
         for name in ("step", "reset", "_check_action"):
             assert getattr(cls, name) is getattr(BatchedEnv, name), f"{cls.__name__}.{name}"
 

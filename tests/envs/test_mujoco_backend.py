@@ -1,4 +1,5 @@
-"""The native batched MuJoCo backend (``mujoco:``) against gymnasium's own v5 tasks.
+"""``mujoco:<gymnasium v5 id>`` (``GymnasiumTwinEnv``: envs.sim's Locomotion task on CPU MuJoCo with gymnasium's
+reset noise) against gymnasium's own v5 tasks, bit for bit.
 
 Two independent references: (1) ``gym:<id>`` through ``robot_rl.envs.make`` with the same seed and actions, which also
 covers seeding, reset noise, autoreset, time limits and action repeat; (2) the raw, unwrapped gymnasium env
@@ -11,21 +12,23 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from robot_rl.envs.core import EnvOptions
-from robot_rl.envs.mujoco_backend import TASKS, MujocoBatchedEnv
+from robot_rl.envs.mujoco_backend import TASKS, GymnasiumTwinEnv
+from robot_rl.envs.sim import SimEnv
+from robot_rl.envs.sim.physics import CpuPhysics
+from robot_rl.envs.sim.tasks.locomotion import Locomotion
 
 from robot_rl import envs
 
-# Float32 observations/rewards; in practice the two backends agree bit for bit (same model, same complete
-# simulation state, same arithmetic), the tolerance only keeps the test meaningful rather than brittle.
-TOL = {"rtol": 1e-5, "atol": 1e-5}
-
-
+# The twin promises bit-identical numbers (same model, same complete simulation state, gymnasium's arithmetic
+# in gymnasium's order and dtypes, gymnasium's reset-noise generators), so every comparison is exact.
+EXACT = {"rtol": 0.0, "atol": 0.0}
 
 
 def actions(steps: int, num_envs: int, dim: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
@@ -35,6 +38,15 @@ def actions(steps: int, num_envs: int, dim: int, seed: int = 0, scale: float = 1
 
 def test_tasks_listed() -> None:
     assert {"HalfCheetah-v5", "Hopper-v5"} <= set(TASKS)
+
+
+def test_twin_is_sim_env_with_gymnasium_reset_noise() -> None:
+    """One definition of the tasks: the twin steps, resets and renders as envs.sim's SimEnv does."""
+    for name in ("_step", "_reset", "_reset_where", "render", "close"):
+        assert getattr(GymnasiumTwinEnv, name) is getattr(SimEnv, name), name
+    env = GymnasiumTwinEnv("Hopper-v5", 2, seed=0)
+    assert isinstance(env.task, Locomotion) and isinstance(env.physics, CpuPhysics)
+    env.close()
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -62,18 +74,18 @@ def test_matches_gym_backend_step_for_step(make, name: str) -> None:
     assert ours.observation_spec == ref.observation_spec and ours.action_dim == ref.action_dim
     assert ours.single_observation_space == ref.single_observation_space
     assert ours.max_episode_steps == ref.max_episode_steps == 25
-    torch.testing.assert_close(ours.reset()["state"], ref.reset()["state"], **TOL)
+    torch.testing.assert_close(ours.reset()["state"], ref.reset()["state"], **EXACT)
 
     terminations = truncations = 0
     # Slightly out-of-range actions also exercise the clipping.
     for action in actions(steps, n, ours.action_dim, seed=5, scale=1.1):
         obs, reward, terminated, truncated, info = ours.step(action)
         r_obs, r_reward, r_terminated, r_truncated, r_info = ref.step(action)
-        torch.testing.assert_close(obs["state"], r_obs["state"], **TOL)
-        torch.testing.assert_close(reward, r_reward, **TOL)
+        torch.testing.assert_close(obs["state"], r_obs["state"], **EXACT)
+        torch.testing.assert_close(reward, r_reward, **EXACT)
         assert torch.equal(terminated, r_terminated) and torch.equal(truncated, r_truncated)
-        torch.testing.assert_close(info["final_obs"]["state"], r_info["final_obs"]["state"], **TOL)
-        torch.testing.assert_close(info["episode_return"], r_info["episode_return"], **TOL)
+        torch.testing.assert_close(info["final_obs"]["state"], r_info["final_obs"]["state"], **EXACT)
+        torch.testing.assert_close(info["episode_return"], r_info["episode_return"], **EXACT)
         assert torch.equal(info["episode_length"], r_info["episode_length"])
         terminations += int(terminated.sum())
         truncations += int(truncated.sum())
@@ -86,7 +98,7 @@ def test_matches_gym_backend_step_for_step(make, name: str) -> None:
 def test_matches_raw_gymnasium_from_copied_state(name: str, terminates: bool) -> None:
     raw = gym.make(name).unwrapped  # no wrappers: gymnasium's task definition itself
     raw.reset(seed=3)
-    ours = MujocoBatchedEnv(name, 1, seed=0)
+    ours = GymnasiumTwinEnv(name, 1, seed=0)
     ours.reset()
     # Both envs are fresh after a reset (zero warmstart, time, controls); give them the same joint state.
     rng = np.random.default_rng(1)
@@ -94,7 +106,7 @@ def test_matches_raw_gymnasium_from_copied_state(name: str, terminates: bool) ->
     qvel = raw.init_qvel + rng.uniform(-0.05, 0.05, raw.model.nv)
     raw.set_state(qpos, qvel)
     obs = ours.set_state(qpos[None], qvel[None])
-    np.testing.assert_allclose(obs["state"][0].numpy(), raw._get_obs(), **TOL)
+    np.testing.assert_array_equal(obs["state"][0].numpy(), raw._get_obs().astype(np.float32))
 
     # The actuators of both tasks span [-1, 1], so the normalised action is the control itself.
     assert np.all(raw.model.actuator_ctrlrange == [-1.0, 1.0])
@@ -103,11 +115,9 @@ def test_matches_raw_gymnasium_from_copied_state(name: str, terminates: bool) ->
         r_obs, r_reward, r_terminated, _, _ = raw.step(action[0].numpy())
         obs, reward, terminated, _, info = ours.step(action)
         assert bool(terminated[0]) == r_terminated, f"step {t}"
-        if r_terminated:  # ours autoreset: the true last observation is in final_obs
-            np.testing.assert_allclose(info["final_obs"]["state"][0].numpy(), r_obs, **TOL)
-        else:
-            np.testing.assert_allclose(obs["state"][0].numpy(), r_obs, **TOL)
-        np.testing.assert_allclose(float(reward[0]), r_reward, **TOL)
+        # ours autoreset: the true last observation is in final_obs (equal to obs unless it terminated)
+        np.testing.assert_array_equal(info["final_obs"]["state"][0].numpy(), r_obs.astype(np.float32))
+        assert reward[0].item() == np.float32(r_reward), f"step {t}"
         if r_terminated:
             ended = True
             break
@@ -127,24 +137,25 @@ def test_action_repeat_stops_at_termination_like_gym_backend(make) -> None:
     for action in actions(60, 4, 3, seed=9):
         obs, reward, terminated, _, info = ours.step(action)
         r_obs, r_reward, r_terminated, _, r_info = ref.step(action)
-        torch.testing.assert_close(obs["state"], r_obs["state"], **TOL)
-        torch.testing.assert_close(reward, r_reward, **TOL)
+        torch.testing.assert_close(obs["state"], r_obs["state"], **EXACT)
+        torch.testing.assert_close(reward, r_reward, **EXACT)
         assert torch.equal(terminated, r_terminated)
-        torch.testing.assert_close(info["final_obs"]["state"], r_info["final_obs"]["state"], **TOL)
+        torch.testing.assert_close(info["final_obs"]["state"], r_info["final_obs"]["state"], **EXACT)
         terminations += int(terminated.sum())
     assert terminations >= 1
 
 
-def test_steppers_and_thread_counts_agree_exactly() -> None:
-    """``mujoco.batch`` is bit-identical to one MjData per env at any thread count, and so is the loop."""
+def test_thread_counts_and_gym_backend_agree_exactly(make) -> None:
+    """``mujoco.batch`` is bit-identical to one MjData per env (gymnasium's, in ``gym:``) at any thread count."""
     trajectories = []
-    for kwargs in (
-        {"stepper": "batch", "nthread": 1},
-        {"stepper": "batch", "nthread": 2},
-        {"stepper": "loop"},
-    ):
-        env = MujocoBatchedEnv("Hopper-v5", 5, seed=4, options=EnvOptions(action_repeat=2), **kwargs)
-        assert env.stepper == kwargs["stepper"]
+    for nthread in (1, 2, None):
+        if nthread is None:
+            env = make("gym:Hopper-v5", num_envs=5, seed=4, action_repeat=2)
+        else:
+            env = GymnasiumTwinEnv(
+                "Hopper-v5", 5, seed=4, options=EnvOptions(action_repeat=2), nthread=nthread
+            )
+            assert env.physics.nthread == nthread
         rows = [env.reset()["state"].flatten()]
         for action in actions(60, 5, 3, seed=1):
             obs, reward, terminated, truncated, info = env.step(action)
@@ -168,14 +179,23 @@ def test_returned_tensors_are_not_reused(make) -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="stepper"):
-        MujocoBatchedEnv("Hopper-v5", 1, stepper="threads")
+    with pytest.raises(ValueError, match="nthread"):
+        GymnasiumTwinEnv("Hopper-v5", 1, nthread=0)
     with pytest.raises(ValueError, match="camera_id"):
         envs.make("mujoco:Hopper-v5", camera_id=7)
-    env = MujocoBatchedEnv("Hopper-v5", 2, seed=0)
+    env = GymnasiumTwinEnv("Hopper-v5", 2, seed=0)
     env.reset()
     with pytest.raises(ValueError, match="shapes"):
         env.set_state(np.zeros((1, 6)), np.zeros((1, 6)))
     with pytest.raises(RuntimeError, match="render=True"):
         env.render()
     env.close()
+
+
+def test_mujoco_without_batch_is_a_clear_error(monkeypatch) -> None:
+    """``mujoco.batch`` arrived in MuJoCo 3.17; older releases get one line saying what to install."""
+    monkeypatch.setitem(sys.modules, "mujoco.batch", None)  # makes ``from mujoco import batch`` fail
+    monkeypatch.delattr("mujoco.batch", raising=False)
+    with pytest.raises(ImportError, match=r"MuJoCo >= 3\.17.*pip install -c constraints\.txt") as err:
+        envs.make("mujoco:Hopper-v5")
+    assert "\n" not in str(err.value)

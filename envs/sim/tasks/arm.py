@@ -76,7 +76,7 @@ from robot_rl.envs.arm.tasks import (
     WORKSPACE_LOW,
 )
 
-from ..rng import CounterRNG
+from ..rng import ResetRNG
 from ..task import SimTask
 
 # Sampling boxes of ArmEnv.reset (literals there).
@@ -330,11 +330,11 @@ class ArmTask(SimTask):
         self._pending: dict[str, torch.Tensor] | None = None
 
     # -- reset ------------------------------------------------------------------------------------------------
-    def _uniform(self, rng: CounterRNG, box: str, lead: tuple[int, ...] = ()) -> torch.Tensor:
+    def _uniform(self, rng: ResetRNG, box: str, lead: tuple[int, ...] = ()) -> torch.Tensor:
         low, high = self._boxes[box]
         return low + (high - low) * rng.uniform((*lead, low.shape[0]))
 
-    def _sample_far(self, rng: CounterRNG, box: str, avoid: torch.Tensor) -> torch.Tensor:
+    def _sample_far(self, rng: ResetRNG, box: str, avoid: torch.Tensor) -> torch.Tensor:
         """Per env, a point of ``box`` at least ``_MIN_TARGET_DIST`` from ``avoid [N, D]``.
 
         ``_CANDIDATES`` candidates at once: the first far enough, else the farthest (``ArmEnv``'s
@@ -347,7 +347,7 @@ class ArmTask(SimTask):
         idx = torch.where(ok.any(dim=1), first_ok, torch.argmax(dist, dim=1))
         return torch.gather(cand, 1, idx[:, None, None].expand(-1, 1, cand.shape[-1])).squeeze(1)
 
-    def initial_state(self, rng: CounterRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def initial_state(self, rng: ResetRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, dtype = self.num_envs, self.dtype
         ee0 = self._uniform(rng, "ee0")
         if self.task == "reach":

@@ -15,7 +15,7 @@ from pathlib import Path
 import mujoco
 import torch
 
-from ..rng import CounterRNG
+from ..rng import ResetRNG
 from ..task import SimTask
 
 
@@ -48,7 +48,7 @@ class CartpoleSwingup(SimTask):
         model.opt.enableflags &= ~int(mujoco.mjtEnableBit.mjENBL_ENERGY)
         return model
 
-    def initial_state(self, rng: CounterRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def initial_state(self, rng: ResetRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, dtype, device = self.num_envs, self.dtype, self.device
         # dm_control: slider 0.01 N(0,1), hinge pi + 0.01 N(0,1), both velocities 0.01 N(0,1).
         qpos = 0.01 * rng.normal((2,))
