@@ -106,6 +106,7 @@ class HilTrainArgs(RobotArgs):
     learning_starts: int = _help(300, "transitions before the first update")
     seed: int = _help(0, "seed of the networks, the learner's sampling and the episodes")
     threads: int = _help(1, "torch threads of this process")
+    checkpoint_every_s: float = _help(120.0, "save the learner (<run_dir>/learner.pt) this often, and at the end")
     device: str = _help("cpu", "torch device of the learner (cpu, cuda, cuda:1)")
     distributed: bool = _help(
         False, "run the learner as a Ray actor (another process or machine) instead of in this process"
@@ -117,7 +118,9 @@ class HilTrainArgs(RobotArgs):
 
 
 # Keys that must be positive (counts, durations, rates) wherever a robot command has them.
-_POSITIVE_KEYS = ("steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz")
+_POSITIVE_KEYS = (
+    "steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz", "checkpoint_every_s",
+)
 _NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s")
 
 
@@ -410,7 +413,7 @@ def hil_train(args: HilTrainArgs) -> int:
 
             learner.load_state_dict(checkpoint.load(learner_ckpt))
             print(f"resumed the learner from {learner_ckpt} ({learner.transitions:,} transitions)")
-        link = LocalLink(learner)
+        link = LocalLink(learner, checkpoint=learner_ckpt, checkpoint_every_s=args.checkpoint_every_s)
         mode = "learner in this process"
     device = _teleop(args, spec.name, {"mode": "takeover"})
     writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name)
@@ -437,9 +440,7 @@ def hil_train(args: HilTrainArgs) -> int:
         if writer is not None:
             writer.close()
         if learner is not None:
-            from robot_rl import checkpoint
-
-            checkpoint.atomic_save(learner.state_dict(), learner_ckpt)
+            link.save()
         elif args.distributed:
             _stop_ray_learner(link, handle)
         client.close()

@@ -21,6 +21,7 @@ validates one, so an actor can reject a malformed chunk locally before it ever r
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,10 +370,16 @@ class LocalLink:
     everything in one process.
     """
 
-    def __init__(self, learner: HILLearner) -> None:
+    def __init__(
+        self, learner: HILLearner, checkpoint: Path | None = None, checkpoint_every_s: float = 120.0
+    ) -> None:
+        """With `checkpoint`, the learner is saved there (atomically) every `checkpoint_every_s` of pushes, as
+        the Ray learner does: a crash of the process loses minutes of robot time, not the whole run."""
         self.learner = learner
         self.weights_version = -1  # the learner version last handed out by poll_weights
         self.last_metrics: dict[str, float] = {}
+        self.checkpoint, self.checkpoint_every_s = checkpoint, float(checkpoint_every_s)
+        self._next_checkpoint = time.monotonic() + self.checkpoint_every_s
 
     @property
     def alive(self) -> bool:
@@ -384,6 +391,16 @@ class LocalLink:
         metrics = self.learner.train_due()
         if metrics:
             self.last_metrics = metrics
+        if self.checkpoint is not None and time.monotonic() >= self._next_checkpoint:
+            self.save()
+
+    def save(self) -> None:
+        """Write the learner to `checkpoint` now (atomic: the previous file stays whole until the new one is)."""
+        from robot_rl import checkpoint
+
+        assert self.checkpoint is not None
+        checkpoint.atomic_save(self.learner.state_dict(), self.checkpoint)
+        self._next_checkpoint = time.monotonic() + self.checkpoint_every_s
 
     def poll_weights(self) -> dict[str, Tensor] | None:
         """The learner's actor weights if they changed since the last call, else None."""
