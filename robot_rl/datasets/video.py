@@ -12,6 +12,8 @@ import numpy as np
 from robot_rl.datasets.atomic import commit, tmp_path
 from robot_rl.datasets.format import EPISODES_DIR, VIDEO_PATH, DatasetError
 
+DECODE_ATTEMPTS = 3  # decoding is read-only, so trying again is free
+
 
 def encode_video(path: Path, frames: np.ndarray, fps: int, crf: int, gop: int, fsync: bool) -> None:
     """Encode ``frames`` to ``path`` (atomically); one retry, since an episode's frames exist only here.
@@ -98,9 +100,10 @@ def _decode_video(path: Path, h: int, w: int) -> np.ndarray:
         raise DatasetError(
             f"{path}: listed in {EPISODES_DIR} but missing; the dataset is damaged (re-record it)"
         )
-    # One retry: an ffmpeg child can fail for reasons that are not the file's (seen here: a line another library
-    # printed into the child's stderr between fork and exec hid ffmpeg's stream description).
-    for attempt in (1, 2):
+    # Retries: an ffmpeg child can fail for reasons that are not the file's (seen here: gRPC's fork handler printed
+    # an epoll error into the child's stderr between fork and exec, hiding ffmpeg's stream description; under
+    # load that happened on two tries in a row).
+    for attempt in range(1, DECODE_ATTEMPTS + 1):
         try:
             gen = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
             meta = next(gen)
@@ -108,7 +111,7 @@ def _decode_video(path: Path, h: int, w: int) -> np.ndarray:
             frames = [np.frombuffer(buf, dtype=np.uint8).reshape(fh, fw, 3) for buf in gen]
             break
         except (OSError, RuntimeError, StopIteration) as exc:
-            if attempt == 2:
+            if attempt == DECODE_ATTEMPTS:
                 raise DatasetError(f"{path}: cannot decode ({exc}); the video is damaged (re-record it)") from None
     if (fh, fw) != (h, w):
         raise DatasetError(f"{path}: frames are {fh}x{fw}, info.json says {h}x{w}")
