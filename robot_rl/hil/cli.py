@@ -255,12 +255,22 @@ def _writer(path: str | None, spec: Any, append: bool, task: str) -> Any:
     return DatasetWriter(path, fps=fps, features=features, robot_type=spec.name, task=task, resume=exists)
 
 
+def _connect(device: Any) -> None:
+    """Connect the operator's device; a device that cannot start (no terminal for the keyboard, no joystick) is
+    one line naming it, not a traceback."""
+    if device is None:
+        return
+    try:
+        device.connect()
+    except (RuntimeError, OSError, ImportError) as e:
+        raise CommandError(f"operator device {type(device).__name__} cannot start: {e}") from None
+
+
 def _run_episodes(session: Any, client: Any, device: Any, writer: Any, episodes: int, seed: int | None) -> None:
     """Run ``episodes`` of ``session``; on Ctrl-C hold the robot; always release the device, dataset and channel."""
     try:
         with sigterm_as_interrupt():
-            if device is not None:
-                device.connect()
+            _connect(device)
             session.run(episodes=episodes, seed=seed)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         client.step(None)
@@ -424,8 +434,7 @@ def hil_train(args: HilTrainArgs) -> int:
     t0, interrupted = time.monotonic(), False
     try:
         with sigterm_as_interrupt():
-            if device is not None:
-                device.connect()
+            _connect(device)
             session.run(steps=args.steps, seed=args.seed * 100_000)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         interrupted = True

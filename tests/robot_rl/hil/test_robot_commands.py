@@ -156,3 +156,12 @@ def test_sigterm_during_hil_train_saves_the_learner_and_a_rerun_resumes(robot_se
     out = subprocess.run([*CLI, *args, "steps=20"], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"resumed the learner from {run / 'learner.pt'} ({saved:,} transitions)" in out.stdout
+
+
+def test_keyboard_teleop_without_a_terminal_is_one_line(robot_server, capsys, monkeypatch):
+    """Was a RuntimeError traceback; the robot is held and the channel closed all the same."""
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    code = main(["teleop", f"robot={robot_server}", "step_timeout_s=5", "teleop=keyboard", "episodes=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "operator device KeyboardTeleop cannot start: KeyboardTeleop needs an interactive terminal" in err
