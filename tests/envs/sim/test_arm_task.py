@@ -200,11 +200,15 @@ def test_reward_and_success_definitions() -> None:
 CASES = [("reach", "dense"), ("push", "dense"), ("pick_place", "dense"), ("pick_place", "sparse")]
 
 
+@pytest.mark.parametrize("policy", ["random", "expert"])
 @pytest.mark.parametrize(("task_name", "reward"), CASES)
-def test_arm_env_is_sub_env_zero_of_sim_env(task_name: str, reward: str) -> None:
+def test_arm_env_is_sub_env_zero_of_sim_env(task_name: str, reward: str, policy: str) -> None:
     """``ArmEnv`` with seed s runs exactly like sub-env 0 of ``SimEnv(ArmTask)`` with seed s (same stream, same
-    physics in float64), under the noisy expert, which pushes, grasps, lifts and solves (termination, success,
-    the sparse reward), until the first termination or 40 steps."""
+    physics in float64), until the first termination or 60 steps (reach: 49, within its time limit).
+
+    "random" actions are uniform in [-1, 1]; "expert" actions come from the scripted expert with noise 0.3,
+    which pushes, grasps, lifts and solves (termination, success, the sparse reward).
+    """
     n = 2
     env = SimEnv(ArmTask(task_name, reward), "cpu", num_envs=n, seed=0)
     arm = ArmEnv(task_name, reward)
@@ -214,12 +218,13 @@ def test_arm_env_is_sub_env_zero_of_sim_env(task_name: str, reward: str) -> None
         np.testing.assert_array_equal(obs[0].numpy(), arm_obs)
         assert info == {"success": False}
         expert = ScriptedExpert(task_name, n, noise=0.3, seed=0)
+        gen = torch.Generator().manual_seed(0)
         terminated_once = False
-        for t in range(40):
-            action = expert.act(obs)
+        for t in range(min(60, TIME_LIMITS[task_name] - 1)):  # before SimEnv's time limit
+            action = expert.act(obs) if policy == "expert" else torch.rand(n, 4, generator=gen) * 2 - 1
             obs, reward_t, terminated, truncated, info_t = env.step(action)
             arm_obs, arm_reward, arm_term, arm_trunc, arm_info = arm.step(action[0].numpy())
-            where = f"{task_name}-{reward}: step {t}"
+            where = f"{task_name}-{reward} {policy}: step {t}"
             np.testing.assert_array_equal(info_t["final_obs"]["state"][0].numpy(), arm_obs, err_msg=where)
             assert arm_reward == pytest.approx(float(reward_t[0]), abs=1e-6), where
             assert arm_term == bool(terminated[0]) == arm_info["success"] == bool(info_t["success"][0]), where
@@ -230,8 +235,10 @@ def test_arm_env_is_sub_env_zero_of_sim_env(task_name: str, reward: str) -> None
                 assert arm_reward < 0
             if arm_term:
                 terminated_once = True
+                # The same step reset the sub-env: a fresh start with zero hand velocity.
+                assert np.all(obs["state"][0, L["ee_vel"]].numpy() == 0.0), where
                 break
-        if task_name != "push":  # push takes longer than 40 steps
+        if policy == "expert":
             assert terminated_once, "the expert solved nothing: the termination path went untested"
     finally:
         env.close()
