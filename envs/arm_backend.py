@@ -56,7 +56,7 @@ def parse(name: str) -> tuple[str, str, bool]:
 def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
     """Build one arm env for ``name`` (spec without ``arm:``); returns it and its time limit in agent steps."""
     task, reward, pixels = parse(name)
-    from .arm.tasks import TIME_LIMITS, ArmEnv  # lazy: keeps `import envs` free of the MuJoCo scene
+    from .arm import TIME_LIMITS, ArmEnv  # lazy: keeps `import envs` free of the MuJoCo scene
 
     pixel_size = options.render_size if options.render_size != _DEFAULT_RENDER_SIZE else PIXELS_SIZE
     env: gym.Env = ArmEnv(

@@ -11,26 +11,25 @@ state). Three things make it behave as the server needs a robot to:
 
 * ``stop()`` freezes the servo targets (desired grip position and joint targets) on the measured pose, so the hand
   decelerates where it is instead of travelling on to a target that leads it; it does not advance time;
-* ``reset_position(seed)`` previews where ``reset(seed)`` will put the hand (the same draw on a scratch copy of the
-  env), so that the server can drive the hand there at the speed limit before the scene is reset;
+* ``reset_position(seed)`` previews where ``reset(seed)`` will put the hand (the same draw from a copy of the env's
+  random stream), so that the server can drive the hand there at the speed limit before the scene is reset;
 * observation stamps are on the simulated clock (time at ``connect`` plus simulated seconds), so measured speeds
   are true simulated speeds even when the host stalls the control loop.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 
 import numpy as np
-from robot_rl.envs.arm.tasks import (
+from robot_rl.envs.arm import ArmEnv
+from robot_rl.envs.arm.constants import (
     CONTROL_DT,
     STATE_DIM,
     STATE_LAYOUT,
     TIME_LIMITS,
     WORKSPACE_HIGH,
     WORKSPACE_LOW,
-    ArmEnv,
 )
 
 from ..robot import CartesianLimits, Robot, RobotObservation, RobotSpec
@@ -81,8 +80,6 @@ class SimArm(Robot):
         self._gripper = -1.0
         self._clock0 = time.monotonic()
         self._sim_s = 0.0  # simulated seconds since connect (reset does not rewind it)
-        self._scratch: ArmEnv | None = None
-        self._reward, self._hz = reward, control_hz
 
     def connect(self) -> None:
         self._clock0, self._sim_s = time.monotonic(), 0.0
@@ -90,8 +87,6 @@ class SimArm(Robot):
 
     def disconnect(self) -> None:
         self.env.close()
-        if self._scratch is not None:
-            self._scratch.close()
 
     def _stamp(self) -> float:
         return self._clock0 + self._sim_s
@@ -103,21 +98,12 @@ class SimArm(Robot):
         return self._obs
 
     def reset_position(self, seed: int | None = None) -> np.ndarray:
-        """The grip position ``reset(seed)`` will start from: the same reset run on a scratch env with a copy of
-        this env's random stream, so that this env's stream is untouched."""
-        if self._scratch is None:
-            self._scratch = ArmEnv(self.task, self._reward, control_hz=self._hz)
-        if seed is None:
-            self._scratch.np_random = copy.deepcopy(self.env.np_random)
-        state, _ = self._scratch.reset(seed=seed)
-        return np.asarray(state[:3], np.float64)
+        """The grip position ``reset(seed)`` will start from; this env's random stream is untouched."""
+        return self.env.reset_position(seed)
 
     def stop(self) -> None:
         """Freeze the servo targets on the measured pose (see the module docstring); time does not advance."""
-        env = self.env
-        env._x_des = env.data.site_xpos[env._grip].copy()
-        env._q_cmd = env.data.qpos[env._arm_qpos].copy()
-        env.data.ctrl[env._arm_act] = env._q_cmd
+        self.env.hold()
 
     def observe(self) -> RobotObservation:
         if self._obs is None:

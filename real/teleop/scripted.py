@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from robot_rl.envs.arm.constants import STATE_DIM, STATE_LAYOUT, TASKS
 from robot_rl.envs.arm.experts import ScriptedExpert
-from robot_rl.envs.arm.tasks import STATE_DIM, STATE_LAYOUT, TASKS
 
 from .base import Teleop, TeleopCommand
 

@@ -16,7 +16,7 @@ import torch
 from gymnasium.utils.env_checker import check_env
 from robot_rl.envs.arm import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
 from robot_rl.envs.arm.experts import ScriptedExpert, make_expert
-from robot_rl.envs.arm.tasks import _analytic_ik
+from robot_rl.envs.sim.tasks.arm import analytic_ik
 
 from robot_rl import envs
 
@@ -71,7 +71,7 @@ def test_analytic_ik_matches_the_model() -> None:
     data = mujoco.MjData(env.model)
     grip = env.model.site("grip").id
     for point in ([0.3, 0.0, 0.1], [0.5, -0.2, 0.03], [0.2, 0.25, 0.3]):
-        data.qpos[:5] = _analytic_ik(np.array(point))
+        data.qpos[:5] = analytic_ik(torch.tensor(point, dtype=torch.float64)).numpy()
         mujoco.mj_kinematics(env.model, data)
         np.testing.assert_allclose(data.site_xpos[grip], point, atol=1e-9)
         np.testing.assert_allclose(data.site_xmat[grip].reshape(3, 3), np.diag([-1.0, 1.0, -1.0]), atol=1e-9)

@@ -1,41 +1,37 @@
-"""The tabletop arm tasks (reach, push, pick_place) of ``robot_rl.envs.arm`` in torch, batched, for every physics backend.
+"""The tabletop arm tasks (reach, push, pick_place): their one definition, in torch, batched, for every physics backend.
 
-``robot_rl.envs.arm.tasks.ArmEnv`` is the reference: one numpy/gymnasium env that reads everything it needs from a
-``mujoco.MjData`` (``site_xpos``, ``site_xmat``, ``mj_jacSite``) and keeps its controller state in numpy. The
-sim backends only expose ``qpos``/``qvel`` and accept ``ctrl``, so this port computes the same quantities from
-``qpos`` in torch:
+``ArmTask`` is the MDP; every number it uses (time limits, workspace, action scale, success radii, lift margin,
+IK damping and step limit, hand orientation, reset boxes, parked cube, observation layout) is in
+``robot_rl.envs.arm.constants`` and the scene in ``robot_rl.envs.arm.model``. It runs batched on CPU MuJoCo, MJX and
+Warp (``mujoco:push``, ``mjx:push``, ...) through ``SimEnv``, and one env at a time on CPU MuJoCo behind the
+gymnasium adapter ``robot_rl.envs.arm.ArmEnv`` (``arm:`` specs, the ``sim_arm`` robot driver). The physics backends
+only expose ``qpos``/``qvel`` and accept ``ctrl``, so everything is computed from ``qpos`` in torch:
 
 * forward kinematics of the ``grip`` site and the hand orientation in closed form (base yaw ``j1`` about z,
   three pitch joints ``j2..j4`` about the rotated y axis, wrist roll ``j5`` about the hand's z), using the arm
   dimensions of ``robot_rl.envs.arm.model``; ``tests/envs/sim/test_arm_task.py`` checks it against ``mj_kinematics``;
 * the Jacobian analytically (a revolute joint with world axis w through anchor p contributes
-  ``jacp = w x (site - p)``, ``jacr = w``, which is what ``mj_jacSite`` returns);
-* ``ArmEnv``'s per-step controller: the desired grip point moved by the action, clipped to the workspace and
-  to ``_MAX_LEAD`` from the measured grip point, then ONE damped-least-squares IK iteration from the previously
-  commanded joints (6-D error: position plus the orientation error that ``ArmEnv._solve_ik`` builds with
-  ``mju_mat2Quat``/``mju_negQuat``/``mju_mulQuat``/``mju_quat2Vel``), the step clipped to ``_IK_MAX_DQ`` and to
-  the joint ranges; the hand quaternion is composed directly as ``qz(j1) qy(j2+j3+j4) qz(j5)`` instead of being
-  recovered from the rotation matrix, which is the same rotation (the error quaternion is sign-normalised, so
-  the sign convention of ``mju_mat2Quat`` does not matter);
-* reset, observation (``STATE_LAYOUT``, 29-D), dense and sparse rewards, success and termination on success.
+  ``jacp = w x (site - p)``, ``jacr = w``, which is what ``mj_jacSite`` returns; tested against it);
+* the per-step controller: the desired grip point moved by the action (``max_delta`` per step), clipped to the
+  workspace and to ``MAX_LEAD`` from the measured grip point, then ONE damped-least-squares IK iteration from the
+  previously commanded joints (6-D error: position plus the orientation error ``quat2Vel(HAND_QUAT *
+  conj(hand))`` with the error quaternion sign-normalised, as ``mju_mat2Quat``/``mju_negQuat``/``mju_mulQuat``/
+  ``mju_quat2Vel`` would give; the test compares with exactly those calls), the step clipped to ``IK_MAX_DQ``
+  and to the joint ranges; the hand quaternion is ``qz(j1) qy(j2+j3+j4) qz(j5)`` multiplied out;
+* reset: the grip point uniform in ``EE0_BOX`` (joints from the closed-form ``analytic_ik``), gripper open; the
+  cube uniform in ``CUBE_XY_BOX`` with yaw in ``[-MAX_YAW, MAX_YAW]`` (reach: parked at ``CUBE_PARKED``); the
+  target at least ``MIN_TARGET_DIST`` from the start, drawn as ``_CANDIDATES`` = 16 candidates at once per env,
+  taking the first far enough, else the farthest (with 16 the fallback has probability below 1e-6 per reset for
+  every task, and the accepted target is uniform over the valid region);
+* observation (``STATE_LAYOUT``, 29-D), dense and sparse rewards, success and termination on success (``score``).
 
-Shared with ``robot_rl.envs.arm`` (imported, not copied): the MJCF (``build_xml``), geometry and finger range, the
-time limits, workspace, action scale, success radii, lift margin, IK damping and step limit, the hand
-orientation, the parked cube position and the closed-form reset IK's arm dimensions. Only the reset sampling
-boxes are literals in ``ArmEnv.reset`` and are repeated here (``_EE0_BOX`` etc.).
-
-Differences from ``ArmEnv`` (the MDP is the same; ``tests/envs/sim/test_arm_task.py`` runs both step for step
-from the same state): random numbers come from the env's ``CounterRNG`` rather than numpy's stream, and the
-"target at least 10 cm away" rejection sampling draws ``_CANDIDATES`` = 16 candidates at once per env and takes
-the first that is far enough, else the farthest one (``ArmEnv`` tries up to 100 times in sequence; with
-16 candidates the fallback has probability below 1e-6 per reset for every task, and the accepted target is
-uniform over the valid region either way). Only ``ArmEnv``'s default 20 Hz control rate is ported
-(``control_hz`` is a hardware-bridge option).
+``control_hz`` (default 20 Hz) picks another control rate whose period is a whole number of physics steps, with
+``max_delta`` scaled so that an action is the same hand speed at any rate (the hardware bridge runs 50 Hz).
 
 Everything is batched over the N envs, in the physics' dtype on its device (float64 on CPU MuJoCo, float32 on
 MJX and Warp), with no per-env Python and no host synchronisation in reset, control, evaluate or observe:
-fixed-shape draws, ``torch.where`` for choices, ``solve_ex`` for the IK's 5x5 systems, constants built once in
-``setup`` (a tensor made from host data in the step would cost a copy and a sync on a GPU).
+fixed-shape draws, ``torch.where`` for choices, ``solve_ex`` for the IK's 5x5 systems, constants built once per
+dtype and device (a tensor made from host data in the step would cost a copy and a sync on a GPU).
 """
 
 from __future__ import annotations
@@ -45,6 +41,31 @@ import math
 import mujoco
 import numpy as np
 import torch
+from robot_rl.envs.arm.constants import (
+    CONTROL_DT,
+    CUBE_PARKED,
+    CUBE_XY_BOX,
+    EE0_BOX,
+    HAND_QUAT,
+    IK_DAMPING,
+    IK_MAX_DQ,
+    LIFT_MARGIN,
+    MAX_DELTA,
+    MAX_LEAD,
+    MAX_YAW,
+    MIN_TARGET_DIST,
+    PICK_HEIGHT,
+    REACH_TARGET_BOX,
+    REWARDS,
+    STATE_DIM,
+    STATE_LAYOUT,
+    SUCCESS_RADIUS,
+    TARGET_XY_BOX,
+    TASKS,
+    TIME_LIMITS,
+    WORKSPACE_HIGH,
+    WORKSPACE_LOW,
+)
 from robot_rl.envs.arm.model import (
     ARM_JOINTS,
     CUBE_HALF,
@@ -52,140 +73,111 @@ from robot_rl.envs.arm.model import (
     FINGER_RANGE,
     FOREARM,
     SHOULDER_HEIGHT,
+    TIMESTEP,
     UPPER_ARM,
     WRIST_TO_GRIP,
     build_xml,
-)
-from robot_rl.envs.arm.tasks import (
-    _CUBE_PARKED,
-    _HAND_QUAT,
-    _IK_DAMPING,
-    _IK_MAX_DQ,
-    _MAX_LEAD,
-    CONTROL_DT,
-    LIFT_MARGIN,
-    MAX_DELTA,
-    N_SUBSTEPS,
-    REWARDS,
-    STATE_DIM,
-    STATE_LAYOUT,
-    SUCCESS_RADIUS,
-    TASKS,
-    TIME_LIMITS,
-    WORKSPACE_HIGH,
-    WORKSPACE_LOW,
 )
 
 from ..rng import ResetRNG
 from ..task import SimTask
 
-# Sampling boxes of ArmEnv.reset (literals there).
-_EE0_BOX = ((0.3, -0.12, 0.1), (0.42, 0.12, 0.2))
-_REACH_TARGET_BOX = ((0.25, -0.2, 0.06), (0.5, 0.2, 0.25))
-_CUBE_XY_BOX = ((0.28, -0.15), (0.45, 0.15))
-_TARGET_XY_BOX = ((0.27, -0.18), (0.48, 0.18))
-_MAX_YAW = math.pi / 4
-_PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)
-_MIN_TARGET_DIST = 0.1
 _CANDIDATES = 16  # targets drawn at once per reset for the "at least 10 cm away" rule
-_HAND_Q = tuple(float(v) for v in _HAND_QUAT)
 _QUAT_MINVAL = 1e-15  # mjMINVAL, below which mju_quat2Vel's axis normalisation gives up
-_OBS_PARTS = (  # ArmTask.observe concatenates these, in this order
-    ("ee_pos", 3),
-    ("ee_vel", 3),
-    ("gripper", 1),
-    ("cube_pos", 3),
-    ("cube_quat", 4),
-    ("cube_vel", 3),
-    ("cube_rel_ee", 3),
-    ("target_pos", 3),
-    ("target_rel_cube", 3),
-    ("target_rel_ee", 3),
-)
-
-
-def _check_layout() -> None:
-    """``observe`` hard-codes the layout for speed; fail at import if ``robot_rl.envs.arm``'s layout ever changes."""
-    start = 0
-    for name, size in _OBS_PARTS:
-        assert STATE_LAYOUT[name] == slice(start, start + size), f"STATE_LAYOUT changed at {name!r}"
-        start += size
-    assert start == STATE_DIM and len(STATE_LAYOUT) == len(_OBS_PARTS), "STATE_LAYOUT changed"
-
-
-_check_layout()
 
 
 # ---------------------------------------------------------------------------------------------- kinematics
-def _quat_mul(a: tuple[torch.Tensor | float, ...], b: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """Hamilton product on (w, x, y, z) component tuples (``mju_mulQuat``); entries may be tensors or floats."""
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return (
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    )
+def _error_matrix() -> torch.Tensor:
+    """``E`` with ``E @ cur = HAND_QUAT * conj(cur)`` (``mju_mulQuat`` after ``mju_negQuat``) for (w, x, y, z) quats."""
+    w, x, y, z = HAND_QUAT
+    left = torch.tensor([[w, -x, -y, -z], [x, w, -z, y], [y, z, w, -x], [z, -y, x, w]], dtype=torch.float64)
+    return left * torch.tensor([1.0, -1.0, -1.0, -1.0], dtype=torch.float64)
 
 
-def _chain(q: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Everything the controller needs from the joint angles ``q [..., 5]`` (world frame).
+_ERROR_MATRIX_T = _error_matrix().T
+_IK_REG = IK_DAMPING**2 * torch.eye(5, dtype=torch.float64)  # the damping term of ik_step's normal equations
+_LINKS = torch.tensor([UPPER_ARM, FOREARM, WRIST_TO_GRIP], dtype=torch.float64)  # j2 -> j3 -> j4 -> grip
+_ON: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _on(const: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The module constant ``const`` in ``like``'s dtype and device, copied there once."""
+    key = (id(const), like.dtype, like.device)
+    if key not in _ON:
+        _ON[key] = const.to(like)
+    return _ON[key]
+
+
+def _kinematics(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Grip point ``[..., 3]``, hand quaternion ``[..., 4]`` and Jacobian ``[..., 6, 5]`` for joints ``q [..., 5]``.
 
     The pitch joints keep the arm in the vertical plane at yaw ``j1``; in that plane a link of length L after
     accumulated pitch ``a`` adds ``L (sin a, cos a)`` to (radial distance, height). The j2 axis is
     ``SHOULDER_HEIGHT`` above the table (link1 at 0.04 plus link2 at 0.08 in the MJCF); the grip site is
     ``WRIST_TO_GRIP`` past j4 along the hand's z (hand at 0.05, site at 0.1).
+
+    Jacobian columns (a revolute joint with world axis w through anchor p: ``jacp = w x (site - p)``,
+    ``jacr = w``): j1 about z through the origin gives ``(-y, x, 0)``; the pitch joints' common axis is
+    ``(-sin j1, cos j1, 0)`` and the site is ``dr`` further out and ``dz`` higher than their anchors in the arm's
+    plane, which gives ``(cos j1 dz, sin j1 dz, -dr)``; the grip site lies on j5's axis (the hand's z).
+    Hand orientation: ``qz(j1) qy(a) qz(j5)`` with ``a = j2 + j3 + j4``, multiplied out.
     """
-    q1, q2, q3, q4, q5 = q.unbind(-1)
-    a3 = q2 + q3
-    a4 = a3 + q4
-    c1, s1 = torch.cos(q1), torch.sin(q1)
-    sa4, ca4 = torch.sin(a4), torch.cos(a4)
-    zero = torch.zeros_like(q1)
-
-    def world(radial: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
-        return torch.stack([radial * c1, radial * s1, height], dim=-1)
-
-    r3, z3 = UPPER_ARM * torch.sin(q2), SHOULDER_HEIGHT + UPPER_ARM * torch.cos(q2)  # j3 anchor
-    r4, z4 = r3 + FOREARM * torch.sin(a3), z3 + FOREARM * torch.cos(a3)  # j4 anchor
-    grip = world(r4 + WRIST_TO_GRIP * sa4, z4 + WRIST_TO_GRIP * ca4)
-    # Hand orientation qz(q1) * qy(a4) * qz(q5), as a quaternion and as a matrix Rz(q1) Ry(a4) Rz(q5).
-    h1, h4, h5 = q1 / 2, a4 / 2, q5 / 2
-    qz1 = (torch.cos(h1), zero, zero, torch.sin(h1))
-    qy4 = (torch.cos(h4), zero, torch.sin(h4), zero)
-    qz5 = (torch.cos(h5), zero, zero, torch.sin(h5))
-    quat = torch.stack(_quat_mul(_quat_mul(qz1, qy4), qz5), dim=-1)
-    return {
-        "grip": grip,
-        "quat": quat,
-        "anchors": torch.stack(
-            [
-                torch.stack([zero, zero, zero + SHOULDER_HEIGHT], dim=-1),  # j2 (j1's only matters in xy: 0)
-                world(r3, z3),
-                world(r4, z4),
-            ],
-            dim=-2,
-        ),
-        "pitch_axis": torch.stack([-s1, c1, zero], dim=-1),  # Rz(q1) y: the axis of j2, j3 and j4
-        "roll_axis": world(sa4, ca4),  # hand z: the axis of j5
-        "angles": torch.stack([c1, s1, sa4, ca4, torch.cos(q5), torch.sin(q5)], dim=-1),
-    }
+    yaw, roll = q[..., 0], q[..., 4]
+    c1, s1 = torch.cos(yaw), torch.sin(yaw)
+    pitch = torch.cumsum(q[..., 1:4], dim=-1)
+    sp, cp = torch.sin(pitch), torch.cos(pitch)
+    links = _on(_LINKS, q)
+    radial = torch.cumsum(sp * links, dim=-1)  # j3 anchor, j4 anchor, grip site; from the j2 axis
+    height = torch.cumsum(cp * links, dim=-1)
+    r, h = radial[..., 2], height[..., 2]
+    grip = torch.stack([r * c1, r * s1, h + SHOULDER_HEIGHT], dim=-1)
+    dr = r[..., None] - torch.nn.functional.pad(radial[..., :2], (1, 0))  # from the j2, j3, j4 anchors
+    dz = h[..., None] - torch.nn.functional.pad(height[..., :2], (1, 0))
+    zero, one = torch.zeros_like(yaw), torch.ones_like(yaw)
+    sa, ca = sp[..., 2], cp[..., 2]
+    jac = torch.stack(
+        [
+            torch.cat([(-grip[..., 1])[..., None], c1[..., None] * dz, zero[..., None]], dim=-1),
+            torch.cat([grip[..., 0:1], s1[..., None] * dz, zero[..., None]], dim=-1),
+            torch.cat([zero[..., None], -dr, zero[..., None]], dim=-1),
+            torch.stack([zero, -s1, -s1, -s1, sa * c1], dim=-1),
+            torch.stack([zero, c1, c1, c1, sa * s1], dim=-1),
+            torch.stack([one, zero, zero, zero, ca], dim=-1),
+        ],
+        dim=-2,
+    )
+    ch, sh = torch.cos(pitch[..., 2] / 2), torch.sin(pitch[..., 2] / 2)
+    s15, d15 = (yaw + roll) / 2, (roll - yaw) / 2
+    quat = torch.stack(
+        [ch * torch.cos(s15), sh * torch.sin(d15), sh * torch.cos(d15), ch * torch.sin(s15)], dim=-1
+    )
+    return grip, quat, jac
 
 
 def grip_position(q: torch.Tensor) -> torch.Tensor:
-    """World position ``[..., 3]`` of the ``grip`` site for arm joint angles ``q [..., 5]`` (j1..j5)."""
-    return _chain(q)["grip"]
+    """World position ``[..., 3]`` of the ``grip`` site for arm joint angles ``q [..., 5]`` (j1..j5).
+
+    ``_kinematics``'s grip point alone (the observation and reward need nothing else), in fewer operations.
+    """
+    pitch = torch.cumsum(q[..., 1:4], dim=-1)  # accumulated pitch of the upper arm, forearm and hand
+    links = _on(_LINKS, q)
+    radial = torch.sin(pitch) @ links
+    height = torch.cos(pitch) @ links + SHOULDER_HEIGHT
+    yaw = q[..., 0]
+    return torch.stack([radial * torch.cos(yaw), radial * torch.sin(yaw), height], dim=-1)
 
 
 def hand_quat(q: torch.Tensor) -> torch.Tensor:
     """Hand orientation ``[..., 4]`` (w, x, y, z), equal up to sign to ``mju_mat2Quat`` of the site's xmat."""
-    return _chain(q)["quat"]
+    return _kinematics(q)[1]
 
 
 def hand_matrix(q: torch.Tensor) -> torch.Tensor:
     """Hand (and ``grip`` site) rotation matrix ``[..., 3, 3]``: ``Rz(j1) Ry(j2 + j3 + j4) Rz(j5)``."""
-    c1, s1, sa, ca, c5, s5 = _chain(q)["angles"].unbind(-1)
+    a = q[..., 1] + q[..., 2] + q[..., 3]
+    c1, s1 = torch.cos(q[..., 0]), torch.sin(q[..., 0])
+    ca, sa = torch.cos(a), torch.sin(a)
+    c5, s5 = torch.cos(q[..., 4]), torch.sin(q[..., 4])
     # Rz(q1) Ry(a): rows [c1 ca, -s1, c1 sa], [s1 ca, c1, s1 sa], [-sa, 0, ca]; then times Rz(q5).
     m = torch.stack(
         [
@@ -199,9 +191,8 @@ def hand_matrix(q: torch.Tensor) -> torch.Tensor:
 
 
 def _orientation_error(quat: torch.Tensor) -> torch.Tensor:
-    """``ArmEnv._solve_ik``'s rotation error ``[..., 3]``: quat2Vel(sign-fixed HAND_QUAT * conj(cur), 1)."""
-    w, x, y, z = quat.unbind(-1)
-    err = torch.stack(_quat_mul(_HAND_Q, (w, -x, -y, -z)), dim=-1)
+    """The IK's rotation error ``[..., 3]``: quat2Vel(sign-fixed HAND_QUAT * conj(quat), 1), as ``mju_quat2Vel``."""
+    err = quat @ _on(_ERROR_MATRIX_T, quat)
     err = torch.where(err[..., :1] < 0, -err, err)
     axis = err[..., 1:]
     sin_half = torch.linalg.vector_norm(axis, dim=-1, keepdim=True)
@@ -214,45 +205,32 @@ def _orientation_error(quat: torch.Tensor) -> torch.Tensor:
 
 def jacobian(q: torch.Tensor) -> torch.Tensor:
     """``mj_jacSite`` of the grip site over the arm dofs: ``[..., 6, 5]`` (rows 0:3 translation, 3:6 rotation)."""
-    return _jacobian(_chain(q))
-
-
-def _jacobian(ch: dict[str, torch.Tensor]) -> torch.Tensor:
-    grip, anchors = ch["grip"], ch["anchors"]
-    pitch, roll = ch["pitch_axis"], ch["roll_axis"]
-    z = torch.zeros_like(grip)
-    z[..., 2] = 1.0
-    # j1: z x (site - anchor) = (-y, x, 0); the anchor is on the z axis.
-    jp1 = torch.stack([-grip[..., 1], grip[..., 0], torch.zeros_like(grip[..., 0])], dim=-1)
-    jp_pitch = torch.linalg.cross(pitch.unsqueeze(-2).expand_as(anchors), grip.unsqueeze(-2) - anchors)
-    jp5 = torch.zeros_like(grip)  # the grip site lies on j5's axis
-    jacp = torch.cat([jp1.unsqueeze(-2), jp_pitch, jp5.unsqueeze(-2)], dim=-2)  # [..., 5, 3]
-    jacr = torch.stack([z, pitch, pitch, pitch, roll], dim=-2)
-    return torch.cat([jacp, jacr], dim=-1).transpose(-1, -2)
+    return _kinematics(q)[2]
 
 
 def ik_step(q: torch.Tensor, x_des: torch.Tensor, q_low: torch.Tensor, q_high: torch.Tensor) -> torch.Tensor:
-    """One iteration of ``ArmEnv._solve_ik`` for a batch: joints ``[N, 5]`` towards grip point ``x_des``.
+    """One damped-least-squares IK iteration for a batch: joints ``[N, 5]`` towards grip point ``x_des``.
 
     Damped least squares on the 6-D error (position, and hand pointing down with the fixed yaw), the step
-    scaled so no joint moves more than ``_IK_MAX_DQ``, then clipped to the joint range ``[q_low, q_high]``.
+    scaled so no joint moves more than ``IK_MAX_DQ``, then clipped to the joint range ``[q_low, q_high]``.
     ``solve_ex`` rather than ``solve``: it does not check the factorisation on the host (the system is
     positive definite anyway thanks to the damping), so the control step stays free of device syncs.
     """
-    ch = _chain(q)
-    e = torch.cat([x_des - ch["grip"], _orientation_error(ch["quat"])], dim=-1)
-    jac = _jacobian(ch)
+    grip, quat, jac = _kinematics(q)
+    e = torch.cat([x_des - grip, _orientation_error(quat)], dim=-1)
     jt = jac.transpose(-1, -2)
-    eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
-    dq, _ = torch.linalg.solve_ex(jt @ jac + _IK_DAMPING**2 * eye, (jt @ e.unsqueeze(-1)))
+    dq, _ = torch.linalg.solve_ex(jt @ jac + _on(_IK_REG, q), (jt @ e.unsqueeze(-1)))
     dq = dq.squeeze(-1)
-    scale = dq.abs().amax(dim=-1, keepdim=True) / _IK_MAX_DQ
+    scale = dq.abs().amax(dim=-1, keepdim=True) / IK_MAX_DQ
     dq = dq / scale.clamp_min(1.0)
     return torch.clamp(q + dq, q_low, q_high)
 
 
 def analytic_ik(grip: torch.Tensor) -> torch.Tensor:
-    """``robot_rl.envs.arm.tasks._analytic_ik`` batched: elbow-up joints ``[..., 5]`` for grip points ``[..., 3]``."""
+    """Closed-form elbow-up joints ``[..., 5]`` that put the grip point at ``grip [..., 3]``, the hand pointing down.
+
+    Used at reset, where the arm jumps to a new pose; the per-step control uses the Jacobian instead.
+    """
     x, y, z = grip.unbind(-1)
     yaw = torch.atan2(y, x)
     reach = torch.hypot(x, y)
@@ -270,7 +248,6 @@ def analytic_ik(grip: torch.Tensor) -> torch.Tensor:
 class ArmTask(SimTask):
     """One arm task, ``task`` in ``TASKS`` and ``reward`` in ``REWARDS``; see the module docstring."""
 
-    frame_skip = N_SUBSTEPS
     obs_dim = STATE_DIM
     action_dim = 4
     reports_success = True
@@ -278,14 +255,26 @@ class ArmTask(SimTask):
     # condim 4: 6 rows per contact); a grasp adds more. Room for four times that.
     contact_capacity = (48, 320)
 
-    def __init__(self, task: str = "push", reward: str = "dense") -> None:
+    def __init__(
+        self, task: str = "push", reward: str = "dense", control_hz: float = 1.0 / CONTROL_DT
+    ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
         if reward not in REWARDS:
             raise ValueError(f"unknown reward {reward!r}; choose one of {REWARDS}")
+        substeps = 1.0 / (control_hz * TIMESTEP) if control_hz > 0 else 0.5
+        if abs(substeps - round(substeps)) > 1e-6 or round(substeps) < 1:
+            raise ValueError(
+                f"control_hz={control_hz} is not a whole number of {TIMESTEP * 1e3:g} ms physics steps per "
+                "control step; use e.g. 10, 20, 25, 40, 50 or 100"
+            )
         self.task, self.reward_type = task, reward
         self.name = task if reward == "dense" else f"{task}-{reward}"
         self.time_limit = TIME_LIMITS[task]
+        self.frame_skip = int(round(substeps))
+        self.control_dt = self.frame_skip * TIMESTEP
+        # A given action is the same hand speed at any rate.
+        self.max_delta = MAX_DELTA * self.control_dt / CONTROL_DT
 
     def build_model(self) -> mujoco.MjModel:
         # A fresh model, not envs.arm.model.build_model()'s cached one: SimEnv resizes the render buffers.
@@ -316,12 +305,12 @@ class ArmTask(SimTask):
         # Reset draws are float64 (CounterRNG's); the boxes stay float64 until the state is built.
         f64 = torch.float64
         self._boxes = {
-            "ee0": (const(_EE0_BOX[0], f64), const(_EE0_BOX[1], f64)),
-            "reach_target": (const(_REACH_TARGET_BOX[0], f64), const(_REACH_TARGET_BOX[1], f64)),
-            "cube_xy": (const(_CUBE_XY_BOX[0], f64), const(_CUBE_XY_BOX[1], f64)),
-            "target_xy": (const(_TARGET_XY_BOX[0], f64), const(_TARGET_XY_BOX[1], f64)),
+            "ee0": (const(EE0_BOX[0], f64), const(EE0_BOX[1], f64)),
+            "reach_target": (const(REACH_TARGET_BOX[0], f64), const(REACH_TARGET_BOX[1], f64)),
+            "cube_xy": (const(CUBE_XY_BOX[0], f64), const(CUBE_XY_BOX[1], f64)),
+            "target_xy": (const(TARGET_XY_BOX[0], f64), const(TARGET_XY_BOX[1], f64)),
         }
-        self._parked = const(_CUBE_PARKED, f64)
+        self._parked = const(CUBE_PARKED, f64)
 
         n = num_envs
         z3 = torch.zeros(n, 3, dtype=dtype, device=device)
@@ -335,14 +324,14 @@ class ArmTask(SimTask):
         return low + (high - low) * rng.uniform((*lead, low.shape[0]))
 
     def _sample_far(self, rng: ResetRNG, box: str, avoid: torch.Tensor) -> torch.Tensor:
-        """Per env, a point of ``box`` at least ``_MIN_TARGET_DIST`` from ``avoid [N, D]``.
+        """Per env, a point of ``box`` at least ``MIN_TARGET_DIST`` from ``avoid [N, D]``.
 
-        ``_CANDIDATES`` candidates at once: the first far enough, else the farthest (``ArmEnv``'s
-        ``_sample_far`` draws up to 100 in sequence with the same fallback); no data-dependent control flow.
+        ``_CANDIDATES`` candidates at once: the first far enough, else the farthest; no data-dependent control
+        flow.
         """
         cand = self._uniform(rng, box, (_CANDIDATES,))  # [N, K, D]
         dist = torch.linalg.vector_norm(cand - avoid[:, None, :], dim=-1)  # [N, K]
-        ok = dist >= _MIN_TARGET_DIST
+        ok = dist >= MIN_TARGET_DIST
         first_ok = torch.argmax(ok.to(torch.int8), dim=1)  # argmax returns the first maximal index
         idx = torch.where(ok.any(dim=1), first_ok, torch.argmax(dist, dim=1))
         return torch.gather(cand, 1, idx[:, None, None].expand(-1, 1, cand.shape[-1])).squeeze(1)
@@ -356,12 +345,12 @@ class ArmTask(SimTask):
             target = self._sample_far(rng, "reach_target", ee0)
         else:
             cube_xy = self._uniform(rng, "cube_xy")
-            yaw = rng.uniform((), -_MAX_YAW, _MAX_YAW)
+            yaw = rng.uniform((), -MAX_YAW, MAX_YAW)
             xy = self._sample_far(rng, "target_xy", cube_xy)
             if self.task == "push":
                 height = torch.full_like(xy[:, :1], CUBE_HALF)
             else:
-                height = rng.uniform((1,), *_PICK_HEIGHT)
+                height = rng.uniform((1,), *PICK_HEIGHT)
             target = torch.cat([xy, height], dim=1)
 
         q = analytic_ik(ee0).to(dtype)
@@ -378,6 +367,13 @@ class ArmTask(SimTask):
         # Applied to the envs that actually reset in commit_reset.
         self._pending = {"target": target.to(dtype), "q": q, "ee": grip_position(q)}
         return qpos, qvel, ctrl
+
+    def start_grip(self, rng: ResetRNG) -> torch.Tensor:
+        """Grip points ``[N, 3]`` that a reset drawing from ``rng`` now would start from; the task state is untouched."""
+        pending = self._pending
+        qpos, _, _ = self.initial_state(rng)
+        self._pending = pending
+        return grip_position(qpos[:, self._arm])
 
     def commit_reset(self, mask: torch.Tensor) -> None:
         p = self._pending
@@ -396,12 +392,12 @@ class ArmTask(SimTask):
 
     def control(self, action: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         ee = grip_position(qpos[:, self._arm])  # the measured grip point
-        x_des = torch.clamp(self.x_des + action[:, :3] * MAX_DELTA, self._ws_low, self._ws_high)
+        x_des = torch.clamp(self.x_des + action[:, :3] * self.max_delta, self._ws_low, self._ws_high)
         lead = x_des - ee
         dist = torch.linalg.vector_norm(lead, dim=1, keepdim=True)
-        x_des = torch.where(dist > _MAX_LEAD, ee + lead * (_MAX_LEAD / dist.clamp_min(_MAX_LEAD)), x_des)
+        x_des = torch.where(dist > MAX_LEAD, ee + lead * (MAX_LEAD / dist.clamp_min(MAX_LEAD)), x_des)
         self.x_des = x_des
-        # ArmEnv evaluates the IK's kinematics at the commanded joints (its scratch MjData), not the measured.
+        # The IK linearises at the commanded joints, not the measured ones (the servos lag behind them).
         self.q_cmd = ik_step(self.q_cmd, x_des, self._q_low, self._q_high)
         return self._ctrl(self.q_cmd, FINGER_RANGE[1] * (1.0 - action[:, 3]) / 2.0)
 
@@ -409,9 +405,14 @@ class ArmTask(SimTask):
         self, qpos_before: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ee = grip_position(qpos[:, self._arm])
-        self.ee_vel = (ee - self.prev_ee) / CONTROL_DT
+        self.ee_vel = (ee - self.prev_ee) / self.control_dt
         self.prev_ee = ee
-        cube, target = qpos[:, self._cube_pos], self.target
+        reward, success = self.score(qpos)
+        return reward, success, success
+
+    def score(self, qpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(reward [N], success [N])`` of the state ``qpos``, with the grip point of the last ``evaluate``."""
+        ee, cube, target = self.prev_ee, qpos[:, self._cube_pos], self.target
         radius = SUCCESS_RADIUS[self.task]
         if self.task == "reach":
             task_dist = torch.linalg.vector_norm(ee - target, dim=1)
@@ -428,26 +429,33 @@ class ArmTask(SimTask):
             reward = -task_dist
         else:
             reward = -task_dist - 0.5 * torch.linalg.vector_norm(ee - cube, dim=1)
-        return reward, success, success
+        return reward, success
+
+    def hold(self, qpos: torch.Tensor) -> None:
+        """Servo targets on the measured pose: the desired grip point and the commanded joints become ``qpos``'s.
+
+        The hand then decelerates where it is instead of travelling on to a desired point that leads it.
+        """
+        self.q_cmd = qpos[:, self._arm].clone()
+        self.x_des = grip_position(self.q_cmd)
 
     def observe(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         ee = grip_position(qpos[:, self._arm])
         cube, target = qpos[:, self._cube_pos], self.target
         gripper = 2.0 * qpos[:, self._fingers].mean(dim=1, keepdim=True)
-        parts = [  # in STATE_LAYOUT's order (checked at import, below the constants)
-            ee,
-            self.ee_vel,
-            gripper,
-            cube,
-            qpos[:, self._cube_quat],
-            qvel[:, self._cube_vel],
-            cube - ee,
-            target,
-            target - cube,
-            target - ee,
-        ]
-        obs = torch.cat(parts, dim=1).to(torch.float32)
-        return obs
+        parts = {
+            "ee_pos": ee,
+            "ee_vel": self.ee_vel,
+            "gripper": gripper,
+            "cube_pos": cube,
+            "cube_quat": qpos[:, self._cube_quat],
+            "cube_vel": qvel[:, self._cube_vel],
+            "cube_rel_ee": cube - ee,
+            "target_pos": target,
+            "target_rel_cube": target - cube,
+            "target_rel_ee": target - ee,
+        }
+        return torch.cat([parts[name] for name in STATE_LAYOUT], dim=1).to(torch.float32)
 
     def mocap_pos(self, index: int) -> np.ndarray:
         """The target of env ``index`` as ``(1, 3)``, for the scene's target marker (the only mocap body)."""

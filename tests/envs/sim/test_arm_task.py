@@ -1,9 +1,9 @@
-"""The torch port of the tabletop arm tasks (``robot_rl.envs.sim.tasks.arm``) against its reference, ``robot_rl.envs.arm.ArmEnv``.
+"""The tabletop arm tasks' definition, ``robot_rl.envs.sim.tasks.arm.ArmTask``, and its gymnasium adapter ``ArmEnv``.
 
-Kinematics against MuJoCo itself, the IK iteration against ``ArmEnv._solve_ik``, then whole episodes: a
-``SimEnv`` on CPU physics (float64) is put in exactly the state of one ``ArmEnv`` per sub-env and both get the
-same actions; observations, rewards, termination and success must agree at every step. Small batches and short
-horizons keep the module at a few seconds.
+Kinematics and Jacobian against MuJoCo itself (``mj_kinematics``, ``mj_jacSite``), the IK iteration against a
+damped-least-squares step written with MuJoCo's own functions, IK convergence, reward and success on hand-built
+states, the reset distribution, the ``control_hz`` option, and ``ArmEnv`` against sub-env 0 of a ``SimEnv`` with
+the same seed (the adapter adds nothing to the MDP). Expert success rates are in ``tests/envs/test_arm.py``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,23 @@ import mujoco
 import numpy as np
 import pytest
 import torch
-from robot_rl.envs.arm.experts import ScriptedExpert
-from robot_rl.envs.arm.model import ARM_JOINTS, CUBE_HALF, FINGER_RANGE, build_model
-from robot_rl.envs.arm.tasks import (
+from robot_rl.envs.arm import ArmEnv
+from robot_rl.envs.arm.constants import (
+    EE0_BOX,
+    HAND_QUAT,
+    IK_DAMPING,
+    IK_MAX_DQ,
+    LIFT_MARGIN,
+    REACH_TARGET_BOX,
     STATE_LAYOUT,
+    SUCCESS_RADIUS,
+    TARGET_XY_BOX,
     TIME_LIMITS,
     WORKSPACE_HIGH,
     WORKSPACE_LOW,
-    ArmEnv,
-    _analytic_ik,
 )
+from robot_rl.envs.arm.experts import ScriptedExpert
+from robot_rl.envs.arm.model import ARM_JOINTS, CUBE_HALF, FINGER_RANGE, build_model
 from robot_rl.envs.sim import SimEnv, make_task
 from robot_rl.envs.sim.rng import CounterRNG
 from robot_rl.envs.sim.tasks.arm import (
@@ -66,15 +73,49 @@ def test_forward_kinematics_and_jacobian_match_mujoco() -> None:
         np.testing.assert_allclose(jac[i].numpy(), np.vstack([jacp, jacr])[:, arm_dof], rtol=0, atol=1e-12)
 
 
-def test_analytic_ik_matches_reference() -> None:
-    points = np.random.default_rng(1).uniform(WORKSPACE_LOW, WORKSPACE_HIGH, (32, 3))
-    ours = analytic_ik(torch.from_numpy(points)).numpy()
-    np.testing.assert_allclose(ours, np.stack([_analytic_ik(p) for p in points]), rtol=0, atol=1e-12)
+def test_analytic_ik_reaches_the_point_pointing_down() -> None:
+    """The reset's closed-form IK, checked by MuJoCo's forward kinematics: grip point and hand orientation."""
+    m = build_model()
+    d = mujoco.MjData(m)
+    grip = m.site("grip").id
+    points = np.random.default_rng(1).uniform(EE0_BOX[0], EE0_BOX[1], (16, 3))
+    points = np.concatenate([points, [[0.3, 0.0, 0.1], [0.5, -0.2, 0.03], [0.2, 0.25, 0.3]]])
+    qs = analytic_ik(torch.from_numpy(points)).numpy()
+    for point, q in zip(points, qs, strict=True):
+        d.qpos[:5] = q
+        mujoco.mj_kinematics(m, d)
+        np.testing.assert_allclose(d.site_xpos[grip], point, atol=1e-9)
+        np.testing.assert_allclose(d.site_xmat[grip].reshape(3, 3), np.diag([-1.0, 1.0, -1.0]), atol=1e-9)
 
 
-def test_ik_step_matches_arm_env() -> None:
-    env = ArmEnv("push")
-    m = env.model
+def _reference_ik_step(m: mujoco.MjModel, d: mujoco.MjData, q: np.ndarray, x_des: np.ndarray) -> np.ndarray:
+    """One damped-least-squares IK iteration written with MuJoCo's functions (the pre-torch ``ArmEnv._solve_ik``)."""
+    grip = m.site("grip").id
+    arm_qpos = [m.joint(j).qposadr[0] for j in ARM_JOINTS]
+    arm_dof = [m.joint(j).dofadr[0] for j in ARM_JOINTS]
+    ranges = m.jnt_range[[m.joint(j).id for j in ARM_JOINTS]]
+    d.qpos[arm_qpos] = q
+    mujoco.mj_kinematics(m, d)
+    mujoco.mj_comPos(m, d)
+    cur, neg, err, e = np.empty(4), np.empty(4), np.empty(4), np.empty(6)
+    mujoco.mju_mat2Quat(cur, d.site_xmat[grip])
+    mujoco.mju_negQuat(neg, cur)
+    mujoco.mju_mulQuat(err, np.array(HAND_QUAT), neg)
+    if err[0] < 0:
+        err *= -1.0
+    mujoco.mju_quat2Vel(e[3:], err, 1.0)
+    e[:3] = x_des - d.site_xpos[grip]
+    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    mujoco.mj_jacSite(m, d, jacp, jacr, grip)
+    jac = np.vstack([jacp, jacr])[:, arm_dof]
+    dq = np.linalg.solve(jac.T @ jac + IK_DAMPING**2 * np.eye(5), jac.T @ e)
+    dq /= max(1.0, np.max(np.abs(dq)) / IK_MAX_DQ)
+    return np.clip(q + dq, ranges[:, 0], ranges[:, 1])
+
+
+def test_ik_step_matches_mujoco_reference() -> None:
+    m = build_model()
+    d = mujoco.MjData(m)
     rng = np.random.default_rng(2)
     ranges = m.jnt_range[[m.joint(j).id for j in ARM_JOINTS]]
     low, high = torch.from_numpy(ranges[:, 0]), torch.from_numpy(ranges[:, 1])
@@ -82,32 +123,78 @@ def test_ik_step_matches_arm_env() -> None:
     x_des = rng.uniform(WORKSPACE_LOW, WORKSPACE_HIGH, (n, 3))
     # Anywhere in the joint box (large errors: step limit and range clipping), and near the IK's working
     # point (hand about pointing down, small steps: the unclipped least-squares solution).
-    near = np.stack([_analytic_ik(p) for p in rng.uniform(WORKSPACE_LOW, WORKSPACE_HIGH, (n, 3))])
+    near = analytic_ik(torch.from_numpy(rng.uniform(WORKSPACE_LOW, WORKSPACE_HIGH, (n, 3)))).numpy()
     near = np.clip(near + rng.normal(0.0, 0.05, near.shape), ranges[:, 0], ranges[:, 1])
     for q0 in (_joint_samples(m, n, seed=3), near):
         ours = ik_step(torch.from_numpy(q0), torch.from_numpy(x_des), low, high).numpy()
-        ref = np.stack([env._solve_ik(q0[i], x_des[i], iters=1) for i in range(n)])
+        ref = np.stack([_reference_ik_step(m, d, q0[i], x_des[i]) for i in range(n)])
         np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-9)
-    env.close()
 
 
-def _copy_state(env: SimEnv, arms: list[ArmEnv]) -> None:
-    """Put every sub-env of ``env`` (physics and task state) in the state of the matching ``ArmEnv``."""
-    task = env.task
-    assert isinstance(task, ArmTask)
-
-    def stack(get) -> torch.Tensor:
-        return torch.from_numpy(np.stack([np.array(get(a), dtype=np.float64) for a in arms]))
-
-    env.physics.reset(
-        torch.ones(env.num_envs, dtype=torch.bool),
-        stack(lambda a: a.data.qpos),
-        stack(lambda a: a.data.qvel),
-        stack(lambda a: a.data.ctrl),
+def test_ik_converges() -> None:
+    """Iterated from the start pose, the IK puts the grip point on any workspace target, pointing down."""
+    m = build_model()
+    ranges = m.jnt_range[[m.joint(j).id for j in ARM_JOINTS]]
+    low, high = torch.from_numpy(ranges[:, 0]), torch.from_numpy(ranges[:, 1])
+    rng = np.random.default_rng(4)
+    n = 32
+    start = torch.from_numpy(rng.uniform(EE0_BOX[0], EE0_BOX[1], (n, 3)))
+    # The tasks' targets: reach targets in the air, push targets on the table (grip point at the cube centre).
+    air = rng.uniform(REACH_TARGET_BOX[0], REACH_TARGET_BOX[1], (n // 2, 3))
+    table = np.concatenate(
+        [rng.uniform(TARGET_XY_BOX[0], TARGET_XY_BOX[1], (n // 2, 2)), np.full((n // 2, 1), 0.02)], 1
     )
-    task.target, task.x_des = stack(lambda a: a._target), stack(lambda a: a._x_des)
-    task.q_cmd, task.prev_ee = stack(lambda a: a._q_cmd), stack(lambda a: a._prev_ee)
-    task.ee_vel = stack(lambda a: a._ee_vel)
+    x_des = torch.from_numpy(np.concatenate([air, table]))
+    q = analytic_ik(start)
+    for _ in range(40):
+        q = ik_step(q, x_des, low, high)
+    torch.testing.assert_close(grip_position(q), x_des, rtol=0, atol=1e-4)
+    down = torch.tensor([[-1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, -1.0]], dtype=torch.float64)
+    torch.testing.assert_close(hand_matrix(q), down.expand(n, 3, 3), rtol=0, atol=1e-3)
+
+
+def _scored(task_name: str, reward: str, ee: list[float], cube: list[float], target: list[float]):
+    """``ArmTask.score`` for one hand-built state: grip point ``ee``, cube centre ``cube``, target ``target``."""
+    task = ArmTask(task_name, reward)
+    model = task.build_model()
+    task.setup(model, 1, torch.device("cpu"), torch.float64)
+    qpos = task.qpos0[None].clone()
+    c = int(model.joint("cube").qposadr[0])
+    qpos[0, c : c + 3] = torch.tensor(cube, dtype=torch.float64)
+    task.prev_ee = torch.tensor([ee], dtype=torch.float64)
+    task.target = torch.tensor([target], dtype=torch.float64)
+    reward_t, success = task.score(qpos)
+    return float(reward_t[0]), bool(success[0])
+
+
+def test_reward_and_success_definitions() -> None:
+    """Dense rewards are the documented negative distances, sparse is 1.0 on success; success radii and lift."""
+    r = SUCCESS_RADIUS
+    # reach: the grip point within 3 cm of the target; the cube plays no part.
+    assert _scored("reach", "dense", [0.3, 0.0, 0.1], [0.6, 0.4, 0.02], [0.3, 0.04, 0.1]) == (
+        pytest.approx(-0.04),
+        False,
+    )
+    inside = [0.3, 0.0, 0.1 + r["reach"] - 1e-4]
+    assert _scored("reach", "dense", [0.3, 0.0, 0.1], [0.6, 0.4, 0.02], inside)[1]
+    assert _scored("reach", "sparse", [0.3, 0.0, 0.1], [0.3, 0.0, 0.02], [0.3, 0.02, 0.1]) == (1.0, True)
+    # push: the cube within 5 cm of the target in the table plane (height ignored); dense adds 0.5 |ee - cube|.
+    ee, cube = [0.3, 0.0, 0.1], [0.3, 0.0, 0.02]
+    far = np.hypot(0.03, 0.041)  # 5.08 cm
+    assert _scored("push", "dense", ee, cube, [0.33, 0.041, 0.02]) == (pytest.approx(-far - 0.04), False)
+    near = np.hypot(0.03, 0.039)  # 4.92 cm
+    assert _scored("push", "dense", ee, cube, [0.33, 0.039, 0.5]) == (pytest.approx(-near - 0.04), True)
+    assert _scored("push", "sparse", ee, cube, [0.33, 0.041, 0.02]) == (0.0, False)
+    # pick_place: 3-D distance within 5 cm and the cube lifted by more than LIFT_MARGIN.
+    lifted = [0.3, 0.0, 0.02 + LIFT_MARGIN + 1e-3]
+    assert _scored("pick_place", "dense", lifted, lifted, [0.3, 0.0, 0.06]) == (pytest.approx(-0.024), True)
+    on_table = [0.3, 0.0, 0.02 + LIFT_MARGIN - 1e-3]
+    assert _scored("pick_place", "sparse", on_table, on_table, [0.3, 0.0, 0.04]) == (0.0, False)
+    assert _scored("pick_place", "sparse", lifted, lifted, [0.3, 0.0, 0.09]) == (0.0, False)  # 5.4 cm away
+    assert _scored("pick_place", "dense", [0.3, 0.1, 0.1], lifted, [0.3, 0.0, 0.06]) == (
+        pytest.approx(-0.024 - 0.5 * np.linalg.norm([0.0, 0.1, 0.1 - lifted[2]])),
+        True,
+    )
 
 
 CASES = [("reach", "dense"), ("push", "dense"), ("pick_place", "dense"), ("pick_place", "sparse")]
@@ -115,60 +202,90 @@ CASES = [("reach", "dense"), ("push", "dense"), ("pick_place", "dense"), ("pick_
 
 @pytest.mark.parametrize("policy", ["random", "expert"])
 @pytest.mark.parametrize(("task_name", "reward"), CASES)
-def test_steps_match_arm_env(task_name: str, reward: str, policy: str) -> None:
-    """Step for step against ArmEnv from the same state, until each sub-env terminates (or 30 steps).
+def test_arm_env_is_sub_env_zero_of_sim_env(task_name: str, reward: str, policy: str) -> None:
+    """``ArmEnv`` with seed s runs exactly like sub-env 0 of ``SimEnv(ArmTask)`` with seed s (same stream, same
+    physics in float64), until the first termination or 60 steps (reach: 49, within its time limit).
 
     "random" actions are uniform in [-1, 1]; "expert" actions come from the scripted expert with noise 0.3,
-    which pushes, grasps and lifts the cube (contacts) and solves tasks (termination, success, the sparse
-    reward). Both sides run the same MuJoCo step in float64 and contact dynamics do not make them drift: the
-    observations agree bit for bit over the whole horizon (the tolerance only allows for float32 rounding), and
-    rewards differ by SimEnv's float32 cast of the reward (~1e-8).
+    which pushes, grasps, lifts and solves (termination, success, the sparse reward).
     """
-    n, horizon = 2, 30
+    n = 2
     env = SimEnv(ArmTask(task_name, reward), "cpu", num_envs=n, seed=0)
-    arms = [ArmEnv(task_name, reward) for _ in range(n)]
+    arm = ArmEnv(task_name, reward)
     try:
-        arm_obs = np.stack([a.reset(seed=10 + i)[0] for i, a in enumerate(arms)])
-        env.reset()
-        _copy_state(env, arms)
-        obs = env.task.observe(*env.physics.state())
-        np.testing.assert_allclose(obs.numpy(), arm_obs, rtol=0, atol=1e-6)
-
+        arm_obs, info = arm.reset(seed=7)
+        obs = env.reset(seed=7)["state"]
+        np.testing.assert_array_equal(obs[0].numpy(), arm_obs)
+        assert info == {"success": False}
         expert = ScriptedExpert(task_name, n, noise=0.3, seed=0)
         gen = torch.Generator().manual_seed(0)
-        alive = np.ones(n, dtype=bool)
-        successes = 0
-        for t in range(horizon):
-            if policy == "expert":
-                action = expert.act(torch.from_numpy(arm_obs))
+        terminated_once = False
+        for t in range(min(60, TIME_LIMITS[task_name] - 1)):  # before SimEnv's time limit
+            action = expert.act(obs) if policy == "expert" else torch.rand(n, 4, generator=gen) * 2 - 1
+            obs, reward_t, terminated, truncated, info_t = env.step(action)
+            arm_obs, arm_reward, arm_term, arm_trunc, arm_info = arm.step(action[0].numpy())
+            where = f"{task_name}-{reward} {policy}: step {t}"
+            np.testing.assert_array_equal(info_t["final_obs"]["state"][0].numpy(), arm_obs, err_msg=where)
+            assert arm_reward == pytest.approx(float(reward_t[0]), abs=1e-6), where
+            assert arm_term == bool(terminated[0]) == arm_info["success"] == bool(info_t["success"][0]), where
+            assert not arm_trunc and not bool(truncated[0]), where
+            if reward == "sparse":
+                assert arm_reward == float(arm_term)
             else:
-                action = torch.rand(n, 4, generator=gen) * 2 - 1
-            obs, reward, terminated, truncated, info = env.step(action)
-            results = [a.step(action[i].numpy()) for i, a in enumerate(arms)]
-            arm_obs = np.stack([r[0] for r in results])
-            final = info["final_obs"]["state"].numpy()
-            for i in np.flatnonzero(alive):
-                a_obs, a_reward, a_term, _, a_info = results[i]
-                where = f"{task_name}-{reward} {policy}: env {i}, step {t}"
-                np.testing.assert_allclose(final[i], a_obs, rtol=0, atol=1e-6, err_msg=where)
-                assert reward[i].item() == pytest.approx(a_reward, abs=1e-6), where
-                assert bool(terminated[i]) == a_term, where
-                assert bool(info["success"][i]) == a_info["success"], where
-                assert not bool(truncated[i]), where
-                if a_term:
-                    alive[i] = False
-                    successes += 1
-                    # The same step reset the sub-env: a fresh start with zero hand velocity.
-                    assert np.all(obs["state"][i, L["ee_vel"]].numpy() == 0.0), where
-            if not alive.any():
+                assert arm_reward < 0
+            if arm_term:
+                terminated_once = True
+                # The same step reset the sub-env: a fresh start with zero hand velocity.
+                assert np.all(obs["state"][0, L["ee_vel"]].numpy() == 0.0), where
                 break
-        # The seeds are such that termination, success and the sparse reward are exercised.
         if policy == "expert":
-            assert successes > 0, "the expert solved nothing: the termination path went untested"
+            assert terminated_once, "the expert solved nothing: the termination path went untested"
     finally:
         env.close()
-        for a in arms:
-            a.close()
+        arm.close()
+
+
+def test_control_hz() -> None:
+    """Another control rate: fewer substeps, a proportionally smaller step, the same hand speed."""
+    task = ArmTask("reach", control_hz=50.0)
+    assert task.frame_skip == 4 and task.control_dt == pytest.approx(0.02)
+    assert task.max_delta == pytest.approx(0.025 * 0.02 / 0.05)
+    assert ArmTask("reach").frame_skip == 10
+    for bad in (0.0, -20.0, 30.0, 300.0):
+        with pytest.raises(ValueError, match="control_hz"):
+            ArmTask("reach", control_hz=bad)
+    speeds = {}
+    for hz in (20.0, 50.0):
+        arm = ArmEnv("reach", control_hz=hz)
+        start, _ = arm.reset(seed=1)
+        steps = int(round(0.5 * hz))  # half a second of full speed along x
+        for _ in range(steps):
+            obs, *_ = arm.step(np.array([1.0, 0.0, 0.0, -1.0]))
+        speeds[hz] = (obs[0] - start[0]) / 0.5
+        arm.close()
+    assert speeds[20.0] > 0.2 and speeds[50.0] == pytest.approx(speeds[20.0], rel=0.1)
+
+
+def test_reset_position_and_hold() -> None:
+    """``ArmEnv.reset_position`` previews a reset without using the stream; ``hold`` freezes the servo targets."""
+    arm = ArmEnv("push")
+    np.testing.assert_allclose(arm.reset_position(3), arm.reset(seed=3)[0][L["ee_pos"]], atol=1e-6)
+    preview = arm.reset_position()
+    np.testing.assert_allclose(arm.reset_position(), preview, rtol=0, atol=0)  # the stream did not move
+    first, _ = arm.reset()
+    np.testing.assert_allclose(preview, first[L["ee_pos"]], atol=1e-6)
+    for _ in range(3):
+        arm.step(np.array([1.0, 0.0, 0.0, 0.0]))
+    arm.hold()
+    qpos = arm.physics.state()[0]
+    torch.testing.assert_close(arm.arm_task.q_cmd, qpos[:, :5], rtol=0, atol=0)
+    torch.testing.assert_close(arm.arm_task.x_des, grip_position(qpos[:, :5]), rtol=0, atol=0)
+    # The data view is the physics state, with the target marker placed.
+    np.testing.assert_allclose(
+        arm.data.site_xpos[arm.model.site("grip").id], arm.arm_task.x_des[0].numpy(), atol=1e-12
+    )
+    np.testing.assert_allclose(arm.data.mocap_pos[0], arm.arm_task.target[0].numpy())
+    arm.close()
 
 
 @pytest.mark.parametrize("task_name", ["reach", "push", "pick_place"])

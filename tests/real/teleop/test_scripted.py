@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from robot_rl.envs.arm import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
 from robot_rl.envs.arm.experts import ScriptedExpert
-from robot_rl.envs.arm.tasks import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
 from robot_rl.real.teleop import TELEOPS, make_teleop
 from robot_rl.real.teleop.base import Event, Teleop
 from robot_rl.real.teleop.replay import ReplayTeleop

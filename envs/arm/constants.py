@@ -1,0 +1,54 @@
+"""Every number of the tabletop arm tasks' MDP, in one place (the scene's geometry is in ``model``).
+
+``robot_rl.envs.sim.tasks.arm.ArmTask`` (the task definition) reads them; ``robot_rl.envs.arm.tasks`` re-exports the
+public ones for ``ArmEnv``'s users. This module imports nothing but ``model``, so any module may import it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .model import CUBE_HALF, TIMESTEP
+
+TASKS = ("reach", "push", "pick_place")
+TIME_LIMITS = {"reach": 50, "push": 100, "pick_place": 100}  # control steps at 20 Hz
+REWARDS = ("dense", "sparse")
+N_SUBSTEPS = 10
+CONTROL_DT = N_SUBSTEPS * TIMESTEP  # 0.05 s, i.e. 20 Hz
+MAX_DELTA = 0.025  # metres of grip-point displacement per control step at |action| = 1 (at 20 Hz)
+WORKSPACE_LOW = np.array([0.15, -0.28, 0.018])  # the floor keeps the pads 3 mm off the table
+WORKSPACE_HIGH = np.array([0.6, 0.28, 0.32])
+SUCCESS_RADIUS = {"reach": 0.03, "push": 0.05, "pick_place": 0.05}
+LIFT_MARGIN = 0.015  # pick_place: the cube centre must be this far above its resting height
+
+STATE_LAYOUT: dict[str, slice] = {
+    "ee_pos": slice(0, 3),
+    "ee_vel": slice(3, 6),
+    "gripper": slice(6, 7),
+    "cube_pos": slice(7, 10),
+    "cube_quat": slice(10, 14),
+    "cube_vel": slice(14, 17),
+    "cube_rel_ee": slice(17, 20),
+    "target_pos": slice(20, 23),
+    "target_rel_cube": slice(23, 26),
+    "target_rel_ee": slice(26, 29),
+}
+STATE_DIM = 29
+
+# Controller.
+HAND_QUAT = (0.0, 0.0, 1.0, 0.0)  # desired hand orientation: a half turn about world y (hand z = world -z)
+IK_DAMPING = 0.03
+IK_MAX_DQ = 0.4  # rad per IK iteration
+MAX_LEAD = 0.05  # the desired grip position may lead the measured one by at most this much
+
+# Reset: uniform boxes ((low...), (high...)).
+EE0_BOX = ((0.3, -0.12, 0.1), (0.42, 0.12, 0.2))  # grip point at the start
+REACH_TARGET_BOX = ((0.25, -0.2, 0.06), (0.5, 0.2, 0.25))
+CUBE_XY_BOX = ((0.28, -0.15), (0.45, 0.15))
+TARGET_XY_BOX = ((0.27, -0.18), (0.48, 0.18))  # push and pick_place
+MAX_YAW = math.pi / 4  # cube yaw in [-MAX_YAW, MAX_YAW]
+PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)  # pick_place target centre height
+MIN_TARGET_DIST = 0.1  # target at least this far from the start (reach: grip point; else cube, in the plane)
+CUBE_PARKED = (0.68, 0.42, CUBE_HALF)  # reach: the cube sits out of the way
