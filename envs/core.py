@@ -124,6 +124,7 @@ class BatchedEnv(abc.ABC):
     max_episode_steps: int | None
     single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Box
+    control_dt: float | None = None  # simulated seconds per agent step (action repeat included); None: unknown
 
     def reset(self, seed: int | None = None) -> Obs:
         """Reset every sub-env and return the batched first observation.
@@ -350,6 +351,7 @@ class SyncBatchedEnv(BatchedEnv):
         self.max_episode_steps = max_episode_steps
         self.single_observation_space = obs_space
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
+        self.control_dt = _agent_step_seconds(first)
         self._render = render
         self._initial_seed = seed
 
@@ -436,6 +438,20 @@ def _check_dict_space(space: gym.spaces.Dict) -> tuple[str, ...]:
         if not isinstance(sub, gym.spaces.Box) or np.dtype(sub.dtype) not in _TORCH_DTYPES:
             raise ValueError(f"observation group {key!r} must be a float32 or uint8 Box, got {sub}")
     return ("state", *(key for key in space.spaces if key != "state"))
+
+
+def _agent_step_seconds(env: gym.Env) -> float | None:
+    """Simulated seconds per step of a wrapped gymnasium env: the base env's ``dt`` (gymnasium's MuJoCo and
+    classic-control envs, the dm_control adapter) or ``control_dt`` (the arm), times the action repeat."""
+    base = env.unwrapped
+    dt = getattr(base, "control_dt", None) or getattr(base, "dt", None)
+    if not isinstance(dt, (int, float)) or dt <= 0:
+        return None
+    repeat, layer = 1, env
+    while isinstance(layer, gym.Wrapper):
+        repeat *= int(getattr(layer, "repeat", 1)) if type(layer).__name__ == "ActionRepeat" else 1
+        layer = layer.env
+    return float(dt) * repeat
 
 
 def _refuse(bad: list[int]) -> None:

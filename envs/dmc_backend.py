@@ -87,6 +87,7 @@ class DmcEnv(gym.Env[np.ndarray, np.ndarray]):
         self._render_size = render_size
         self._camera_id = camera_id
         self.metadata = {**self.metadata, "render_fps": int(round(1.0 / control_dt))}
+        self.dt = float(control_dt)  # simulated seconds per step, as gymnasium's own envs name it
 
     def _flatten(self, observation: dict[str, Any]) -> np.ndarray:
         return np.concatenate([np.asarray(observation[k], dtype=np.float32).ravel() for k in self._obs_keys])

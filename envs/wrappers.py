@@ -119,7 +119,7 @@ class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
         if repeat < 1:
             raise ValueError(f"repeat must be >= 1, got {repeat}")
-        self._repeat = repeat
+        self._repeat = self.repeat = repeat
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         total = 0.0

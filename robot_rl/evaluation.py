@@ -80,9 +80,18 @@ def _one_round(
 
 
 @torch.no_grad()
-def record_video(policy: Policy, env, path: Path, seed: int, fps: int = 30, max_frames: int = 2000) -> dict:
-    """Render one episode of `env` (a batch of one made with render=True) to an MP4; return its return/length."""
+def record_video(
+    policy: Policy, env, path: Path, seed: int, fps: float | None = None, max_frames: int = 2000
+) -> dict:
+    """Render one episode of `env` (a batch of one made with render=True) to an MP4; return its return/length.
+
+    One frame per agent step, played at the task's rate (`1 / env.control_dt`: 20 fps for the 20 Hz arm, so a
+    second of video is a second of the task), or at `fps`; 30 where the env does not know its step time."""
     import imageio.v2 as imageio
+
+    if fps is None:
+        dt = getattr(env, "control_dt", None)
+        fps = 1.0 / dt if dt else 30.0
 
     obs = env.reset(seed=seed)
     frames = [env.render()]

@@ -78,6 +78,7 @@ class SimEnv(BatchedEnv):
             limit = default_time_limit(task.time_limit, options.action_repeat)
         self.max_episode_steps = limit
         self._action_repeat = options.action_repeat
+        self.control_dt = float(model.opt.timestep) * task.frame_skip * options.action_repeat
         self._action_dtype = self.physics.dtype  # BatchedEnv checks actions on ``device``, in this dtype
 
         self._rng = self.rng_type(num_envs, self.device)

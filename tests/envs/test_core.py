@@ -10,6 +10,8 @@ import pytest
 import torch
 from robot_rl.envs.core import SyncBatchedEnv
 
+from robot_rl import envs
+
 
 class CountingEnv(gym.Env[np.ndarray, np.ndarray]):
     """Observation [episode index, step]; terminates (with success) after ``term_at`` steps."""
@@ -90,3 +92,14 @@ def test_returned_tensors_are_not_reused() -> None:
     first = env.reset()["state"]
     second, *_ = env.step(torch.zeros(1, 1))
     assert first.tolist() == [[0.0, 0.0]] and second["state"].tolist() == [[0.0, 1.0]]
+
+
+@pytest.mark.parametrize(
+    "spec, repeat, seconds",
+    [("gym:Pendulum-v1", 1, 0.05), ("gym:Hopper-v5", 2, 0.016), ("dmc:cartpole-swingup", 2, 0.02),
+     ("arm:push", 1, 0.05), ("mujoco:Hopper-v5", 1, 0.008), ("mujoco:cartpole-swingup", 4, 0.04)],
+)
+def test_control_dt_is_simulated_seconds_per_agent_step(spec: str, repeat: int, seconds: float) -> None:
+    """What video frame rates and dataset fps are derived from, on every backend."""
+    with envs.make(spec, num_envs=1, action_repeat=repeat) as env:
+        assert env.control_dt == pytest.approx(seconds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from robot_rl import envs
@@ -43,3 +44,18 @@ def test_eval_runs_many_episodes_in_bounded_envs(tmp_path, capsys, monkeypatch) 
     out = capsys.readouterr().out
     assert max(made) == 4
     assert "[eval] 4/10 episodes" in out and "[eval] 10/10 episodes" in out and "| 10 episodes |" in out
+
+
+def test_videos_play_at_the_tasks_rate(tmp_path) -> None:
+    """The arm runs at 20 Hz: its video is 20 fps (was a fixed 30, 1.5x too fast); action repeat slows it."""
+    import imageio_ffmpeg
+
+    from robot_rl.evaluation import record_video
+
+    for spec, repeat, fps in [("arm:reach", 1, 20.0), ("gym:Pendulum-v1", 2, 10.0)]:
+        path = tmp_path / f"{spec.replace(':', '_')}.mp4"
+        with envs.make(spec, num_envs=1, action_repeat=repeat, render=True, render_size=(48, 64)) as env:
+            assert env.control_dt == pytest.approx(1.0 / fps)
+            record_video(lambda o: torch.zeros(1, env.action_dim), env, path, seed=0, max_frames=5)
+        meta = next(imageio_ffmpeg.read_frames(str(path)))
+        assert meta["fps"] == pytest.approx(fps), (spec, meta["fps"])
