@@ -40,6 +40,15 @@ _BACKENDS = {
 }
 
 
+def _register_with_gymnasium() -> None:
+    from .arm_backend import register_gym_ids
+
+    register_gym_ids()
+
+
+_register_with_gymnasium()  # gymnasium.make("robot_rl/ArmPush-v0") after `import robot_rl.envs`
+
+
 def _backend(spec: str) -> tuple[Any, str]:
     if isinstance(spec, str):
         for prefix, module in _BACKENDS.items():

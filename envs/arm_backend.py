@@ -80,3 +80,33 @@ def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
         env.close()
         raise
     return env, limit
+
+
+# -- gymnasium registration --------------------------------------------------------------------------------
+GYM_NAMESPACE = "robot_rl"
+
+
+def gym_ids() -> dict[str, str]:
+    """gymnasium id -> arm spec: ``robot_rl/ArmPush-v0`` is ``arm:push``, ``robot_rl/ArmPickPlaceSparsePixels-v0``
+    is ``arm:pick_place-sparse-pixels``."""
+    ids = {}
+    for spec in spec_names():
+        name = spec[len(PREFIX):]
+        camel = "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
+        ids[f"{GYM_NAMESPACE}/Arm{camel}-v0"] = spec
+    return ids
+
+
+def gym_entry_point(spec: str, render_mode: str | None = None, **options) -> gym.Env:
+    """What ``gymnasium.make("robot_rl/Arm...-v0")`` calls: the env ``make_single(spec)`` builds (actions in
+    [-1, 1], the task's time limit), with gymnasium's ``render_mode="rgb_array"`` mapped onto ``render=True``."""
+    from . import make_single
+
+    return make_single(spec, render=render_mode == "rgb_array", **options)
+
+
+def register_gym_ids() -> None:
+    """Register the arm tasks with gymnasium (cheap: nothing is built until ``gymnasium.make``)."""
+    for gym_id, spec in gym_ids().items():
+        if gym_id not in gym.registry:
+            gym.register(gym_id, entry_point=gym_entry_point, kwargs={"spec": spec})

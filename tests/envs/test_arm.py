@@ -188,3 +188,22 @@ def test_noisy_expert_is_worse(make) -> None:
     env = make("arm:pick_place", num_envs=10, seed=5)
     results = run_expert(env, make_expert("arm:pick_place", 10, noise=1.0, seed=0), episodes_per_env=1)
     assert sum(results) / len(results) <= 0.6
+
+
+def test_the_arm_tasks_are_registered_with_gymnasium() -> None:
+    """`gymnasium.make("robot_rl/ArmPush-v0")` after `import robot_rl.envs`: the arm: spec's env, time limit included."""
+    import gymnasium
+    import robot_rl.envs  # noqa: F401  (registers the ids)
+    from robot_rl.envs.arm_backend import gym_ids
+
+    assert len(gym_ids()) == 12 and gym_ids()["robot_rl/ArmPickPlaceSparsePixels-v0"] == "arm:pick_place-sparse-pixels"
+    env = gymnasium.make("robot_rl/ArmReachSparse-v0", render_mode="rgb_array", render_size=(48, 64))
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (29,) and env.action_space.shape == (4,)
+    assert env.render().shape == (48, 64, 3)
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated) and steps < 60:
+        *_, terminated, truncated, _ = env.step(np.zeros(4, np.float32))
+        steps += 1
+    assert truncated and steps == 50  # reach's 50-step limit; standing still never succeeds
+    env.close()
