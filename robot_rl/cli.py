@@ -735,6 +735,8 @@ def _eval(args: list[str]) -> int:
     if a.policy:
         return _eval_policy_dir(a)
     run_dir = Path(a.run)
+    if _saved_run_is_policy_finetune(run_dir):
+        return _eval_finetune_run(a, run_dir)
     cfg = load_run_config(run_dir)
     cfg.device = a.device
     ckpt = run_dir / "checkpoints" / f"{a.checkpoint}.pt"
@@ -761,6 +763,44 @@ def _eval(args: list[str]) -> int:
         with make_env(cfg, 1, render=True, render_size=(height, width)) as video_env:
             record_video(lambda o: agent.act(o, deterministic=True).to(video_env.device), video_env, path, seed)
         print(f"video: {path}", flush=True)
+    return 0
+
+
+def _eval_finetune_run(a: EvalArgs, run_dir: Path) -> int:
+    """`eval run=` of a `finetune method=...` run: the method's own evaluation policy (residual: base plus
+    correction; DSRL: noise actor through the base; ReinFlow/DPPO: the fine-tuned chain) from its checkpoint."""
+    from robot_rl import checkpoint, envs
+    from robot_rl.config import load_run_config
+    from robot_rl.evaluation import MAX_EVAL_ENVS, evaluate
+    from robot_rl.finetune.config import FinetuneConfig
+    from robot_rl.finetune.loop import build_method
+    from robot_rl.policies.io import load_policy
+    from robot_rl.runner import EVAL_SEED_OFFSET
+
+    cfg = load_run_config(run_dir, schema=FinetuneConfig)
+    cfg.device = a.device
+    ckpt = run_dir / "checkpoints" / f"{a.checkpoint}.pt"
+    state = checkpoint.load(ckpt)
+    state = state.get("method", state)  # runs written before the Runner nested the method's state
+    n = min(a.episodes, MAX_EVAL_ENVS)
+    cfg.replay_capacity = max(n, 1)  # nothing is collected: the replay only has to exist
+    seed = cfg.seed + EVAL_SEED_OFFSET if a.seed is None else a.seed
+    with envs.make(cfg.env.spec, num_envs=n, device=cfg.device, max_episode_steps=cfg.env.max_episode_steps) as env:
+        method = build_method(cfg, load_policy(cfg.base_policy, device=cfg.device), env)
+        replay = getattr(method, "replay", None)
+        if "replay" not in state and replay is not None:  # best.pt leaves the replay out
+            state = {**state, "replay": replay.state_dict()}
+        method.load_state_dict(state)
+        act, on_done = method.eval_policy()
+        result = evaluate(act, env, seed=seed, on_done=on_done, episodes=a.episodes, message=print)
+    line = (f"{cfg.env.spec} | {cfg.method} fine-tuning, {a.checkpoint} checkpoint (env step {state['env_steps']:,}) "
+            f"| {a.episodes} episodes | return {result['eval_return_mean']:.2f} ± {result['eval_return_std']:.2f}")
+    if result["success_rate"] is not None:
+        line += f" | success rate {result['success_rate']:.0%}"
+    print(line, flush=True)
+    if a.video:
+        print("(no video for fine-tuning runs: `robot-rl eval policy=<run>/policy` records ReinFlow/DPPO policies "
+              "through their saved policy directory)", flush=True)
     return 0
 
 

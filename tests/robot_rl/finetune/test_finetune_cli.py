@@ -68,6 +68,11 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
         assert "3 episodes" in (out := capsys.readouterr().out) and "success rate" in out, out
     assert main(["finetune", f"resume={run_dir}", "steps=72"]) == 0, capsys.readouterr().err
     assert int(float(rows(run_dir)[-1]["env_step"])) >= 72
+    # eval run= of a fine-tuning run (was "unknown config key 'method'"): its method's evaluation policy
+    capsys.readouterr()
+    assert main(["eval", f"run={run_dir}", "episodes=3", "video=false"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"{method} fine-tuning, best checkpoint" in out and "| 3 episodes |" in out and "success rate" in out
 
 
 @pytest.mark.parametrize(
