@@ -149,8 +149,9 @@ def hil_train_args() -> type:
 class DeployArgs(RobotArgs):
     teleop: str | None = _help(None, f"operator device who may take over: {', '.join(TELEOP_DEVICES)} (null: none)")
     checkpoint: str = _help(
-        "", "required: a training checkpoint (runs/<run>/checkpoints/best.pt) or a hil-train learner.pt "
-            "(<run_dir>/learner.pt, or <run_dir>/learner/checkpoints/learner.pt with distributed=true)"
+        "", "required: a training checkpoint (runs/<run>/checkpoints/best.pt), a hil-train learner.pt "
+            "(<run_dir>/learner.pt, or <run_dir>/learner/checkpoints/learner.pt with distributed=true), or a saved "
+            "policy directory (robot-rl bc, ReinFlow, DPPO: <run_dir>/policy)"
     )
     episodes: int = _help(10, "episodes to run")
     stochastic: bool = _help(False, "sample actions instead of taking the mean")
@@ -492,22 +493,37 @@ def _summary(episodes: list[Any], wall_s: float, run_dir: Path) -> None:
 def deploy(args: DeployArgs) -> int:
     """Run a trained policy on the robot with every safety on and no learning."""
     if not args.checkpoint:
-        raise CommandError("deploy needs checkpoint=<file> (runs/<run>/checkpoints/best.pt or <run_dir>/learner.pt)")
+        raise CommandError("deploy needs checkpoint=<file or policy dir> (runs/<run>/checkpoints/best.pt, "
+                           "<run_dir>/learner.pt or <bc run>/policy)")
     import torch
 
     from robot_rl.hil.session import Session
 
     client = _client(args)
     spec = client.spec()
-    actor = load_actor(Path(args.checkpoint), spec.state_dim, spec.action_dim)
+    path, policy_reset = Path(args.checkpoint), None
+    if path.is_dir():  # a saved policy directory (robot-rl bc, ReinFlow, DPPO), or a run directory holding one
+        from robot_rl.api import Agent
 
-    def policy(state: Any) -> Any:
-        with torch.no_grad():
-            return actor(torch.as_tensor(state, dtype=torch.float32)[None], not args.stochastic)[0][0].numpy()
+        agent = Agent.load(path)
+        if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
+            raise CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
+                               f"{spec.state_dim} and {spec.action_dim}")
+
+        def policy(state: Any) -> Any:
+            return agent.predict(state, deterministic=not args.stochastic).astype("float32")
+
+        policy_reset = agent.reset
+    else:
+        actor = load_actor(path, spec.state_dim, spec.action_dim)
+
+        def policy(state: Any) -> Any:
+            with torch.no_grad():
+                return actor(torch.as_tensor(state, dtype=torch.float32)[None], not args.stochastic)[0][0].numpy()
 
     device = _teleop(args, spec.name, {"mode": "takeover"})
     writer = _writer(args.out, spec, args.append, spec.name)
-    session = Session(client, policy=policy, teleop=device, writer=writer, task=spec.name)
+    session = Session(client, policy=policy, policy_reset=policy_reset, teleop=device, writer=writer, task=spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
     print(f"done: {len(eps)} episodes | success {sum(e.success for e in eps)}/{len(eps)} | mean return "

@@ -94,6 +94,7 @@ class Session:
         client: the robot.
         policy: state -> action in [-1, 1]; None for pure teleoperation.
         policy_loader: called with new weights from the link (hil-train).
+        policy_reset: called at the start of every episode (clears a chunked policy's queued actions).
         teleop: the operator's device, or None.
         link: learner link, or None (no learning).
         writer: a ``robot_rl.datasets.DatasetWriter`` to record every episode into, or None.
@@ -111,6 +112,7 @@ class Session:
         *,
         policy: Policy | None = None,
         policy_loader: Callable[[dict[str, Any]], None] | None = None,
+        policy_reset: Callable[[], None] | None = None,
         teleop: Teleop | None = None,
         link: Link | None = None,
         writer: Any = None,
@@ -121,7 +123,7 @@ class Session:
         task: str | None = None,
         max_retries: int = 5,
     ) -> None:
-        self.client, self.policy, self.policy_loader = client, policy, policy_loader
+        self.client, self.policy, self.policy_loader, self.policy_reset = client, policy, policy_loader, policy_reset
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
         spec = client.spec()
         self.action_dim = spec.action_dim
@@ -153,6 +155,8 @@ class Session:
         state = self._reset(seed)
         if self.teleop is not None:
             self.teleop.reset()
+        if self.policy_reset is not None:  # a chunked policy's queued actions belong to the last episode
+            self.policy_reset()
         ep = _Episode()
         label, rewinding, rewind_steps, held = "timeout", False, 0, 0
         # Each transition is handed to the learner one step late, so that the last one of an episode cut short

@@ -165,3 +165,18 @@ def test_keyboard_teleop_without_a_terminal_is_one_line(robot_server, capsys, mo
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "operator device KeyboardTeleop cannot start: KeyboardTeleop needs an interactive terminal" in err
+
+
+def test_deploy_runs_a_saved_bc_policy_directory(robot_server, tmp_path, capsys, monkeypatch):
+    """deploy took only SAC checkpoints; a BC (or ReinFlow/DPPO) policy directory now runs too, its action queue
+    reset at every episode start."""
+    from robot_rl.envs.arm import STATE_DIM
+    from robot_rl.policies.bc_mlp import MLPPolicy
+    from robot_rl.policies.io import save_policy
+
+    save_policy(MLPPolicy(STATE_DIM, 4, horizon=4, execute=2, hidden=[16]), tmp_path / "bc" / "policy")
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    code = main(["deploy", f"robot={robot_server}", "step_timeout_s=5", f"checkpoint={tmp_path / 'bc'}",
+                 "episodes=2"])
+    assert code == 0, capsys.readouterr().err
+    assert "done: 2 episodes" in capsys.readouterr().out
