@@ -22,6 +22,7 @@ import torch
 _M1 = 0xBF58476D1CE4E5B9 - (1 << 64)  # SplitMix64 constants as signed int64
 _M2 = 0x94D049BB133111EB - (1 << 64)
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+_KEY_SALT = 0x5851F42D4C957F2D  # the mixer maps 0 to 0: without a salt, seed 0's env 0 drew exactly 0 first
 
 
 def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -70,7 +71,7 @@ class CounterRNG:
     def seed(self, seed: int) -> None:
         """Env ``i`` gets key ``seed + i`` and a fresh counter (the contract's per-sub-env seeding)."""
         ids = torch.arange(self.num_envs, dtype=torch.int64, device=self.device)
-        self._key = _mix((ids + int(seed)) * _GOLDEN)
+        self._key = _mix((ids + int(seed)) * _GOLDEN) ^ _KEY_SALT
         self._counter.zero_()
         self._draw = 0
 
