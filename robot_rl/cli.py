@@ -188,10 +188,8 @@ ROBOT_COMMANDS = ("serve-robot", "teleop", "hil-train", "deploy")
 
 
 def _robot_command(command: str, args: list[str]) -> int:
-    try:
-        import grpc  # noqa: F401  (the bridge's transport: an extra, not part of the simulation install)
-    except ImportError:
-        return _fail(f"{command} needs the robot bridge's packages, an extra of the simulation install: "
+    if (missing := _bridge_packages_missing()) is not None:
+        return _fail(f"{command} needs the robot bridge's packages ({missing}), an extra of the simulation install: "
                      f"pip install -c constraints.txt -e '.[robot]'  (or pip install 'robot-rl[robot]')")
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.datasets import DatasetError
@@ -211,6 +209,22 @@ def _robot_command(command: str, args: list[str]) -> int:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
+
+
+BRIDGE_GRPC_MIN = (1, 85)  # the generated modules in real/proto refuse older grpcio
+
+
+def _bridge_packages_missing() -> str | None:
+    """None when gRPC is importable and new enough for the bridge's generated code, else what is wrong. (TensorBoard
+    pulls in some grpcio of its own, possibly older than the bridge needs.)"""
+    try:
+        import grpc
+    except ImportError:
+        return "grpcio is not installed"
+    version = tuple(int(p) for p in grpc.__version__.split(".")[:2] if p.isdigit())
+    if version < BRIDGE_GRPC_MIN:
+        return f"grpcio {grpc.__version__} is older than {'.'.join(map(str, BRIDGE_GRPC_MIN))}"
+    return None
 
 
 def _check_old_flags(args: list[str], command: str, keys: type) -> None:

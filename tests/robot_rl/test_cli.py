@@ -337,7 +337,12 @@ def test_robot_commands_without_the_bridge_extra_say_how_to_install_it(capsys, m
     monkeypatch.setitem(sys.modules, "grpc", None)  # `import grpc` raises ImportError
     code, _, err = _run(capsys, command)
     assert code == 2 and err.count("\n") == 1, err
-    assert f"{command} needs the robot bridge's packages" in err and "-e '.[robot]'" in err
+    assert f"{command} needs the robot bridge's packages (grpcio is not installed)" in err and "-e '.[robot]'" in err
+    import types
+
+    monkeypatch.setitem(sys.modules, "grpc", types.SimpleNamespace(__version__="1.48.2"))  # TensorBoard's floor
+    code, _, err = _run(capsys, command)
+    assert code == 2 and "(grpcio 1.48.2 is older than 1.85)" in err, err
 
 
 def test_finetune_takes_train_steps_and_steps_in_both_recipes():
