@@ -248,6 +248,10 @@ def _one_line(e: Exception, schema: type = TrainConfig) -> str:
         name = bad_override.group(1) if bad_override else (key.group(1) if key else "?")
         parent, _, leaf = name.rpartition(".")
         valid = _keys_under(parent, schema)
+        if parent and not valid:  # the group itself does not exist here (train.* in policy fine-tuning)
+            group = parent.split(".")[0]
+            return (f"unknown config key '{name}': this command has no '{group}' group; "
+                    f"valid keys: {', '.join(_keys_under('', schema))}")
         if leaf not in valid:
             return f"unknown config key '{name}'; valid keys{' under ' + parent if parent else ''}: {', '.join(valid)}"
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
