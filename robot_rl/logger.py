@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from torch import Tensor
 
@@ -194,21 +194,25 @@ class Progress:
 
     def __init__(self, total_steps: int, quiet: bool = False, interval_s: float = 0.5, log_interval_s: float = 30.0,
                  initial: int = 0, delay_s: float = 1.0) -> None:
-        from tqdm import tqdm
-
-        self.total, self.quiet = total_steps, quiet
+        self.total, self.quiet, self.initial = total_steps, quiet, initial
         self.tty = sys.stderr.isatty()
-        self._bar = None if quiet else tqdm(
-            total=total_steps, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True, smoothing=0.05,
-            file=sys.stderr if self.tty else _Lines(sys.stderr), ascii=not self.tty, delay=delay_s,
-            mininterval=interval_s if self.tty else log_interval_s,
-        )
+        self._options = dict(mininterval=interval_s if self.tty else log_interval_s, delay=delay_s)
+        self._bar: Any = None  # made at the first update: set-up and pretraining time is not the steps' rate
+        self._closed = False
         self._postfix = ""
 
     def update(self, step: int, last_eval: float | None = None, losses: Mapping[str, float] | None = None) -> None:
         """Move to `step`; `last_eval` and `losses` (host floats from the last log row) show beside the bar."""
-        if self._bar is None:
+        if self.quiet or self._closed:
             return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=self.total, initial=self.initial, unit="step", unit_scale=True, dynamic_ncols=True,
+                smoothing=0.05, file=sys.stderr if self.tty else _Lines(sys.stderr), ascii=not self.tty,
+                **self._options,
+            )
         postfix = "" if last_eval is None else f"eval {last_eval:.1f}"
         if losses:
             postfix += "".join(f" | {k} {v:.3g}" for k, v in losses.items())
@@ -227,6 +231,7 @@ class Progress:
             print(text, flush=True)
 
     def close(self) -> None:
+        self._closed = True
         if self._bar is not None:
             self._bar.close()
             self._bar = None
