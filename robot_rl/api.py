@@ -73,6 +73,11 @@ class Agent:
         if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
             state = state["learner"]
         config = state.get("config") if isinstance(state.get("config"), dict) else {}
+        if "method" in config:  # residual / DSRL act through their base policy, which a checkpoint does not hold
+            raise checkpoint.CheckpointError(
+                f"{path} is a `robot-rl finetune method={config['method']}` run: evaluate it with `robot-rl eval "
+                f"run=<run dir>`; ReinFlow/DPPO runs save a policy directory (<run dir>/policy) that loads here"
+            )
         if "agent" not in state or not ({"agent", "sac"} & config.keys()):
             raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
         sac = SACConfig(**config.get("agent", config.get("sac")))
