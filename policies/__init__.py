@@ -10,6 +10,13 @@ from robot_rl.policies.bc_mlp import MLPPolicy
 from robot_rl.policies.chunk_policy import ChunkPolicy
 from robot_rl.policies.chunking import ActionChunker
 from robot_rl.policies.diffusion import DiffusionPolicy
+from robot_rl.policies.encoders import (
+    CameraFusion,
+    ConvEncoder,
+    PretrainedEncoder,
+    load_backbone,
+    random_shift,
+)
 from robot_rl.policies.ensemble import EnsembleLayerNorm, EnsembleLinear, EnsembleMLP, QEnsemble
 from robot_rl.policies.flow import FlowPolicy
 from robot_rl.policies.io import PolicyFormatError, load_policy, save_policy
@@ -18,6 +25,11 @@ from robot_rl.policies.normalize import Normalizer
 
 __all__ = [
     "ActionChunker",
+    "CameraFusion",
+    "ConvEncoder",
+    "PretrainedEncoder",
+    "load_backbone",
+    "random_shift",
     "ChunkPolicy",
     "DiffusionPolicy",
     "EnsembleLayerNorm",

@@ -1,0 +1,225 @@
+"""Image encoders for camera observations: the building blocks the pixel learners of issue 16 stand on.
+
+Two kinds, as the robot-learning results that learn from cameras use them:
+
+* ``ConvEncoder``: a small convolutional encoder trained end to end with the critic (DrQ: four 3x3 conv layers of
+  32 channels, the first with stride 2, then a linear layer, LayerNorm and tanh), with ``random_shift``, DrQ's
+  augmentation (pad by repeating the border, crop back at a random offset per image);
+* ``PretrainedEncoder``: a frozen ResNet backbone (``resnet18``, or the ``resnet10`` HIL-SERL uses: one basic
+  block per stage) loaded from a weights file the user provides (no download at run time), followed by learned
+  spatial pooling (``SpatialLearnedEmbeddings``, HIL-SERL's: per channel, ``num_features`` learned weightings of
+  the feature map's positions) and a linear projection. The parameter names are torchvision's, so a
+  ``torchvision.models.resnet18`` state dict (``.pth`` or ``.safetensors``) loads as it is; its ``fc.*``
+  classifier is ignored.
+
+``CameraFusion`` encodes every camera group of an observation (``pixels`` or ``pixels/<camera>``) and joins the
+features with the proprioceptive ``state``. Images come in as the environments give them: uint8 ``[B, H, W, C]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone", "SpatialLearnedEmbeddings",
+    "load_backbone", "random_shift",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RESNET_BLOCKS = {"resnet10": (1, 1, 1, 1), "resnet18": (2, 2, 2, 2)}
+
+
+def to_chw_float(pixels: Tensor) -> Tensor:
+    """uint8 ``[B, H, W, C]`` -> float ``[B, C, H, W]`` in [0, 1]."""
+    return pixels.permute(0, 3, 1, 2).float() / 255.0
+
+
+def random_shift(images: Tensor, pad: int = 4, generator: torch.Generator | None = None) -> Tensor:
+    """DrQ's augmentation on ``[B, C, H, W]``: each image padded by ``pad`` (border repeated) and cropped back to
+    ``H x W`` at its own random offset in ``[0, 2 pad]`` (so shifted by up to ``pad`` pixels either way)."""
+    if pad == 0:
+        return images
+    b, c, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
+    dev = images.device
+    oy = torch.randint(0, 2 * pad + 1, (b,), device=dev, generator=generator)
+    ox = torch.randint(0, 2 * pad + 1, (b,), device=dev, generator=generator)
+    rows = (oy[:, None] + torch.arange(h, device=dev))[:, None, :, None]  # [B, 1, H, 1]
+    cols = (ox[:, None] + torch.arange(w, device=dev))[:, None, None, :]  # [B, 1, 1, W]
+    batch = torch.arange(b, device=dev)[:, None, None, None]
+    chan = torch.arange(c, device=dev)[None, :, None, None]
+    return padded[batch, chan, rows, cols]
+
+
+class ConvEncoder(nn.Module):
+    """DrQ's encoder: uint8 ``[B, H, W, C]`` -> ``[B, feature_dim]``, trained end to end (critic gradients)."""
+
+    def __init__(
+        self, image_shape: Sequence[int] = (84, 84, 3), feature_dim: int = 50, channels: int = 32, layers: int = 4,
+        shift_pad: int = 4,
+    ) -> None:
+        super().__init__()
+        h, w, c = (int(v) for v in image_shape)
+        convs: list[nn.Module] = [nn.Conv2d(c, channels, 3, stride=2), nn.ReLU()]
+        for _ in range(layers - 1):
+            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU()]
+        self.convs = nn.Sequential(*convs)
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, c, h, w)).numel()
+        self.head = nn.Sequential(nn.Linear(flat, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.feature_dim, self.shift_pad = feature_dim, shift_pad
+
+    def forward(self, pixels: Tensor, augment: bool = False) -> Tensor:
+        x = to_chw_float(pixels) - 0.5
+        if augment:
+            x = random_shift(x, self.shift_pad)
+        return self.head(self.convs(x).flatten(1))
+
+
+class _BasicBlock(nn.Module):
+    """torchvision's ``BasicBlock`` (same parameter names): two 3x3 convs with batch norm and a residual."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNetBackbone(nn.Module):
+    """A ResNet without its classifier: float ``[B, 3, H, W]`` (ImageNet-normalised) -> ``[B, 512, H/32, W/32]``."""
+
+    def __init__(self, arch: str = "resnet18") -> None:
+        super().__init__()
+        if arch not in RESNET_BLOCKS:
+            raise ValueError(f"unknown backbone {arch!r}; choose one of {', '.join(RESNET_BLOCKS)}")
+        self.arch = arch
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        inplanes = 64
+        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), RESNET_BLOCKS[arch], strict=True)):
+            layer = []
+            for j in range(blocks):
+                layer.append(_BasicBlock(inplanes, planes, 2 if (i > 0 and j == 0) else 1))
+                inplanes = planes
+            setattr(self, f"layer{i + 1}", nn.Sequential(*layer))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+
+def load_backbone(path: str | Path, arch: str = "resnet18") -> ResNetBackbone:
+    """A frozen backbone (eval mode, no gradients) from a local weights file: a torchvision-style state dict in
+    ``.pth``/``.pt`` (``torch.load(weights_only=True)``) or ``.safetensors``. Classifier keys (``fc.*``) are ignored;
+    a missing or misshapen backbone weight is a ValueError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"backbone weights {path}: no such file (robot_rl never downloads weights; give a local "
+                         f"{arch} state dict, e.g. torchvision's, saved with torch.save or safetensors)")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, Mapping):
+        raise ValueError(f"backbone weights {path}: expected a state dict, got {type(state).__name__}")
+    backbone = ResNetBackbone(arch)
+    wanted = backbone.state_dict()
+    missing = [k for k in wanted if k not in state]
+    if missing:
+        raise ValueError(f"backbone weights {path}: not a {arch} state dict (missing {missing[0]!r} and "
+                         f"{len(missing) - 1} more)")
+    wrong = [k for k in wanted if tuple(state[k].shape) != tuple(wanted[k].shape)]
+    if wrong:
+        raise ValueError(f"backbone weights {path}: {wrong[0]!r} has shape {tuple(state[wrong[0]].shape)}, "
+                         f"{arch} needs {tuple(wanted[wrong[0]].shape)}")
+    backbone.load_state_dict({k: state[k] for k in wanted})
+    return backbone.eval().requires_grad_(False)
+
+
+class SpatialLearnedEmbeddings(nn.Module):
+    """Learned pooling of a feature map ``[B, C, H, W]`` -> ``[B, C * num_features]``: per channel,
+    ``num_features`` learned weightings of the positions (where in the image a channel's activation matters)."""
+
+    def __init__(self, channels: int, height: int, width: int, num_features: int = 8) -> None:
+        super().__init__()
+        self.kernel = nn.Parameter(torch.empty(channels, height, width, num_features))
+        nn.init.normal_(self.kernel, std=(height * width) ** -0.5)  # unit-variance output for unit-variance maps
+
+    def forward(self, features: Tensor) -> Tensor:
+        return torch.einsum("bchw,chwk->bck", features, self.kernel).flatten(1)
+
+
+class PretrainedEncoder(nn.Module):
+    """Frozen ResNet + learned spatial pooling + linear: uint8 ``[B, H, W, 3]`` -> ``[B, feature_dim]``. Only the
+    pooling and projection train; with ``augment`` the input is randomly shifted first."""
+
+    def __init__(
+        self, backbone: ResNetBackbone, image_shape: Sequence[int] = (128, 128, 3), feature_dim: int = 256,
+        num_features: int = 8, shift_pad: int = 4,
+    ) -> None:
+        super().__init__()
+        self.backbone = backbone.eval().requires_grad_(False)
+        h, w, _ = (int(v) for v in image_shape)
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+        with torch.no_grad():
+            _, c, fh, fw = self.backbone(torch.zeros(1, 3, h, w)).shape
+        self.pool = SpatialLearnedEmbeddings(c, fh, fw, num_features)
+        self.head = nn.Sequential(nn.Linear(c * num_features, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.feature_dim, self.shift_pad = feature_dim, shift_pad
+
+    def train(self, mode: bool = True) -> PretrainedEncoder:
+        super().train(mode)
+        self.backbone.eval()  # frozen: batch-norm statistics stay ImageNet's
+        return self
+
+    def backbone_features(self, pixels: Tensor, augment: bool = False) -> Tensor:
+        """The frozen part: what a learner may cache per stored frame, since it never changes."""
+        x = to_chw_float(pixels)
+        if augment:
+            x = random_shift(x, self.shift_pad)
+        with torch.no_grad():
+            return self.backbone((x - self.mean) / self.std)
+
+    def forward(self, pixels: Tensor, augment: bool = False) -> Tensor:
+        return self.head(self.pool(self.backbone_features(pixels, augment)))
+
+
+class CameraFusion(nn.Module):
+    """One encoder per camera group (``pixels``, ``pixels/<camera>``), features joined with ``state``:
+    ``{"state": [B, S], "pixels/front": uint8 [B, H, W, C], ...}`` -> ``[B, S + sum of feature dims]``."""
+
+    def __init__(self, encoders: Mapping[str, nn.Module], state_dim: int) -> None:
+        super().__init__()
+        bad = [k for k in encoders if k != "pixels" and not k.startswith("pixels/")]
+        if bad:
+            raise ValueError(f"camera groups are 'pixels' or 'pixels/<camera>', got {bad[0]!r}")
+        self.keys = sorted(encoders)
+        self.encoders = nn.ModuleDict({k.replace("/", "__"): encoders[k] for k in self.keys})
+        self.out_dim = state_dim + sum(int(m.feature_dim) for m in encoders.values())
+
+    def forward(self, obs: Mapping[str, Tensor], augment: bool = False) -> Tensor:
+        missing = [k for k in self.keys if k not in obs]
+        if missing:
+            raise KeyError(f"observation has no camera group {missing[0]!r} (has {sorted(obs)})")
+        feats = [self.encoders[k.replace("/", "__")](obs[k], augment) for k in self.keys]
+        return torch.cat([obs["state"].float(), *feats], dim=1)

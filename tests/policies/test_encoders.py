@@ -1,0 +1,97 @@
+"""Image encoders: DrQ's random shift, the end-to-end conv encoder, a frozen ResNet from a local weights file with
+learned spatial pooling, and the fusion of several cameras with the state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from robot_rl.policies.encoders import (
+    CameraFusion,
+    ConvEncoder,
+    PretrainedEncoder,
+    ResNetBackbone,
+    load_backbone,
+    random_shift,
+)
+
+
+def _pixels(b: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (b, h, w, 3), generator=g, dtype=torch.uint8)
+
+
+def test_random_shift_is_a_crop_of_the_border_padded_image() -> None:
+    x = torch.rand(6, 3, 10, 12)
+    g = torch.Generator().manual_seed(1)
+    out = random_shift(x, pad=2, generator=g)
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2), mode="replicate")
+    g = torch.Generator().manual_seed(1)
+    oy, ox = torch.randint(0, 5, (6,), generator=g), torch.randint(0, 5, (6,), generator=g)
+    for i in range(6):
+        assert torch.equal(out[i], padded[i, :, oy[i]:oy[i] + 10, ox[i]:ox[i] + 12])
+    assert len({(int(a), int(b)) for a, b in zip(oy, ox, strict=True)}) > 1  # not one offset for the batch
+    assert torch.equal(random_shift(x, pad=0), x)
+
+
+def test_conv_encoder_trains_end_to_end() -> None:
+    enc = ConvEncoder((84, 84, 3), feature_dim=50)
+    pix = _pixels(4, 84, 84)
+    feats = enc(pix, augment=True)
+    assert feats.shape == (4, 50) and feats.abs().max() <= 1.0  # tanh
+    feats.sum().backward()
+    assert all(p.grad is not None for p in enc.parameters())
+    assert torch.equal(enc(pix), enc(pix))  # without augmentation: deterministic
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_local_resnet_weights_file_loads_frozen(tmp_path, suffix: str) -> None:
+    """A torchvision-style resnet18 state dict (with its fc classifier) made here, as a user would provide one."""
+    torch.manual_seed(0)
+    source = ResNetBackbone("resnet18")
+    for m in source.modules():  # non-trivial batch-norm statistics, as trained weights have
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    state = {**source.state_dict(), "fc.weight": torch.zeros(1000, 512), "fc.bias": torch.zeros(1000)}
+    path = tmp_path / f"resnet18{suffix}"
+    if suffix == ".pt":
+        torch.save(state, path)
+    else:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    backbone = load_backbone(path)
+    x = torch.rand(2, 3, 64, 64)
+    assert torch.allclose(backbone(x), source.eval()(x))
+    assert not any(p.requires_grad for p in backbone.parameters())
+
+    enc = PretrainedEncoder(backbone, image_shape=(64, 64, 3), feature_dim=32, num_features=4)
+    enc.train()
+    assert not enc.backbone.training  # batch-norm statistics stay frozen in training mode
+    out = enc(_pixels(3, 64, 64), augment=True)
+    assert out.shape == (3, 32)
+    out.sum().backward()
+    trainable = [n for n, p in enc.named_parameters() if p.requires_grad]
+    assert trainable and all(n.startswith(("pool.", "head.")) for n in trainable)
+
+
+def test_bad_weights_files_are_named(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no such file .*never downloads"):
+        load_backbone(tmp_path / "nothing.pth")
+    torch.save(ResNetBackbone("resnet10").state_dict(), tmp_path / "r10.pt")
+    with pytest.raises(ValueError, match="not a resnet18 state dict"):
+        load_backbone(tmp_path / "r10.pt", "resnet18")
+    assert load_backbone(tmp_path / "r10.pt", "resnet10").arch == "resnet10"  # HIL-SERL's size
+
+
+def test_cameras_fuse_with_the_state() -> None:
+    fusion = CameraFusion({"pixels/front": ConvEncoder((32, 32, 3), 16), "pixels/wrist": ConvEncoder((24, 24, 3), 8)},
+                          state_dim=7)
+    obs = {"state": torch.rand(5, 7), "pixels/front": _pixels(5, 32, 32), "pixels/wrist": _pixels(5, 24, 24, 1)}
+    out = fusion(obs)
+    assert out.shape == (5, 7 + 16 + 8) == (5, fusion.out_dim)
+    assert torch.equal(out[:, :7], obs["state"])
+    with pytest.raises(KeyError, match="pixels/wrist"):
+        fusion({"state": obs["state"], "pixels/front": obs["pixels/front"]})
+    with pytest.raises(ValueError, match="camera groups"):
+        CameraFusion({"front": ConvEncoder((32, 32, 3), 16)}, state_dim=7)
