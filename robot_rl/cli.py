@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
+    from robot_rl.device import DeviceError, check_torch_device
     from robot_rl.envs import UnknownEnvError
     from robot_rl.finetune import FinetuneError
     from robot_rl.policies.io import PolicyFormatError
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         FinetuneError,
         SeedsError,
         ReplayMemoryError,
+        DeviceError,
     ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
@@ -193,6 +195,7 @@ def _robot_command(command: str, args: list[str]) -> int:
                      f"pip install -c constraints.txt -e '.[robot]'  (or pip install 'robot-rl[robot]')")
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.datasets import DatasetError
+    from robot_rl.device import DeviceError
     from robot_rl.hil.cli import COMMANDS, CommandError, check_ranges, help_text
     from robot_rl.real.client import BridgeError
 
@@ -205,7 +208,7 @@ def _robot_command(command: str, args: list[str]) -> int:
         parsed = _parse_args(keys(), args, command)
         check_ranges(parsed)
         return run(parsed)
-    except (UserError, CommandError, BridgeError, CheckpointError, DatasetError) as e:
+    except (UserError, CommandError, BridgeError, CheckpointError, DatasetError, DeviceError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
@@ -241,28 +244,6 @@ def _check_old_flags(args: list[str], command: str, keys: type) -> None:
         if flag == "device" and "device" not in valid and "teleop" in valid:
             raise UserError(f"{command} has no device= (device= is a torch device); the operator's device is "
                             "teleop=<keyboard|gamepad|spacemouse|scripted|replay>")
-
-
-def check_torch_device(device: str) -> None:
-    """`device=` names a torch device this process can use, or one line says which to use instead."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise UserError(f"device={device}: not a torch device; use cpu, cuda, cuda:<index> or mps") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-            raise UserError(f"device={device}: no CUDA GPU is usable here (torch {torch.__version__}, {build}); "
-                            f"use device=cpu, or install a CUDA build of torch on a machine with a GPU")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UserError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s); "
-                            f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise UserError(f"device={device}: Apple's MPS is not available here; use device=cpu")
-    elif dev.type not in {"cpu", "cuda", "mps"}:
-        raise UserError(f"device={device}: robot-rl runs on cpu, cuda or mps")
 
 
 def _dotted_keys(schema: type, prefix: str = "") -> list[str]:

@@ -365,7 +365,7 @@ def hil_train(args: HilTrainArgs) -> int:
                            f"teleop={args.device}")
     import torch
 
-    from robot_rl.cli import check_torch_device
+    from robot_rl.device import check_torch_device
 
     check_torch_device(args.device)
 
