@@ -448,8 +448,8 @@ def _agent_step_seconds(env: gym.Env) -> float | None:
     if not isinstance(dt, (int, float)) or dt <= 0:
         return None
     repeat, layer = 1, env
-    while isinstance(layer, gym.Wrapper):
-        repeat *= int(getattr(layer, "repeat", 1)) if type(layer).__name__ == "ActionRepeat" else 1
+    while isinstance(layer, gym.Wrapper):  # `repeat`: wrappers.ActionRepeat's (core cannot import wrappers)
+        repeat *= int(getattr(layer, "repeat", 1))
         layer = layer.env
     return float(dt) * repeat
 

@@ -56,9 +56,9 @@ class Agent:
         from robot_rl import checkpoint
 
         path = Path(path)
-        if path.is_dir() and (path / "config.json").is_file() or (path / "policy" / "config.json").is_file():
-            return cls._from_policy_dir(path if (path / "config.json").is_file() else path / "policy",
-                                        action_space, device)
+        for policy_dir in (path, path / "policy"):  # a policy directory, or a run directory holding one
+            if (policy_dir / "config.json").is_file():
+                return cls._from_policy_dir(policy_dir, action_space, device)
         if path.is_dir():
             ckpts = path / "checkpoints"
             path = ckpts / "best.pt" if (ckpts / "best.pt").is_file() else ckpts / "latest.pt"

@@ -745,13 +745,7 @@ def _eval(args: list[str]) -> int:
         agent.load_state_dict(state["agent"])
         result = evaluate(lambda o: agent.act(o, deterministic=True).to(env.device), env, seed=seed,
                           episodes=a.episodes, message=print)
-    line = (
-        f"{cfg.env.spec} | {a.checkpoint} checkpoint (env step {state['env_steps']:,}) | {a.episodes} episodes | "
-        f"return {result['eval_return_mean']:.2f} ± {result['eval_return_std']:.2f}"
-    )
-    if result["success_rate"] is not None:
-        line += f" | success rate {result['success_rate']:.0%}"
-    print(line, flush=True)
+    _print_eval(f"{cfg.env.spec} | {a.checkpoint} checkpoint (env step {state['env_steps']:,})", a.episodes, result)
     if a.video:
         height, width = cfg.train.video_size
         path = run_dir / "videos" / f"eval_{a.checkpoint}.mp4"
@@ -759,6 +753,15 @@ def _eval(args: list[str]) -> int:
             record_video(lambda o: agent.act(o, deterministic=True).to(video_env.device), video_env, path, seed)
         print(f"video: {path}", flush=True)
     return 0
+
+
+def _print_eval(what: str, episodes: int, result: dict) -> None:
+    """The one result line of `robot-rl eval run=`: return mean ± std, and the success rate where defined."""
+    line = (f"{what} | {episodes} episodes | return {result['eval_return_mean']:.2f} ± "
+            f"{result['eval_return_std']:.2f}")
+    if result["success_rate"] is not None:
+        line += f" | success rate {result['success_rate']:.0%}"
+    print(line, flush=True)
 
 
 def _eval_finetune_run(a: EvalArgs, run_dir: Path) -> int:
@@ -788,11 +791,8 @@ def _eval_finetune_run(a: EvalArgs, run_dir: Path) -> int:
         method.load_state_dict(state)
         act, on_done = method.eval_policy()
         result = evaluate(act, env, seed=seed, on_done=on_done, episodes=a.episodes, message=print)
-    line = (f"{cfg.env.spec} | {cfg.method} fine-tuning, {a.checkpoint} checkpoint (env step {state['env_steps']:,}) "
-            f"| {a.episodes} episodes | return {result['eval_return_mean']:.2f} ± {result['eval_return_std']:.2f}")
-    if result["success_rate"] is not None:
-        line += f" | success rate {result['success_rate']:.0%}"
-    print(line, flush=True)
+    what = f"{cfg.env.spec} | {cfg.method} fine-tuning, {a.checkpoint} checkpoint (env step {state['env_steps']:,})"
+    _print_eval(what, a.episodes, result)
     if a.video:
         print("(no video for fine-tuning runs: `robot-rl eval policy=<run>/policy` records ReinFlow/DPPO policies "
               "through their saved policy directory)", flush=True)
