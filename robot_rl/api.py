@@ -51,7 +51,7 @@ class Agent:
     @classmethod
     def load(cls, path: str | Path, action_space: gym.spaces.Box | None = None, device: str = "cpu") -> Agent:
         """A run directory (its `checkpoints/best.pt`, else `latest.pt`), a checkpoint file (`robot-rl train` /
-        `finetune` checkpoints, a `hil-train` `learner.pt`), or a policy directory (`robot-rl bc`, ReinFlow,
+        `finetune` and `hil-train` checkpoints, a Ray learner's `learner.pt`), or a policy directory (`robot-rl bc`, ReinFlow,
         DPPO). `action_space`: the env's, for actions in its units where the saved run names no env."""
         from robot_rl import checkpoint
 
@@ -79,7 +79,7 @@ class Agent:
                 f"run=<run dir>`; ReinFlow/DPPO runs save a policy directory (<run dir>/policy) that loads here"
             )
         if "agent" not in state or not ({"agent", "sac"} & config.keys()):
-            raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
+            raise checkpoint.CheckpointError(f"{path} is not a robot-rl train, finetune or hil-train checkpoint")
         sac = SACConfig(**config.get("agent", config.get("sac")))
         spec = (config.get("env") or {}).get("spec")
         if "obs_dim" in config:  # hil-train's learner config

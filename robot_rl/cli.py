@@ -42,7 +42,7 @@ Robot commands (see docs/hardware.md):
   serve-robot  serve a robot driver:      robot-rl serve-robot driver=sim_arm task=reach  (token: $ROBOT_RL_TOKEN)
   teleop       drive it, record demos:    robot-rl teleop robot=127.0.0.1:50051 teleop=keyboard out=data/demos
   hil-train    learn with interventions:  robot-rl hil-train robot=127.0.0.1:50051 teleop=scripted device=cpu
-  deploy       run a checkpoint safely:   robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/<run>/learner.pt
+  deploy       run a checkpoint safely:   robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/<run>
 
 `robot-rl <command> --help` lists every key that can be set, with its default. Booleans are key=true|false.
 device= is the torch device everywhere (teleop= is the operator's device); env.spec= is the environment spec.

@@ -1,12 +1,13 @@
 """The one run skeleton: a `Runner` drives any learning `Method` (online SAC/RLPD/WSRL in `robot_rl.trainer`,
-the policy fine-tuning methods of `robot_rl.finetune`), as RSL-RL's runner drives any algorithm.
+the policy fine-tuning methods of `robot_rl.finetune`, human-in-the-loop training on a robot in
+`robot_rl.hil.method`), as RSL-RL's runner drives any algorithm.
 
 The method owns the algorithm: collecting, replay, updates, its own counters and what evaluation runs. The
 runner owns what every run needs: seeding and RNG state, the evaluation env and cadence (`eval_every` executed
 env steps, and optionally the starting policy at step 0), `metrics.csv` + TensorBoard + `learning_curve.png`,
-the live progress line, checkpoints (`checkpoints/latest.pt` every `checkpoint_every` steps and at the end,
-to resume; `checkpoints/best.pt` at the best evaluation), Ctrl-C and SIGTERM (both save `latest.pt` and end
-with a resume hint), and the summary.
+the live progress line, checkpoints (`checkpoints/latest.pt` every `checkpoint_every` steps, every
+`checkpoint_every_s` seconds if set, and at the end, to resume; `checkpoints/best.pt` at the best evaluation),
+Ctrl-C and SIGTERM (both save `latest.pt` and end with a resume hint), and the summary.
 
 Checkpoints are flat dicts: the runner's keys (`format`, `config`, `evals`, `best_score`, `last_result`,
 `wall_time_s`, `eval_time_s`, `rng`) plus the method's `state_dict()`; `best.pt` holds the method state
@@ -92,6 +93,8 @@ class Method(Protocol):
         """Work before the first env step that needs the run (offline pretraining: `run.evaluate`,
         `run.save_checkpoint`, `run.progress`); called after `start`, also on resume."""
 
+    stopped: bool  # True ends the run before `steps` (an operator's e-stop); `MethodDefaults` gives False
+
     def advance(self) -> Metrics:
         """One step of collection and learning. Returns what to average into the next log row: a value per
         update (a list: one per update), and under `EPISODE_KEYS` the finished episodes (see `MetricMean`)."""
@@ -112,7 +115,9 @@ class Method(Protocol):
 
 
 class MethodDefaults:
-    """No-op `pretrain`, `log_fields` and `finish` for methods that need none."""
+    """No-op `pretrain`, `log_fields` and `finish` for methods that need none, and `stopped` False."""
+
+    stopped = False
 
     def pretrain(self, run: Runner) -> None:
         pass
@@ -134,11 +139,13 @@ class RunSettings:
     command: str  # the robot-rl command that resumes the run
     title: str  # of the learning curve
     checkpoint_every: int | None = None  # None: at every evaluation
+    checkpoint_every_s: float | None = None  # also save latest.pt this often (a robot's minutes are dear)
     quiet: bool = False
     evaluate_first: bool = False  # evaluate the starting policy at step 0
     score: str = "return"  # what ranks evaluations for best.pt: "return", or "success" (the return without one)
     columns: list[str] | None = None  # of metrics.csv (default `robot_rl.logger.METRIC_COLUMNS`)
     means_on_host: bool = False  # see `MetricMean`
+    resume_hint: str | None = None  # how to continue an interrupted run (default: `robot-rl <command> resume=<dir>`)
 
 
 class Runner:
@@ -184,6 +191,7 @@ class Runner:
         next_eval = (method.env_steps // s.eval_every + 1) * s.eval_every
         next_ckpt = (method.env_steps // checkpoint_every + 1) * checkpoint_every
         self._t0 = time.monotonic()
+        next_ckpt_t = self._t0 + (s.checkpoint_every_s or float("inf"))
         means = MetricMean(on_host=s.means_on_host)
         if method.env_steps > 0:
             self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
@@ -196,23 +204,26 @@ class Runner:
                 # env_steps_per_s of a log row: training steps since the previous row over the time they took
                 # (evaluation and pretraining excluded)
                 span_t, span_steps = time.monotonic(), method.env_steps
-                while method.env_steps < s.steps:
+                while method.env_steps < s.steps and not method.stopped:
                     means.add(method.advance())
+                    done = method.env_steps >= s.steps or method.stopped
                     self.progress.update(method.env_steps, self._last_score(), self._shown_losses)
-                    if method.env_steps >= next_eval or method.env_steps >= s.steps:
+                    if method.env_steps >= next_eval or done:
                         next_eval += s.eval_every
                         rate = (method.env_steps - span_steps) / max(time.monotonic() - span_t, 1e-9)
                         self._evaluate_and_log(means.means(), rate)
                         means.reset()
                         span_t, span_steps = time.monotonic(), method.env_steps
-                    if method.env_steps >= next_ckpt or method.env_steps >= s.steps:
-                        next_ckpt += checkpoint_every
+                    if method.env_steps >= next_ckpt or done or time.monotonic() >= next_ckpt_t:
+                        if method.env_steps >= next_ckpt:
+                            next_ckpt += checkpoint_every
                         self.save_checkpoint()
+                        next_ckpt_t = time.monotonic() + (s.checkpoint_every_s or float("inf"))
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`Terminated`)
             self.progress.close()
             self.save_checkpoint()
-            print(f"interrupted at step {method.env_steps:,}; checkpoint saved. Continue with:\n"
-                  f"  robot-rl {s.command} resume={self.run_dir}", flush=True)
+            hint = s.resume_hint or f"robot-rl {s.command} resume={self.run_dir}"
+            print(f"interrupted at step {method.env_steps:,}; checkpoint saved. Continue with:\n  {hint}", flush=True)
             raise
         finally:
             self.logger.close()
@@ -236,20 +247,21 @@ class Runner:
         return result["eval_return_mean"]
 
     # -- evaluation ---------------------------------------------------------------------------------------------
-    def evaluate(self, train_return: float | None = None) -> dict[str, float | None]:
+    def evaluate(self, train_return: float | None = None, train_success: float | None = None) -> dict[str, float | None]:
         """One evaluation episode per eval env with the method's evaluation policy (a fixed seed, so every
-        evaluation starts from the same states). Without eval envs the training return stands in."""
+        evaluation starts from the same states). Without eval envs (a robot: every episode costs its time) the
+        training episodes' return and success stand in."""
         if self.eval_env is None:
             mean = float("nan") if train_return is None else train_return
             return {"eval_return_mean": mean, "eval_return_std": float("nan"), "eval_length_mean": None,
-                    "success_rate": None}
+                    "success_rate": train_success}
         act, on_done = self.method.eval_policy()
         return evaluate(act, self.eval_env, seed=self.settings.seed + EVAL_SEED_OFFSET, on_done=on_done)
 
     def _evaluate_and_log(self, means: dict[str, float], rate: float) -> None:
         t0 = time.monotonic()
-        train_return = means.pop("episode_return", None)
-        result = self.evaluate(train_return)
+        train_return, train_success = means.pop("episode_return", None), means.pop("success", None)
+        result = self.evaluate(train_return, train_success)
         self.eval_time_s += time.monotonic() - t0
         self.evals += 1
         self.last_result = result
@@ -259,7 +271,7 @@ class Runner:
             "eval_time_s": round(self.eval_time_s, 2),
             **result,
             "train_return_mean": train_return,
-            "train_success_rate": means.pop("success", None),
+            "train_success_rate": train_success,
             **self.method.log_fields(),
             "env_steps_per_s": round(rate, 2),
             **means,
@@ -272,8 +284,9 @@ class Runner:
             self._save_best(result)
         plot_learning_curve(self.logger.csv_path, self.run_dir / "learning_curve.png", title=self.settings.title)
         success = "" if result["success_rate"] is None else f" | success {result['success_rate']:.0%}"
+        kind = "eval" if self.eval_env is not None else "train"
         self.progress.message(
-            f"[eval] step {self.method.env_steps:,} | return {result['eval_return_mean']:.1f} "
+            f"[{kind}] step {self.method.env_steps:,} | return {result['eval_return_mean']:.1f} "
             f"± {result['eval_return_std']:.1f}{success} | {self._wall_time():.0f}s"
         )
 

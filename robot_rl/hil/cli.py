@@ -106,7 +106,10 @@ class HilTrainArgs(RobotArgs):
     learning_starts: int = _help(300, "transitions before the first update")
     seed: int = _help(0, "seed of the networks, the learner's sampling and the episodes")
     threads: int = _help(1, "torch threads of this process")
-    checkpoint_every_s: float = _help(120.0, "save the learner (<run_dir>/learner.pt) this often, and at the end")
+    log_every: int = _help(500, "env steps between rows of metrics.csv (the training episodes' means)")
+    checkpoint_every_s: float = _help(
+        120.0, "save the run (<run_dir>/checkpoints/latest.pt, with the learner) this often, and at the end"
+    )
     device: str = _help("cpu", "torch device of the learner (cpu, cuda, cuda:1)")
     distributed: bool = _help(
         False, "run the learner as a Ray actor (another process or machine) instead of in this process"
@@ -120,6 +123,7 @@ class HilTrainArgs(RobotArgs):
 # Keys that must be positive (counts, durations, rates) wherever a robot command has them.
 _POSITIVE_KEYS = (
     "steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz", "checkpoint_every_s",
+    "log_every",
 )
 _NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s")
 
@@ -149,9 +153,9 @@ def hil_train_args() -> type:
 class DeployArgs(RobotArgs):
     teleop: str | None = _help(None, f"operator device who may take over: {', '.join(TELEOP_DEVICES)} (null: none)")
     checkpoint: str = _help(
-        "", "required: a training checkpoint (runs/<run>/checkpoints/best.pt), a hil-train learner.pt "
-            "(<run_dir>/learner.pt, or <run_dir>/learner/checkpoints/learner.pt with distributed=true), or a saved "
-            "policy directory (robot-rl bc, ReinFlow, DPPO: <run_dir>/policy)"
+        "", "required: a run directory (train, finetune, hil-train: its best.pt, else latest.pt), a checkpoint "
+            "file (runs/<run>/checkpoints/best.pt, a Ray learner's <run_dir>/learner/checkpoints/learner.pt), or a "
+            "saved policy directory (robot-rl bc, ReinFlow, DPPO: <run_dir>/policy)"
     )
     episodes: int = _help(10, "episodes to run")
     stochastic: bool = _help(False, "sample actions instead of taking the mean")
@@ -398,8 +402,12 @@ def hil_train(args: HilTrainArgs) -> int:
     def load(weights: dict[str, Any]) -> None:
         actor.load_state_dict(weights)
 
-    learner_ckpt = run_dir / "learner.pt"
-    learner = None
+    from robot_rl import checkpoint
+    from robot_rl.hil.method import COLUMNS, HILMethod
+    from robot_rl.runner import Runner, RunSettings
+
+    resume = (run_dir / "checkpoints" / "latest.pt").is_file()
+    learner, handle = None, None
     if args.distributed:
         import ray
 
@@ -419,46 +427,53 @@ def hil_train(args: HilTrainArgs) -> int:
         mode = f"learner on Ray ({args.learner_name}, {args.device})"
     else:
         learner = HILLearner(cfg)
-        if learner_ckpt.is_file():
-            from robot_rl import checkpoint
-
-            learner.load_state_dict(checkpoint.load(learner_ckpt))
-            print(f"resumed the learner from {learner_ckpt} ({learner.transitions:,} transitions)")
-        link = LocalLink(learner, checkpoint=learner_ckpt, checkpoint_every_s=args.checkpoint_every_s)
+        legacy = run_dir / "learner.pt"  # what hil-train saved before it ran in the Runner
+        if not resume and legacy.is_file():
+            learner.load_state_dict(checkpoint.load(legacy))
+            print(f"resumed the learner from {legacy} ({learner.transitions:,} transitions)")
+        link = LocalLink(learner)
         mode = "learner in this process"
     device = _teleop(args, spec.name, {"mode": "takeover"})
     writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name)
     session = Session(client, policy=policy, policy_loader=load, teleop=device, link=link, writer=writer,
                       rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name)
+
+    def hold() -> None:
+        try:
+            client.step(None)
+        except Exception:  # the robot side holds by itself when commands stop (its watchdog)
+            pass
+
+    method = HILMethod(session, actor, cfg, learner, hold)
+    settings = RunSettings(
+        steps=args.steps, eval_every=args.log_every, seed=args.seed, command="hil-train", title=f"hil-train {spec.name}",
+        checkpoint_every=args.steps, checkpoint_every_s=args.checkpoint_every_s, score="success", means_on_host=True, columns=COLUMNS,
+        resume_hint=f"the same command with run_dir={run_dir}",
+    )
+    try:
+        runner = Runner(method, None, run_dir, args, settings, resume=resume)
+    except checkpoint.CheckpointError as e:
+        raise CommandError(f"{run_dir / 'checkpoints' / 'latest.pt'}: {e}") from None
+    session.log = runner.progress.message
     print(f"hil-train on {spec.name} at {spec.control_hz:g} Hz for {args.steps:,} steps ({mode}; operator: "
           f"{args.teleop or 'none'}); run directory {run_dir}", flush=True)
-    t0, interrupted = time.monotonic(), False
+    interrupted = False
     try:
         with sigterm_as_interrupt():
             _connect(device)
-            session.run(steps=args.steps, seed=args.seed * 100_000)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+        runner.run()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runner held the robot and saved the run
         interrupted = True
-        print("interrupted; saving the learner", flush=True)
     finally:
-        try:
-            client.step(None)
-        except Exception:
-            pass
+        hold()
         if device is not None:
             device.disconnect()
         if writer is not None:
             writer.close()
-        if learner is not None:
-            link.save()
-        elif args.distributed:
+        if args.distributed:
             _stop_ray_learner(link, handle)
         client.close()
-    _summary(session.episodes, time.monotonic() - t0, run_dir)
-    if interrupted:
-        print(f"learner saved; the same command with run_dir={run_dir} continues from it", flush=True)
-        return 130
-    return 0
+    return 130 if interrupted else 0
 
 
 def _stop_ray_learner(link: Any, handle: Any) -> None:
@@ -472,29 +487,12 @@ def _stop_ray_learner(link: Any, handle: Any) -> None:
     ray.shutdown()
 
 
-def _summary(episodes: list[Any], wall_s: float, run_dir: Path) -> None:
-    if not episodes:
-        print("done: no episodes")
-        return
-    q = max(1, len(episodes) // 4)
-    first, last = episodes[:q], episodes[-q:]
-
-    def rate(eps: list[Any]) -> tuple[float, float]:
-        steps = sum(e.length for e in eps) or 1
-        return sum(e.interventions for e in eps) / steps, sum(e.success for e in eps) / len(eps)
-
-    (i0, s0), (i1, s1) = rate(first), rate(last)
-    print(f"done: {len(episodes)} episodes, {episodes[-1].env_steps:,} steps in {wall_s:.0f}s | intervention rate "
-          f"{100 * i0:.0f}% (first quarter) -> {100 * i1:.0f}% (last quarter) | success {100 * s0:.0f}% -> "
-          f"{100 * s1:.0f}% | per-episode log {run_dir / 'hil_metrics.csv'}")
-
-
 # -- deploy ---------------------------------------------------------------------------------------------------
 def deploy(args: DeployArgs) -> int:
     """Run a trained policy on the robot with every safety on and no learning."""
     if not args.checkpoint:
-        raise CommandError("deploy needs checkpoint=<file or policy dir> (runs/<run>/checkpoints/best.pt, "
-                           "<run_dir>/learner.pt or <bc run>/policy)")
+        raise CommandError("deploy needs checkpoint=<run dir, checkpoint file or policy dir> (runs/<run>, "
+                           "runs/<run>/checkpoints/best.pt or <bc run>/policy)")
     import torch
 
     from robot_rl.hil.session import Session
@@ -532,7 +530,7 @@ def deploy(args: DeployArgs) -> int:
 
 
 def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
-    """The actor network of a training checkpoint or a hil-train ``learner.pt``."""
+    """The actor network of a training or hil-train checkpoint (or a Ray learner's ``learner.pt``)."""
     from robot_rl import checkpoint
     from robot_rl.agents.sac import SACConfig, build_actor
 
@@ -545,7 +543,7 @@ def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
     elif "agent" in state and "sac" in config:  # hil-train (robot_rl.hil.learner.HILLearner.state_dict)
         sac = SACConfig(**config["sac"])
     else:
-        raise checkpoint.CheckpointError(f"{path} is neither a training checkpoint nor a hil-train learner.pt")
+        raise checkpoint.CheckpointError(f"{path} is not a train, finetune or hil-train checkpoint")
     actor = build_actor(obs_dim, action_dim, sac)
     try:
         actor.load_state_dict(state["agent"]["actor"])
@@ -580,7 +578,7 @@ EXAMPLES = {
         "  robot-rl hil-train distributed=true device=cuda ray_address=auto",
     ],
     "deploy": [
-        "  robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/hil_reach/learner.pt episodes=20",
+        "  robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/hil_reach episodes=20",
         "  robot-rl deploy checkpoint=runs/<run>/checkpoints/best.pt teleop=keyboard out=data/deploy",
     ],
 }

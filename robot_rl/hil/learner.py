@@ -21,7 +21,6 @@ validates one, so an actor can reject a malformed chunk locally before it ever r
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,19 +366,13 @@ class LocalLink:
     Same interface as ``robot_rl.hil.distributed.RayLink``: ``push`` hands over a chunk, ``poll_weights`` returns new
     actor weights or None, ``alive`` says whether the learner is reachable, plus ``stats`` and ``flush``. Here
     ``push`` trains synchronously, so the control loop pays for the updates; that is the point of running
-    everything in one process.
+    everything in one process. The learner is checkpointed by the run (``robot_rl.hil.method.HILMethod``).
     """
 
-    def __init__(
-        self, learner: HILLearner, checkpoint: Path | None = None, checkpoint_every_s: float = 120.0
-    ) -> None:
-        """With `checkpoint`, the learner is saved there (atomically) every `checkpoint_every_s` of pushes, as
-        the Ray learner does: a crash of the process loses minutes of robot time, not the whole run."""
+    def __init__(self, learner: HILLearner) -> None:
         self.learner = learner
         self.weights_version = -1  # the learner version last handed out by poll_weights
-        self.last_metrics: dict[str, float] = {}
-        self.checkpoint, self.checkpoint_every_s = checkpoint, float(checkpoint_every_s)
-        self._next_checkpoint = time.monotonic() + self.checkpoint_every_s
+        self._metrics = MetricMean(on_host=True)  # of the updates since the last take_metrics
 
     @property
     def alive(self) -> bool:
@@ -390,17 +383,13 @@ class LocalLink:
         self.learner.add(transitions)
         metrics = self.learner.train_due()
         if metrics:
-            self.last_metrics = metrics
-        if self.checkpoint is not None and time.monotonic() >= self._next_checkpoint:
-            self.save()
+            self._metrics.add(metrics)
 
-    def save(self) -> None:
-        """Write the learner to `checkpoint` now (atomic: the previous file stays whole until the new one is)."""
-        from robot_rl import checkpoint
-
-        assert self.checkpoint is not None
-        checkpoint.atomic_save(self.learner.state_dict(), self.checkpoint)
-        self._next_checkpoint = time.monotonic() + self.checkpoint_every_s
+    def take_metrics(self) -> dict[str, float]:
+        """Mean update metrics (losses, Q) since the last call, and start a new mean; {} if no update was made."""
+        means = self._metrics.means()
+        self._metrics.reset()
+        return means
 
     def poll_weights(self) -> dict[str, Tensor] | None:
         """The learner's actor weights if they changed since the last call, else None."""

@@ -192,8 +192,10 @@ def test_updates_follow_utd_after_learning_starts_and_bump_the_version() -> None
 
     link.push(chunk(8, start=8))  # 16 received, 6 of them past learning_starts: 0.5 * 6 = 3 updates
     assert (learner.updates, learner.version) == (3, 1)
-    assert set(link.last_metrics) >= {"critic_loss", "actor_loss", "q_mean"}
-    assert all(np.isfinite(v) for v in link.last_metrics.values())
+    metrics = link.take_metrics()
+    assert set(metrics) >= {"critic_loss", "actor_loss", "q_mean"}
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert link.take_metrics() == {}  # taken: the next episode's mean starts empty
     assert link.poll_weights() is not None
     assert link.poll_weights() is None
 
@@ -431,19 +433,3 @@ def test_hil_learner_runs_the_default_agent_and_its_actor_state_loads_for_acting
         torch.testing.assert_close(actor(obs, deterministic=True)[0], learner.agent.act({"state": obs}, deterministic=True))
 
 
-def test_local_link_saves_the_learner_periodically(tmp_path: Path, monkeypatch) -> None:
-    """hil-train with the learner in process used to save it only at the end: a crash lost the whole run."""
-    import robot_rl.hil.learner as learner_module
-    from robot_rl import checkpoint
-
-    now = [1000.0]
-    monkeypatch.setattr(learner_module.time, "monotonic", lambda: now[0])
-    path = tmp_path / "learner.pt"
-    link = LocalLink(HILLearner(config()), checkpoint=path, checkpoint_every_s=60.0)
-    link.push(chunk(5))
-    assert not path.exists()  # not due yet
-    now[0] += 61.0
-    link.push(chunk(5, start=5))
-    assert checkpoint.load(path)["counters"]["transitions"] == 10
-    link.push(chunk(5, start=10))
-    assert checkpoint.load(path)["counters"]["transitions"] == 10  # the next one is 60 s later

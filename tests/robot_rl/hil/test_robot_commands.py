@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,9 +84,19 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     data = read_dataset(run / "episodes")
     assert data.action.shape[0] == int(rows[-1]["env_steps"])
     assert int(data.intervention.sum()) == sum(int(r["interventions"]) for r in rows)
-    assert (run / "learner.pt").is_file()
+    # the Runner's files, as for train and finetune: a row per log_every steps, TensorBoard, curve, checkpoints
+    logged = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(r["env_step"]) for r in logged] == [int(rows[-1]["env_steps"])]  # log_every=500 > steps: the end
+    assert float(logged[-1]["critic_loss"]) == float(logged[-1]["critic_loss"])  # the learner updated (not NaN)
+    assert float(logged[-1]["intervention_rate"]) > 0
+    assert (run / "learning_curve.png").is_file() and (run / "tensorboard").is_dir()
+    from robot_rl import checkpoint
 
-    code = main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run / 'learner.pt'}",
+    latest = checkpoint.load(run / "checkpoints" / "latest.pt")
+    assert latest["learner"]["counters"]["transitions"] == int(rows[-1]["env_steps"])
+    assert "replay" not in checkpoint.load(run / "checkpoints" / "best.pt")
+
+    code = main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run}",
                  "episodes=1"])
     assert code == 0
     assert "done: 1 episodes" in capsys.readouterr().out
@@ -112,6 +123,8 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     assert state["counters"]["transitions"] >= 100  # the learner got (nearly) everything the actor sent
     assert state["counters"]["updates"] > 0
     assert main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={ckpt}", "episodes=1"]) == 0
+    # the run's own checkpoints hold the actor weights the robot ran: deploy takes the run directory as well
+    assert main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run}", "episodes=1"]) == 0
 
 
 def test_deploy_rejects_a_foreign_checkpoint(robot_server, tmp_path, capsys):
@@ -132,7 +145,7 @@ def test_serve_robot_runs_for_a_set_time():
 
 
 def test_sigterm_during_hil_train_saves_the_learner_and_a_rerun_resumes(robot_server, tmp_path):
-    """SIGTERM (a scheduler's or `kill`'s stop) takes hil-train's Ctrl-C path: the robot is held, the learner saved
+    """SIGTERM (a scheduler's or `kill`'s stop) takes hil-train's Ctrl-C path: the robot is held, the run saved
     (exit 130) and the same command resumes from it. Before, SIGTERM killed the process with nothing saved."""
     run = tmp_path / "hil"
     args = ["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"run_dir={run}",
@@ -147,15 +160,18 @@ def test_sigterm_during_hil_train_saves_the_learner_and_a_rerun_resumes(robot_se
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (proc.returncode, out, err)
-    assert "interrupted; saving the learner" in out and f"run_dir={run}" in out
+    assert "checkpoint saved" in out and f"run_dir={run}" in out
     from robot_rl.checkpoint import load
 
-    saved = load(run / "learner.pt")["counters"]["transitions"]
-    assert saved >= 1
+    saved = load(run / "checkpoints" / "latest.pt")
+    transitions, steps = saved["learner"]["counters"]["transitions"], saved["hil"]["env_steps"]
+    assert transitions >= 1 and transitions == steps
 
-    out = subprocess.run([*CLI, *args, "steps=20"], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([*CLI, *args, f"steps={steps + 20}"], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert f"resumed the learner from {run / 'learner.pt'} ({saved:,} transitions)" in out.stdout
+    assert f"resumed {run} at step {steps:,}" in out.stdout
+    resumed = load(run / "checkpoints" / "latest.pt")
+    assert resumed["learner"]["counters"]["transitions"] >= transitions + 20  # the buffers came back, then grew
 
 
 def test_keyboard_teleop_without_a_terminal_is_one_line(robot_server, capsys, monkeypatch):
@@ -180,3 +196,22 @@ def test_deploy_runs_a_saved_bc_policy_directory(robot_server, tmp_path, capsys,
                  "episodes=2"])
     assert code == 0, capsys.readouterr().err
     assert "done: 2 episodes" in capsys.readouterr().out
+
+
+def test_hil_train_picks_up_a_learner_saved_by_the_old_hil_train(robot_server, tmp_path, capsys):
+    """Before hil-train ran in the Runner it saved `<run_dir>/learner.pt` (the bare learner state); the same
+    command must still continue from such a run rather than start over."""
+    from robot_rl import checkpoint
+
+    run = tmp_path / "hil"
+    args = ["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"run_dir={run}",
+            "learning_starts=20", "agent.batch_size=16", "agent.hidden_dims=[32,32]", "record=false"]
+    assert main([*args, "steps=40"]) == 0
+    saved = checkpoint.load(run / "checkpoints" / "latest.pt")
+    checkpoint.atomic_save({**saved["learner"], **saved["replay"]}, run / "learner.pt")  # the old layout
+    shutil.rmtree(run / "checkpoints")
+    capsys.readouterr()
+    assert main([*args, "steps=20"]) == 0
+    transitions = saved["learner"]["counters"]["transitions"]
+    assert f"resumed the learner from {run / 'learner.pt'} ({transitions:,} transitions)" in capsys.readouterr().out
+    assert checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]["transitions"] > transitions
