@@ -142,7 +142,9 @@ class RunSettings:
     checkpoint_every_s: float | None = None  # also save latest.pt this often (a robot's minutes are dear)
     quiet: bool = False
     evaluate_first: bool = False  # evaluate the starting policy at step 0
-    score: str = "return"  # what ranks evaluations for best.pt: "return", or "success" (the return without one)
+    # what ranks evaluations for best.pt: "return", "success", or another column of the log row (e.g. hil-train's
+    # "autonomous_success"); the return where the row has no value for it
+    score: str = "return"
     columns: list[str] | None = None  # of metrics.csv (default `robot_rl.logger.METRIC_COLUMNS`)
     means_on_host: bool = False  # see `MetricMean`
     resume_hint: str | None = None  # how to continue an interrupted run (default: `robot-rl <command> resume=<dir>`)
@@ -242,9 +244,11 @@ class Runner:
         return None if self.last_result is None else self._score(self.last_result)
 
     def _score(self, result: dict[str, float | None]) -> float:
-        if self.settings.score == "success" and result["success_rate"] is not None:
-            return result["success_rate"]
-        return result["eval_return_mean"]
+        key = self.settings.score
+        if key == "return":
+            return result["eval_return_mean"]
+        value = result.get("success_rate" if key == "success" else key)
+        return result["eval_return_mean"] if value is None else value
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, train_return: float | None = None, train_success: float | None = None) -> dict[str, float | None]:
@@ -276,6 +280,8 @@ class Runner:
             "env_steps_per_s": round(rate, 2),
             **means,
         }
+        if self.settings.score not in ("return", "success"):
+            result[self.settings.score] = row.get(self.settings.score)
         self.logger.log(row)
         self._shown_losses = {k: row[k] for k in ("critic_loss", "actor_loss") if row.get(k) is not None}
         score = self._score(result)

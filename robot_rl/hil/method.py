@@ -26,7 +26,7 @@ __all__ = ["COLUMNS", "HILMethod", "summary_line"]
 
 _LINK_COUNTERS = ("updates", "interventions", "transitions", "prior_size", "dropped_transitions", "weight_syncs")
 # metrics.csv of a hil-train run: "success_rate" and "eval_return_mean" are those of the training episodes
-COLUMNS = [*METRIC_COLUMNS, "train_success_rate", "intervention_rate", "episode_length",
+COLUMNS = [*METRIC_COLUMNS, "train_success_rate", "autonomous_success", "intervention_rate", "episode_length",
            *(c for c in _LINK_COUNTERS if c not in METRIC_COLUMNS)]
 
 EPISODE_SEED_STRIDE = 100_000  # episode seeds of a run: seed * stride + episode (runs never share starting states)
@@ -72,6 +72,8 @@ class HILMethod(MethodDefaults):
             "episode_return": torch.tensor([stats.ret]),
             "success": torch.tensor([float(stats.success)]),
             "intervention_rate": stats.intervention_rate,
+            # what ranks best.pt: an episode the operator completed says nothing about the policy
+            "autonomous_success": float(stats.success and stats.interventions == 0),
             "episode_length": float(stats.length),
         }
         take = getattr(self.session.link, "take_metrics", None)  # LocalLink: the updates made in this episode

@@ -282,7 +282,7 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
                                            "is teleop=keyboard"),
         (["hil-train", "agent.bogus=1"], "unknown key 'agent.bogus' for hil-train; valid keys under agent: network,"),
         (["teleop", "episodes=many"], "bad value for episodes"),
-        (["deploy"], "deploy needs checkpoint=<file or policy dir>"),
+        (["deploy"], "deploy needs checkpoint=<run dir, checkpoint file or policy dir>"),
         (["collect", "env=arm:reach", "out=x"], "'env=arm:reach': the environment of collect is env.spec=<spec>, "
                                                 "e.g. env.spec=arm:reach"),
         (["eval", "policy=x", "env=arm:reach"], "the environment of eval is env.spec=<spec>"),

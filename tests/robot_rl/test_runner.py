@@ -109,3 +109,16 @@ def test_an_interrupted_run_prints_its_resume_hint(tmp_path: Path, capsys: pytes
         Runner(Interrupted(), None, tmp_path, Config(), settings(resume_hint="the same command")).run()
     assert "interrupted at step 20; checkpoint saved. Continue with:\n  the same command" in capsys.readouterr().out
     assert checkpoint.load(tmp_path / "checkpoints" / "latest.pt")["counter"]["env_steps"] == 20
+
+
+def test_best_can_rank_by_a_logged_column(tmp_path: Path) -> None:
+    """hil-train ranks best.pt by autonomous success: success alone is 100% while the operator still takes over."""
+
+    class Autonomous(Counter):
+        def advance(self) -> dict[str, Any]:
+            return {**super().advance(), "autonomous": float(self.advances == 6)}
+
+    columns = [*METRIC_COLUMNS, "autonomous"]
+    Runner(Autonomous(), None, tmp_path, Config(), settings(score="autonomous", columns=columns)).run()
+    best = checkpoint.load(tmp_path / "checkpoints" / "best.pt")
+    assert (best["env_steps"], best["score"]) == (80, 0.25)  # the row of advances 5-8

@@ -32,7 +32,7 @@ def test_hil_train_learns_reach_and_the_intervention_rate_falls(tmp_path, capsys
         first, last = rate(rows[:20]), rate(rows[-20:])
         assert first > 0.2 and last < 0.05, (first, last)
         capsys.readouterr()
-        assert main(["deploy", f"robot={address}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run / 'learner.pt'}",
+        assert main(["deploy", f"robot={address}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run}",
                      "episodes=20", "seed=5000"]) == 0
         out = capsys.readouterr().out
         successes = int(re.search(r"done: .* success (\d+)/20", out).group(1))
