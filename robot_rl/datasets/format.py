@@ -67,6 +67,9 @@ EPISODES_DIR = "meta/episodes"
 EPISODES_PATH = EPISODES_DIR + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+# The episode being written is staged here and published at its end; LeRobot reads only the paths above (and
+# `tempfile.mkdtemp(dir=root)` directories of its own), so nothing under a dot-directory is ever part of its view.
+STAGING_DIR = ".staging"
 
 STATE = "observation.state"
 ACTION = "action"
@@ -273,12 +276,29 @@ def read_tasks(root: Path) -> list[str]:
     return tasks
 
 
-def episodes_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(list(rows))
+def episodes_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema | None = None) -> pa.Table:
+    """Episode rows as one ``meta/episodes`` file. Without ``schema`` the column types are those pyarrow infers
+    from Python values, as LeRobot's ``pa.Table.from_pydict`` of its episode dicts does (int64 indices and
+    lengths, ``list<string>`` tasks, ``list<double>`` / ``list<int64>`` / ``list<bool>`` stats). With ``schema`` (an
+    existing file's, when appending) the rows take exactly its columns, order and types: a column they lack is
+    null, one it lacks is left out, so every file of the directory concatenates into one table."""
+    if schema is None:
+        return pa.Table.from_pylist(list(rows))
+    return pa.Table.from_pylist(list(rows), schema=schema)
+
+
+def episodes_files(root: Path) -> list[Path]:
+    """The ``meta/episodes`` files in (chunk, file) order, as LeRobot's ``load_nested_dataset`` globs them."""
+    return sorted((root / EPISODES_DIR).glob("*/*.parquet"))
+
+
+def next_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:
+    """The (chunk, file) after ``(chunk, file)``: LeRobot's ``update_chunk_file_indices``."""
+    return (chunk + 1, 0) if file == chunks_size - 1 else (chunk, file + 1)
 
 
 def read_episode_rows(root: Path) -> list[dict[str, Any]]:
-    files = sorted((root / EPISODES_DIR).glob("*/*.parquet"))
+    files = episodes_files(root)
     if not files:
         return []
     rows: list[dict[str, Any]] = []
