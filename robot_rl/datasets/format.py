@@ -10,12 +10,15 @@ Layout (``root`` is the dataset directory; ``CCC`` = chunk index, ``FFF`` = file
                                             task_index
     videos/<video_key>/chunk-CCC/file-FFF.mp4   one camera stream, H.264 (libx264) yuv420p
 
-This writer stores **one episode per data file and per video file**: episode ``e`` lives in
-``file_index = e % chunks_size`` of ``chunk_index = e // chunks_size`` (and its videos start at
-``from_timestamp = 0``). v3.0 allows several episodes per file (the episodes table says where each one
+This writer stores **one episode per data file and per video file**: each episode goes into the file after the
+previous episode's (LeRobot's ``update_chunk_file_indices``; in a dataset only we wrote, episode ``e`` lives in
+``file_index = e % chunks_size`` of ``chunk_index = e // chunks_size``), and its videos start at
+``from_timestamp = 0``. v3.0 allows several episodes per file (the episodes table says where each one
 starts); LeRobot itself moves to a new file when a file grows past ``data_files_size_in_mb`` or when a
 recording is resumed, so files holding a single episode are an ordinary v3.0 dataset. The reader handles
-both, so it also reads datasets recorded by LeRobot.
+both, so it also reads datasets recorded by LeRobot. A writer appending to an existing dataset starts its own
+``meta/episodes`` file after the last one, in that file's schema (see ``episodes_table``). The episode being
+written is staged under ``STAGING_DIR`` (``.staging/``), outside every path LeRobot reads.
 
 Frame semantics (the LeRobot convention, which is also the RL one): row ``t`` holds ``observation.*`` at
 time t, the ``action`` taken there, and ``next.*`` columns describing what that action led to
@@ -38,7 +41,11 @@ to_timestamp}``, ``meta/episodes/{chunk_index,file_index}``, flattened ``stats/<
 ``splits {"train": "0:N"}``, video frames looked up at ``from_timestamp + timestamp``, resumed recordings
 starting a new file; ``src/lerobot/datasets/compute_stats.py`` - stats keys min/max/mean/std/count (count
 shape [1]), images per channel shaped [3,1,1] in [0, 1] over sampled frames, aggregation by count-weighted
-mean and pooled variance; ``src/lerobot/datasets/video_utils.py`` - the ``info`` block of video features
+mean and pooled variance; ``lerobot_dataset.py`` of 0.4.x again - ``_save_episode_metadata`` /
+``_flush_metadata_buffer`` (episode dicts to ``pa.Table.from_pydict``, one new episodes / data / video file
+per resumed recording), ``_save_episode_data`` (several episodes per data file, ``pq.ParquetWriter``);
+``src/lerobot/datasets/compute_stats.py`` (0.4.x, ``RunningQuantileStats``) - quantile keys q01/q10/q50/q90/q99,
+min/max in the data's dtype, mean/std/quantiles float64; ``src/lerobot/datasets/video_utils.py`` - the ``info`` block of video features
 (``video.height``, ``video.width``, ``video.codec``, ``video.pix_fmt``, ``video.is_depth_map``,
 ``video.fps``, ``video.channels``, ``has_audio``); ``src/lerobot/datasets/v30/convert_dataset_v21_to_v30.py``
 - non-video features carry an ``fps`` key, ``total_chunks`` / ``total_videos`` are gone in v3.0.
