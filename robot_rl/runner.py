@@ -17,7 +17,6 @@ without its replay buffer, plus `env_steps`, `eval_return` and `score`.
 from __future__ import annotations
 
 import random
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -208,6 +207,7 @@ class Runner:
         next_ckpt = (method.env_steps // checkpoint_every + 1) * checkpoint_every
         self._t0 = time.monotonic()
         means = MetricMean(on_host=s.means_on_host)
+        completed = False
         if method.env_steps > 0:
             self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
         method.start(s.seed + method.env_steps)  # a resumed run starts fresh episodes, seeded apart
@@ -231,6 +231,7 @@ class Runner:
                     if method.env_steps >= next_ckpt or method.env_steps >= s.steps:
                         next_ckpt += checkpoint_every
                         self.save_checkpoint()
+            completed = True
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`Terminated`)
             self.progress.close()
             self.save_checkpoint()
@@ -239,19 +240,21 @@ class Runner:
             raise
         finally:
             self.logger.close()
-            if sys.exc_info()[0] is not None:  # interrupted or failed: close W&B now, there is no final video
+            if not completed:  # interrupted or failed: close W&B now, there is no final video to wait for
                 self._finish_wandb()
         self.progress.close()
-        summary = {
-            "run_dir": str(self.run_dir),
-            "env_steps": method.env_steps,
-            "wall_time_s": self._wall_time(),
-            "last": self.last_result,
-            "last_eval_return": self.last_eval_return,
-            "best_score": self.best_score,
-            **method.finish(self),
-        }
-        self._finish_wandb()
+        try:
+            summary = {
+                "run_dir": str(self.run_dir),
+                "env_steps": method.env_steps,
+                "wall_time_s": self._wall_time(),
+                "last": self.last_result,
+                "last_eval_return": self.last_eval_return,
+                "best_score": self.best_score,
+                **method.finish(self),
+            }
+        finally:  # after the method's final video, which goes to W&B too
+            self._finish_wandb()
         return summary
 
     def _last_score(self) -> float | None:

@@ -74,7 +74,7 @@ def test_wandb_offline_run_gets_the_grouped_scalars_and_the_config(tmp_path: Pat
     run_dir = tmp_path / "run"
     cfg = compose_train_config([
         *SMALL, "logger=wandb", "wandb.project=robot_rl_test", "train.steps=300", "train.learning_starts=100",
-        "train.eval_every=150", "env.num_eval_envs=2", "env.max_episode_steps=50", "train.video=false",
+        "train.eval_every=150", "env.num_eval_envs=2", "env.max_episode_steps=50", "train.video_size=[64,64]",
         "quiet=true", f"run_dir={run_dir}",
     ])
     Trainer(cfg, run_dir).run()
@@ -86,15 +86,18 @@ def test_wandb_offline_run_gets_the_grouped_scalars_and_the_config(tmp_path: Pat
     assert runs[0].name.endswith(run_id)
     run_file = runs[0] / f"run-{run_id}.wandb"
     deadline = time.monotonic() + 30
-    while len(rows := _history(run_file)) < 2 and time.monotonic() < deadline:
+    video = (run_dir / "videos" / "final.mp4").is_file()  # rendering may be unavailable; then there is none
+    while len(rows := _history(run_file)) < 2 + video and time.monotonic() < deadline:
         time.sleep(0.5)  # wandb's service process may still be writing the file after finish() returns
     steps = [r["env_step"] for r in rows if "env_step" in r]
     assert steps == [150, 300], rows
     logged = set().union(*rows)
     assert {"eval/return_mean", "eval/return_std", "time/wall_time_s", "time/env_steps_per_s",
             "update/critic_loss", "update/actor_loss"} <= logged, logged
-    config = _config(runs[0] / f"run-{run_id}.wandb")
+    config = _config(run_file)
     assert config["train"]["steps"] == 300 and config["logger"] == "wandb", config
+    if video:
+        assert [r["video/final/_type"] for r in rows if "video/final/_type" in r] == ["video-file"], rows[-1]
 
 
 def test_bad_logger_is_one_line_naming_the_choices() -> None:
@@ -102,6 +105,11 @@ def test_bad_logger_is_one_line_naming_the_choices() -> None:
         compose_train_config(["logger=mlflow"])
     with pytest.raises(ConfigError, match=r"wandb.mode must be one of online, offline, disabled"):
         compose_train_config(["wandb.mode=sometimes"])
+    from robot_rl.config import compose_config
+    from robot_rl.finetune.config import FinetuneConfig
+
+    with pytest.raises(ConfigError, match=r"^logger must be one of tensorboard, wandb, none$"):
+        compose_config("finetune", FinetuneConfig, ["base_policy=x", "logger=mlflow"])
 
 
 def test_wandb_not_installed_fails_at_start_with_the_install_command(monkeypatch) -> None:
