@@ -227,6 +227,17 @@ elif mode == "in_commit":
     writer_module.write_table = slow
     for i in range(5):
         w.write_episode(make_episode(i, 4 + i))
+elif mode == "in_video":
+    w = DatasetWriter(sys.argv[2] + "_video", fps=10, features=transition_features(3, 2, images={{"cam": (16, 16)}}))
+    real = writer_module.encode_video
+    def slow_video(path, frames, *args):
+        real(path, frames, *args)
+        if "file-002" in str(path):
+            print("READY", flush=True)     # episode 2's video is encoded (staged), its frames are not written
+            time.sleep(60)
+    writer_module.encode_video = slow_video
+    for i in range(3):
+        w.write_episode(make_episode(i, 4 + i, images=(16, 16)))
 elif mode == "loop":
     i = 0
     while True:
@@ -327,6 +338,20 @@ def test_sigkill_while_an_episode_is_written_leaves_only_complete_episodes_visib
     assert w.write_episode(make_episode(3, 7)) == 3
     check_episodes(root, [4, 5, 6, 7])
     assert lerobot_view(root) == (4, 22)
+
+
+def test_sigkill_while_a_video_is_encoded_leaves_no_trace_of_it(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    proc = spawn(tmp_path, "in_video", root)
+    wait_line(proc, "READY")
+    kill(proc)
+    root = tmp_path / "ds_video"
+    assert (root / ".staging/videos/observation.images.cam/chunk-000/file-002.mp4").is_file()
+    assert lerobot_view(root) == (2, 9)  # before repair: two episodes, their two videos, nothing of the third
+    tr = read_dataset(root, load_images=True)
+    assert tr.episodes.length.tolist() == [4, 5] and tr.images["observation.images.cam"].shape[0] == 9
+    repair(root)
+    assert not (root / ".staging").exists() and lerobot_view(root) == (2, 9)
 
 
 def test_a_kill_between_the_renames_is_repaired(tmp_path: Path) -> None:
