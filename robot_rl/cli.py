@@ -503,7 +503,8 @@ def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
         "",
         *(intro or [
             "Trains SAC (with the RLPD options) on a batched environment and writes a run directory:",
-            "config.yaml, metrics.csv, tensorboard/, checkpoints/{latest,best}.pt, learning_curve.png, videos/.",
+            "config.yaml, metrics.csv, tensorboard/ (or wandb/: logger=wandb), checkpoints/{latest,best}.pt,",
+            "learning_curve.png, videos/.",
         ]),
         "",
         "Presets:",

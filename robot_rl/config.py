@@ -15,6 +15,7 @@ from robot_rl.agents.calql import CalQLConfig
 from robot_rl.agents.iql import IQLConfig
 from robot_rl.agents.sac import SACConfig
 from robot_rl.fields import help_field as _help
+from robot_rl.logger import LOGGERS, WANDB_MODES, wandb_missing
 from robot_rl.replay import PRIOR_FRACTION_RANGE, prior_fraction_ok
 
 
@@ -78,6 +79,25 @@ OFFLINE_ALGORITHMS = ("calql", "cql", "iql")
 
 
 @dataclass
+class WandbConfig:
+    project: str = _help("robot_rl", "W&B project (logger=wandb)")
+    entity: str | None = _help(None, "W&B entity, a user or team (default: your default entity)")
+    mode: str | None = _help(
+        None, "online, offline (no network; `wandb sync <run_dir>/wandb/offline-run-*` uploads later) or disabled; "
+        "default: $WANDB_MODE, else online"
+    )
+
+
+def logging_checks(logger: str, wandb: WandbConfig) -> list[tuple[bool, str]]:
+    """The `logger=` / `wandb.*` checks of every run config (train and finetune), as (ok, message) pairs."""
+    return [
+        (logger in LOGGERS, f"logger must be one of {', '.join(LOGGERS)}"),
+        (logger != "wandb" or not wandb_missing(), "logger=wandb needs the wandb package: pip install 'robot_rl[wandb]'"),
+        (wandb.mode is None or wandb.mode in WANDB_MODES, f"wandb.mode must be one of {', '.join(WANDB_MODES)} or null"),
+    ]
+
+
+@dataclass
 class TrainConfig:
     GROUPS = ("env", "agent", "experiment")  # preset groups that may be chosen on the command line
 
@@ -88,6 +108,10 @@ class TrainConfig:
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
     resume: str | None = _help(None, "run directory to resume from its latest checkpoint")
     quiet: bool = _help(False, "no live progress line; one log line per evaluation")
+    logger: str = _help(
+        "tensorboard", "where the metrics go besides metrics.csv: tensorboard, wandb (Weights & Biases) or none"
+    )
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: SACConfig = field(default_factory=SACConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
@@ -123,6 +147,7 @@ class TrainConfig:
             (self.offline.steps == 0 or self.data.path is not None,
              "offline.steps > 0 needs a dataset: set data.path=<dataset dir>"),
             (self.offline.steps == 0 or self.offline.init is None, "set either offline.steps or offline.init, not both"),
+            *logging_checks(self.logger, self.wandb),
         ]
         for ok, message in checks:
             if not ok:

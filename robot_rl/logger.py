@@ -1,10 +1,14 @@
-"""Run logging: one CSV row and one TensorBoard point per evaluation, plus a live progress line."""
+"""Run logging: one CSV row per evaluation, the same scalars to TensorBoard or Weights & Biases (`logger=`), plus a
+live progress line."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
+import os
 import sys
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -112,12 +116,49 @@ def tensorboard_tag(key: str) -> str:
     return "update/" + key
 
 
+LOGGERS = ("tensorboard", "wandb", "none")  # where the scalars go besides the CSV (`logger=`)
+WANDB_MODES = ("online", "offline", "disabled")
+WANDB_ID_FILE = "wandb_run_id"  # in the run directory: a resumed run continues the same W&B run
+_TAG_GROUPS = ("eval", "train", "time", "update")
+
+
+def wandb_missing() -> bool:
+    """True when `logger=wandb` cannot work: checked when the config is validated, so the run fails at start."""
+    return importlib.util.find_spec("wandb") is None
+
+
+def start_wandb(run_dir: Path, config: dict[str, Any], project: str, entity: str | None, mode: str | None,
+                resume: bool) -> Any:
+    """The run's one W&B run (offline pretraining and online training log into it, under their own step axes).
+
+    Its files go to `$WANDB_DIR` if set, else into the run directory (`<run_dir>/wandb/`), beside the CSV and
+    TensorBoard files; `mode=None` leaves the choice to wandb (`$WANDB_MODE`, else online). The W&B run id is
+    kept in `<run_dir>/wandb_run_id`, so resuming the run continues the same W&B run instead of starting one.
+    """
+    if wandb_missing():  # validate() checks this first; a library user calling the Runner directly lands here
+        raise ImportError("logger=wandb needs the wandb package: pip install 'robot_rl[wandb]'")
+    import wandb
+
+    id_file = run_dir / WANDB_ID_FILE
+    run_id = id_file.read_text().strip() if resume and id_file.is_file() else None
+    if run_id is None:
+        run_id = uuid.uuid4().hex[:12]
+        id_file.write_text(run_id + "\n")
+    return wandb.init(
+        project=project, entity=entity, mode=mode, id=run_id, resume="allow", name=run_dir.name,
+        dir=os.environ.get("WANDB_DIR") or str(run_dir), config=config,
+    )
+
+
 class MetricsLogger:
-    """Appends rows to a CSV (flushed at once, so a killed run keeps every row) and to TensorBoard.
+    """Appends rows to a CSV (flushed at once, so a killed run keeps every row) and to TensorBoard and/or a W&B
+    run, under the same grouped tags (`tensorboard_tag`).
 
     One per phase of a run: `metrics.csv` keyed by `env_step` (the Runner), `offline_metrics.csv` keyed by
-    `offline_step` (offline pretraining, TensorBoard under `tensorboard/offline`). On resume, rows after
-    `resume_step` are dropped, since those steps are about to run again.
+    `offline_step` (offline pretraining, TensorBoard under `tensorboard/offline`, W&B tags under `offline/`).
+    On resume, rows after `resume_step` are dropped, since those steps are about to run again. `tensorboard=False`
+    writes no TensorBoard files (`logger=wandb` or `logger=none`); `wandb_run` is the run's W&B run, if any, which
+    the caller owns (it outlives this logger: offline pretraining and training share it).
     """
 
     def __init__(
@@ -128,6 +169,9 @@ class MetricsLogger:
         file_name: str = "metrics.csv",
         step_key: str = "env_step",
         tensorboard_dir: str = "tensorboard",
+        tensorboard: bool = True,
+        wandb_run: Any = None,
+        wandb_prefix: str = "",
     ) -> None:
         self.csv_path = run_dir / file_name
         self.step_key = step_key
@@ -140,9 +184,19 @@ class MetricsLogger:
         if new_file:
             self._csv.writeheader()
             self._file.flush()
-        from torch.utils.tensorboard import SummaryWriter  # slow import: only when a run starts
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # slow import: only when a run starts
 
-        self._tb = SummaryWriter(str(run_dir / tensorboard_dir), purge_step=resume_step)
+            self._tb = SummaryWriter(str(run_dir / tensorboard_dir), purge_step=resume_step)
+        self._wandb, self._prefix = wandb_run, wandb_prefix
+        if wandb_run is not None:
+            # each phase plots against its own step (env_step, offline_step), not wandb's call counter, so a
+            # resumed run's repeated steps overwrite in the charts instead of extending them
+            step_metric = wandb_prefix + step_key
+            wandb_run.define_metric(step_metric)
+            for group in _TAG_GROUPS:
+                wandb_run.define_metric(f"{wandb_prefix}{group}/*", step_metric=step_metric)
 
     def _truncate_after(self, step: int) -> None:
         """Drop rows logged after the checkpoint we resume from: those steps are about to be run again."""
@@ -157,14 +211,22 @@ class MetricsLogger:
         self._csv.writerow({k: ("" if v is None else v) for k, v in row.items()})
         self._file.flush()
         step = int(row[self.step_key])
-        for key, value in row.items():
-            if key != self.step_key and value is not None and not (isinstance(value, float) and math.isnan(value)):
-                self._tb.add_scalar(tensorboard_tag(key), value, step)
-        self._tb.flush()
+        scalars = {
+            tensorboard_tag(key): value for key, value in row.items()
+            if key != self.step_key and value is not None and not (isinstance(value, float) and math.isnan(value))
+        }
+        if self._tb is not None:
+            for tag, value in scalars.items():
+                self._tb.add_scalar(tag, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            p = self._prefix
+            self._wandb.log({p + self.step_key: step, **{p + tag: value for tag, value in scalars.items()}})
 
     def close(self) -> None:
         self._file.close()
-        self._tb.close()
+        if self._tb is not None:
+            self._tb.close()
 
 
 def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:

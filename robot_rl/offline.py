@@ -19,7 +19,7 @@ from robot_rl.agents.calql import CalQL
 from robot_rl.agents.iql import IQL
 from robot_rl.agents.sac import SAC
 from robot_rl.config import TrainConfig
-from robot_rl.logger import MetricMean, MetricsLogger, Progress
+from robot_rl.logger import MetricMean, Progress
 from robot_rl.prior_data import OfflineData
 
 if TYPE_CHECKING:
@@ -44,13 +44,12 @@ def pretrain(
 ) -> int:
     """Offline updates from `start_step` to `cfg.offline.steps`, the pretraining phase of `run`: every
     `offline.eval_every` steps it evaluates with the run's evaluation, logs a row of `offline_metrics.csv` (and
-    TensorBoard under `tensorboard/offline`) and calls `save(step)`, so an interrupted pretraining resumes.
+    TensorBoard under `tensorboard/offline`, or W&B tags under `offline/`) and calls `save(step)`, so an interrupted pretraining resumes.
     Returns the step reached."""
     learner = make_offline_learner(cfg, agent)
     total, every, batch_size, gamma = cfg.offline.steps, cfg.offline.eval_every, cfg.agent.batch_size, cfg.agent.gamma
-    logger = MetricsLogger(run.run_dir, resume_step=start_step, columns=OFFLINE_COLUMNS,
-                           file_name="offline_metrics.csv", step_key="offline_step",
-                           tensorboard_dir="tensorboard/offline")
+    logger = run.metrics_logger(resume_step=start_step, columns=OFFLINE_COLUMNS, file_name="offline_metrics.csv",
+                                step_key="offline_step", tensorboard_dir="tensorboard/offline", wandb_prefix="offline/")
     progress = Progress(total, quiet=run.settings.quiet, initial=start_step)
     step, t0, means, shown = start_step, time.monotonic(), MetricMean(), {}
     run.progress.message(

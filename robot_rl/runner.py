@@ -4,7 +4,8 @@ the policy fine-tuning methods of `robot_rl.finetune`, human-in-the-loop trainin
 
 The method owns the algorithm: collecting, replay, updates, its own counters and what evaluation runs. The
 runner owns what every run needs: seeding and RNG state, the evaluation env and cadence (`eval_every` executed
-env steps, and optionally the starting policy at step 0), `metrics.csv` + TensorBoard + `learning_curve.png`,
+env steps, and optionally the starting policy at step 0), `metrics.csv` + TensorBoard or Weights & Biases
+(`logger=`, the one place a run's logging backends are chosen) + `learning_curve.png`,
 the live progress line, checkpoints (`checkpoints/latest.pt` every `checkpoint_every` steps, every
 `checkpoint_every_s` seconds if set, and at the end, to resume; `checkpoints/best.pt` at the best evaluation),
 Ctrl-C and SIGTERM (both save `latest.pt` and end with a resume hint), and the summary.
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from robot_rl import checkpoint
 from robot_rl.evaluation import evaluate
-from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress
+from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress, start_wandb
 from robot_rl.plots import plot_learning_curve
 from robot_rl.signals import Terminated, sigterm_as_interrupt
 
@@ -169,11 +170,32 @@ class Runner:
         if resume:
             self._restore(checkpoint.load(self.ckpt_dir / "latest.pt"))
         OmegaConf.save(OmegaConf.structured(config), self.run_dir / "config.yaml")
-        self.logger = MetricsLogger(
-            self.run_dir, resume_step=method.env_steps if resume else None, columns=settings.columns
-        )
+        self.backend = getattr(config, "logger", "tensorboard")
+        self.wandb: Any = None
+        if self.backend == "wandb":
+            w = config.wandb
+            self.wandb = start_wandb(self.run_dir, asdict(config), w.project, w.entity, w.mode, resume)
+        self.logger = self.metrics_logger(resume_step=method.env_steps if resume else None, columns=settings.columns)
         self.progress = Progress(settings.steps, quiet=settings.quiet, initial=method.env_steps)
         self._shown_losses: dict[str, float] = {}  # of the last log row, beside the progress bar
+
+    def metrics_logger(self, wandb_prefix: str = "", **kwargs: Any) -> MetricsLogger:
+        """A `MetricsLogger` in this run's directory with this run's backends (`logger=`): the Runner's own and
+        offline pretraining's (`wandb_prefix="offline/"`, since both phases share the run's one W&B run)."""
+        return MetricsLogger(self.run_dir, tensorboard=self.backend == "tensorboard", wandb_run=self.wandb,
+                             wandb_prefix=wandb_prefix, **kwargs)
+
+    def _finish_wandb(self) -> None:
+        """Upload the run's videos (the final evaluation episode) and close the W&B run."""
+        if self.wandb is None:
+            return
+        import wandb
+
+        videos = sorted((self.run_dir / "videos").glob("*.mp4"))
+        if videos:
+            self.wandb.log({f"video/{p.stem}": wandb.Video(str(p), format="mp4") for p in videos})
+        self.wandb.finish()
+        self.wandb = None
 
     @property
     def env_steps(self) -> int:
@@ -195,6 +217,7 @@ class Runner:
         self._t0 = time.monotonic()
         next_ckpt_t = self._t0 + (s.checkpoint_every_s or float("inf"))
         means = MetricMean(on_host=s.means_on_host)
+        completed = False
         if method.env_steps > 0:
             self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
         method.start(s.seed + method.env_steps)  # a resumed run starts fresh episodes, seeded apart
@@ -221,6 +244,7 @@ class Runner:
                             next_ckpt += checkpoint_every
                         self.save_checkpoint()
                         next_ckpt_t = time.monotonic() + (s.checkpoint_every_s or float("inf"))
+            completed = True
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`Terminated`)
             self.progress.close()
             self.save_checkpoint()
@@ -229,16 +253,22 @@ class Runner:
             raise
         finally:
             self.logger.close()
+            if not completed:  # interrupted or failed: close W&B now, there is no final video to wait for
+                self._finish_wandb()
         self.progress.close()
-        return {
-            "run_dir": str(self.run_dir),
-            "env_steps": method.env_steps,
-            "wall_time_s": self._wall_time(),
-            "last": self.last_result,
-            "last_eval_return": self.last_eval_return,
-            "best_score": self.best_score,
-            **method.finish(self),
-        }
+        try:
+            summary = {
+                "run_dir": str(self.run_dir),
+                "env_steps": method.env_steps,
+                "wall_time_s": self._wall_time(),
+                "last": self.last_result,
+                "last_eval_return": self.last_eval_return,
+                "best_score": self.best_score,
+                **method.finish(self),
+            }
+        finally:  # after the method's final video, which goes to W&B too
+            self._finish_wandb()
+        return summary
 
     def _last_score(self) -> float | None:
         return None if self.last_result is None else self._score(self.last_result)

@@ -42,6 +42,15 @@ def commit(tmp: Path, path: Path, fsync: bool) -> None:
         _fsync_dir(path.parent)
 
 
+def publish(staged: Path, path: Path, fsync: bool) -> None:
+    """Move a complete, already fsync'ed file from the staging area to its final place (same file system: one
+    rename), so it appears there whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, path)
+    if fsync:
+        _fsync_dir(path.parent)
+
+
 def _write_bytes(path: Path, data: bytes, fsync: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)

@@ -94,12 +94,14 @@ def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, di
 
 
 
-def write_total_stats(path: Path, per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]], fsync: bool) -> None:
+def write_total_stats(path: Path, per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]], fsync: bool,
+                      existing: Path | None = None) -> None:
     """`meta/stats.json` from the episodes' statistics, keeping what this code cannot recompute: statistics
-    (and features) that another tool added to the existing file stay as they were."""
+    (and features) that another tool added to the existing file (`existing`, default `path`; the writer stages
+    the new file elsewhere) stay as they were."""
     new = stats_to_json(aggregate_stats(per_episode))
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = json.loads((existing or path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         old = {}
     for feature, entries in old.items() if isinstance(old, dict) else ():

@@ -10,12 +10,15 @@ Layout (``root`` is the dataset directory; ``CCC`` = chunk index, ``FFF`` = file
                                             task_index
     videos/<video_key>/chunk-CCC/file-FFF.mp4   one camera stream, H.264 (libx264) yuv420p
 
-This writer stores **one episode per data file and per video file**: episode ``e`` lives in
-``file_index = e % chunks_size`` of ``chunk_index = e // chunks_size`` (and its videos start at
-``from_timestamp = 0``). v3.0 allows several episodes per file (the episodes table says where each one
+This writer stores **one episode per data file and per video file**: each episode goes into the file after the
+previous episode's (LeRobot's ``update_chunk_file_indices``; in a dataset only we wrote, episode ``e`` lives in
+``file_index = e % chunks_size`` of ``chunk_index = e // chunks_size``), and its videos start at
+``from_timestamp = 0``. v3.0 allows several episodes per file (the episodes table says where each one
 starts); LeRobot itself moves to a new file when a file grows past ``data_files_size_in_mb`` or when a
 recording is resumed, so files holding a single episode are an ordinary v3.0 dataset. The reader handles
-both, so it also reads datasets recorded by LeRobot.
+both, so it also reads datasets recorded by LeRobot. A writer appending to an existing dataset starts its own
+``meta/episodes`` file after the last one, in that file's schema (see ``episodes_table``). The episode being
+written is staged under ``STAGING_DIR`` (``.staging/``), outside every path LeRobot reads.
 
 Frame semantics (the LeRobot convention, which is also the RL one): row ``t`` holds ``observation.*`` at
 time t, the ``action`` taken there, and ``next.*`` columns describing what that action led to
@@ -38,7 +41,11 @@ to_timestamp}``, ``meta/episodes/{chunk_index,file_index}``, flattened ``stats/<
 ``splits {"train": "0:N"}``, video frames looked up at ``from_timestamp + timestamp``, resumed recordings
 starting a new file; ``src/lerobot/datasets/compute_stats.py`` - stats keys min/max/mean/std/count (count
 shape [1]), images per channel shaped [3,1,1] in [0, 1] over sampled frames, aggregation by count-weighted
-mean and pooled variance; ``src/lerobot/datasets/video_utils.py`` - the ``info`` block of video features
+mean and pooled variance; ``lerobot_dataset.py`` of 0.4.x again - ``_save_episode_metadata`` /
+``_flush_metadata_buffer`` (episode dicts to ``pa.Table.from_pydict``, one new episodes / data / video file
+per resumed recording), ``_save_episode_data`` (several episodes per data file, ``pq.ParquetWriter``);
+``src/lerobot/datasets/compute_stats.py`` (0.4.x, ``RunningQuantileStats``) - quantile keys q01/q10/q50/q90/q99,
+min/max in the data's dtype, mean/std/quantiles float64; ``src/lerobot/datasets/video_utils.py`` - the ``info`` block of video features
 (``video.height``, ``video.width``, ``video.codec``, ``video.pix_fmt``, ``video.is_depth_map``,
 ``video.fps``, ``video.channels``, ``has_audio``); ``src/lerobot/datasets/v30/convert_dataset_v21_to_v30.py``
 - non-video features carry an ``fps`` key, ``total_chunks`` / ``total_videos`` are gone in v3.0.
@@ -67,6 +74,9 @@ EPISODES_DIR = "meta/episodes"
 EPISODES_PATH = EPISODES_DIR + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+# The episode being written is staged here and published at its end; LeRobot reads only the paths above (and
+# `tempfile.mkdtemp(dir=root)` directories of its own), so nothing under a dot-directory is ever part of its view.
+STAGING_DIR = ".staging"
 
 STATE = "observation.state"
 ACTION = "action"
@@ -273,12 +283,29 @@ def read_tasks(root: Path) -> list[str]:
     return tasks
 
 
-def episodes_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(list(rows))
+def episodes_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema | None = None) -> pa.Table:
+    """Episode rows as one ``meta/episodes`` file. Without ``schema`` the column types are those pyarrow infers
+    from Python values, as LeRobot's ``pa.Table.from_pydict`` of its episode dicts does (int64 indices and
+    lengths, ``list<string>`` tasks, ``list<double>`` / ``list<int64>`` / ``list<bool>`` stats). With ``schema`` (an
+    existing file's, when appending) the rows take exactly its columns, order and types: a column they lack is
+    null, one it lacks is left out, so every file of the directory concatenates into one table."""
+    if schema is None:
+        return pa.Table.from_pylist(list(rows))
+    return pa.Table.from_pylist(list(rows), schema=schema)
+
+
+def episodes_files(root: Path) -> list[Path]:
+    """The ``meta/episodes`` files in (chunk, file) order, as LeRobot's ``load_nested_dataset`` globs them."""
+    return sorted((root / EPISODES_DIR).glob("*/*.parquet"))
+
+
+def next_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:
+    """The (chunk, file) after ``(chunk, file)``: LeRobot's ``update_chunk_file_indices``."""
+    return (chunk + 1, 0) if file == chunks_size - 1 else (chunk, file + 1)
 
 
 def read_episode_rows(root: Path) -> list[dict[str, Any]]:
-    files = sorted((root / EPISODES_DIR).glob("*/*.parquet"))
+    files = episodes_files(root)
     if not files:
         return []
     rows: list[dict[str, Any]] = []

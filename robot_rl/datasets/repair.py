@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from robot_rl.datasets.atomic import is_tmp, write_json
 from robot_rl.datasets.feature_stats import write_total_stats
 from robot_rl.datasets.format import (
     INFO_PATH,
+    STAGING_DIR,
     STATS_PATH,
     TASKS_PATH,
     chunk_file,
@@ -22,15 +24,20 @@ from robot_rl.datasets.format import (
 def repair(root: str | os.PathLike[str], *, fsync: bool = True) -> list[Path]:
     """Make a dataset left by a killed writer fully consistent; return the files it removed.
 
-    Removes temp files and data/video files that no committed episode points to (an episode killed between
-    its data file and its commit), and rewrites ``info.json`` totals and ``stats.json`` from the episodes
-    table. Not needed before ``read_dataset`` (which already ignores all of that); run it (or resume the
-    writer, which runs it) before giving the directory to LeRobot, which globs ``data/*/*.parquet``.
+    Deletes the staging area (``.staging/``: the episode that was being written when the writer died, never
+    visible to readers) and temp files. A kill inside the few renames that publish an episode can also leave
+    a data/video file that no committed episode points to, or ``info.json`` / ``stats.json`` one episode off:
+    those files are removed and info/stats rewritten from the episodes table. Not needed before
+    ``read_dataset`` or LeRobot outside that rename window; the writer runs it when it resumes.
     """
     root = Path(root)
     info = load_info(root)
     rows = read_episode_rows(root)
     removed: list[Path] = []
+    stage = root / STAGING_DIR
+    if stage.is_dir():
+        removed += sorted(p for p in stage.rglob("*") if p.is_file())
+        shutil.rmtree(stage)
     for path in sorted(p for p in root.rglob("*") if p.is_file() and is_tmp(p)):
         path.unlink(missing_ok=True)
         removed.append(path)

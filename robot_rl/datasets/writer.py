@@ -2,18 +2,26 @@
 
 Crash safety (a recorder may be SIGKILLed at any moment):
 
-* Every file is written under a temporary name in its final directory (``.<name>.tmp-<pid>``, which no
-  ``*.parquet`` / ``*.mp4`` glob matches), flushed and fsync'ed, then ``os.replace``'d into place and the
-  directory fsync'ed. A file is therefore either absent or complete, never half-written.
-* Per episode the order is: videos, data parquet, ``tasks.parquet``, ``stats.json``, then the episodes table
-  (**the commit point**), then ``info.json``. ``read_dataset`` trusts the episodes table and ignores files it
-  does not list, so after a kill the dataset reads back as exactly the episodes whose commit finished.
-* What a kill can leave behind: temp files, and for an episode killed between its data file and its commit,
-  a complete data/video file that no episode row points to (plus ``info.json`` / ``stats.json`` one episode
-  ahead or behind the table). ``repair(root)`` - which ``DatasetWriter(..., resume=True)`` runs - deletes
-  those files and rewrites info/stats from the table, so LeRobot (which globs ``data/*/*.parquet``) sees a
-  consistent dataset too.
+* The episode being written is **staged** in ``<root>/.staging/`` (videos, data parquet, and the new
+  ``tasks.parquet`` / ``meta/episodes`` file / ``stats.json`` / ``info.json``), each file written under a
+  temporary name, fsync'ed and renamed (``robot_rl.datasets.atomic``). Nothing there is on a path LeRobot (or
+  our reader) looks at, so a kill while an episode is being encoded or written leaves the visible dataset
+  exactly as it was after the previous episode: ``info.json`` totals, the rows of ``data/``, the episodes of
+  ``meta/episodes`` and ``stats.json`` all describe the same complete episodes.
+* At the episode's end the staged files are **published**, each by one rename into its final place, in the
+  order videos, data, ``tasks.parquet``, the episodes file (**the commit point**), ``stats.json``,
+  ``info.json``. Only a kill inside this burst of renames (no data is written during it) can leave the
+  visible files one episode apart; ``read_dataset`` trusts the episodes table, and ``repair(root)`` (which
+  ``DatasetWriter(..., resume=True)`` runs) rolls such a state back to the committed episodes and deletes
+  the staging area.
 * One writer per dataset at a time; there is no lock.
+
+LeRobot interoperability (appending in both directions): like LeRobot's ``save_episode``, a writer that
+resumes a dataset starts a new ``meta/episodes`` file after the last one (the existing files, LeRobot's or
+ours, are never rewritten) and puts its first episode in the data / video file after the last episode's
+(``update_chunk_file_indices``). Its episode rows take the exact schema of the existing episodes file
+(``episodes_table``), so LeRobot's ``load_nested_dataset`` concatenates every file; on a new dataset the rows
+have the column order and types of LeRobot's own episode dicts (see ``format.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 from torch import Tensor
 
-from robot_rl.datasets.atomic import write_json, write_table
+from robot_rl.datasets.atomic import publish, write_json, write_table
 from robot_rl.datasets.feature_stats import feature_stats, image_stats, write_total_stats
 from robot_rl.datasets.format import (
     CODEBASE_VERSION,
@@ -38,14 +47,18 @@ from robot_rl.datasets.format import (
     DEFAULT_VIDEO_FILES_SIZE_IN_MB,
     EPISODES_PATH,
     INFO_PATH,
+    STAGING_DIR,
     STATS_PATH,
     TASKS_PATH,
     VIDEO_PATH,
     DatasetError,
+    chunk_file,
     comparable,
     data_schema,
+    episodes_files,
     episodes_table,
     load_info,
+    next_file,
     normalise_features,
     read_episode_rows,
     read_tasks,
@@ -95,6 +108,10 @@ class DatasetWriter:
         if chunks_size < 1:
             raise ValueError(f"chunks_size must be >= 1, got {chunks_size}")
         self.root = Path(root)
+        self._stage = self.root / STAGING_DIR
+        self._episodes_file = (0, 0)  # this writer's meta/episodes file (chunk, file)
+        self._episodes_schema: Any = None  # the existing episodes files' schema, when appending
+        self._first_row = 0  # rows from here on are this writer's, in its own episodes file
         self.fps = int(fps)
         self.task = task
         self.video_crf = int(video_crf)
@@ -131,6 +148,10 @@ class DatasetWriter:
             self._rows = read_episode_rows(self.root)
             self._tasks = read_tasks(self.root) if (self.root / TASKS_PATH).exists() else []
             self._ep_stats = [stats_from_row(r, info["features"]) for r in self._rows]
+            files = episodes_files(self.root)
+            if files:  # a new file of our own, in the existing files' schema (LeRobot's resume does the same)
+                self._episodes_file = next_file(*chunk_file(files[-1]), int(info["chunks_size"]))
+                self._episodes_schema = pq.read_schema(files[-1]).remove_metadata()
         else:
             self.root.mkdir(parents=True, exist_ok=True)
             has_video = any(ft["dtype"] == "video" for ft in features_full.values())
@@ -156,7 +177,8 @@ class DatasetWriter:
             self._rows = []
             self._tasks = []
             self._ep_stats = []
-            self._write_meta(episodes_changed=True)
+            self._write_meta(self.root)  # no episode yet: nothing to stage
+        self._first_row = len(self._rows)
         self.features: dict[str, dict[str, Any]] = self.info["features"]
         self._schema = data_schema(self.features)
 
@@ -192,8 +214,19 @@ class DatasetWriter:
             task = "default"
         arrays, length = self._check_frames(frames)
         ep = len(self._rows)
-        chunk, file = divmod(ep, int(self.info["chunks_size"]))
         start = self.num_frames
+        chunks_size = int(self.info["chunks_size"])
+        prev = self._rows[-1] if self._rows else {}
+
+        def after(prefix: str) -> tuple[int, int]:
+            """The file after the previous episode's (a new dataset: the first one)."""
+            if prev.get(f"{prefix}/chunk_index") is None:
+                return 0, 0
+            return next_file(int(prev[f"{prefix}/chunk_index"]), int(prev[f"{prefix}/file_index"]), chunks_size)
+
+        chunk, file = after("data")
+        shutil.rmtree(self._stage, ignore_errors=True)  # what a failed episode of this process left there
+        staged: list[str] = []  # paths relative to the root, published in this order
 
         # 1. videos (each atomically), collecting image stats on the way
         stats: dict[str, dict[str, np.ndarray]] = {}
@@ -201,24 +234,24 @@ class DatasetWriter:
         row.update({"data/chunk_index": chunk, "data/file_index": file})
         row.update({"dataset_from_index": start, "dataset_to_index": start + length})
         for key in self.video_keys:
-            path = self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
-            encode_video(path, arrays[key], self.fps, self.video_crf, self.video_gop, self._fsync)
+            v_chunk, v_file = after(f"videos/{key}")
+            rel = VIDEO_PATH.format(video_key=key, chunk_index=v_chunk, file_index=v_file)
+            encode_video(self._stage / rel, arrays[key], self.fps, self.video_crf, self.video_gop, self._fsync)
+            staged.append(rel)
             stats[key] = image_stats(arrays[key])
             row.update(
                 {
-                    f"videos/{key}/chunk_index": chunk,
-                    f"videos/{key}/file_index": file,
+                    f"videos/{key}/chunk_index": v_chunk,
+                    f"videos/{key}/file_index": v_file,
                     f"videos/{key}/from_timestamp": 0.0,
                     f"videos/{key}/to_timestamp": length / self.fps,
                 }
             )
 
         # 2. the frames
+        tasks_before = list(self._tasks)
         if task not in self._tasks:
             self._tasks.append(task)
-            tasks_changed = True
-        else:
-            tasks_changed = False
         frame_index = np.arange(length, dtype=np.int64)
         columns = dict(arrays)
         if "timestamp" not in columns:
@@ -228,25 +261,31 @@ class DatasetWriter:
         columns["index"] = start + frame_index
         columns["task_index"] = np.full(length, self._tasks.index(task), dtype=np.int64)
         table = to_table(columns, self.features, self._schema)
-        write_table(self.root / DATA_PATH.format(chunk_index=chunk, file_index=file), table, self._fsync)
+        rel = DATA_PATH.format(chunk_index=chunk, file_index=file)
+        write_table(self._stage / rel, table, self._fsync)
+        staged.append(rel)
         for key, ft in self.features.items():
             if ft["dtype"] != "video":
                 stats[key] = feature_stats(columns[key])
 
-        # 3. metadata; the episodes table is the commit point
-        for key, st in stats.items():
-            for s, v in st.items():
+        # 3. metadata, staged; then every staged file is published, the episodes file being the commit point
+        for key in self.features:  # in feature order, as LeRobot flattens its episode stats
+            for s, v in stats[key].items():
                 row[f"stats/{key}/{s}"] = np.asarray(v).tolist()
-        row["meta/episodes/chunk_index"] = 0
-        row["meta/episodes/file_index"] = 0
+        row["meta/episodes/chunk_index"], row["meta/episodes/file_index"] = self._episodes_file
         self._rows.append(row)
         self._ep_stats.append(stats)
         try:
-            self._write_meta(episodes_changed=True, tasks_changed=tasks_changed)
+            staged += self._write_meta(self._stage, tasks_changed=self._tasks != tasks_before)
+            for rel in staged:
+                publish(self._stage / rel, self.root / rel, self._fsync)
         except BaseException:
             self._rows.pop()
             self._ep_stats.pop()
+            self._tasks = tasks_before
             raise
+        finally:
+            shutil.rmtree(self._stage, ignore_errors=True)
         return ep
 
     def close(self) -> None:
@@ -307,19 +346,24 @@ class DatasetWriter:
             raise ValueError("an episode needs at least one frame")
         return arrays, int(length)
 
-    def _write_meta(self, *, episodes_changed: bool, tasks_changed: bool = True) -> None:
+    def _write_meta(self, base: Path, tasks_changed: bool = True) -> list[str]:
+        """Write info, stats, tasks (if changed) and this writer's episodes file under ``base`` (the staging
+        area, or the root of a new, empty dataset); return their paths relative to it, in publishing order."""
         n = len(self._rows)
         self.info["total_episodes"] = n
         self.info["total_frames"] = self.num_frames
         self.info["total_tasks"] = len(self._tasks)
         self.info["splits"] = {"train": f"0:{n}"} if n else {}
+        written = []
         if tasks_changed:
-            write_table(self.root / TASKS_PATH, tasks_table(self._tasks), self._fsync)
-        write_total_stats(self.root / STATS_PATH, self._ep_stats, self._fsync)
-        if episodes_changed and n:
-            write_table(
-                self.root / EPISODES_PATH.format(chunk_index=0, file_index=0),
-                episodes_table(self._rows),
-                self._fsync,
-            )
-        write_json(self.root / INFO_PATH, self.info, self._fsync)
+            write_table(base / TASKS_PATH, tasks_table(self._tasks), self._fsync)
+            written.append(TASKS_PATH)
+        if n > self._first_row:
+            chunk, file = self._episodes_file
+            rel = EPISODES_PATH.format(chunk_index=chunk, file_index=file)
+            table = episodes_table(self._rows[self._first_row:], self._episodes_schema)
+            write_table(base / rel, table, self._fsync)
+            written.append(rel)
+        write_total_stats(base / STATS_PATH, self._ep_stats, self._fsync, existing=self.root / STATS_PATH)
+        write_json(base / INFO_PATH, self.info, self._fsync)
+        return [*written, STATS_PATH, INFO_PATH]

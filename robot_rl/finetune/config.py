@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.config import EnvConfig
+from robot_rl.config import EnvConfig, WandbConfig, logging_checks
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.dsrl import DSRLConfig
 from robot_rl.finetune.ppo import PPOConfig
@@ -58,6 +58,10 @@ class FinetuneConfig:
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
     resume: str | None = _help(None, "run directory to resume from its latest checkpoint")
     quiet: bool = _help(False, "no live progress line; one log line per evaluation")
+    logger: str = _help(
+        "tensorboard", "where the metrics go besides metrics.csv: tensorboard, wandb (Weights & Biases) or none"
+    )
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     steps: int = _help(50_000, "executed environment steps (actions, summed over envs) to fine-tune for")
     eval_every: int = _help(5_000, "evaluate and checkpoint every this many executed env steps")
     replay_capacity: int = _help(1_000_000, "replay size in transitions (residual, dsrl)")
@@ -82,6 +86,7 @@ class FinetuneConfig:
             (self.replay_capacity >= self.env.num_envs, "replay_capacity must be >= env.num_envs"),
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.data is None or self.method == "residual", "data= (demos) is used by method=residual only"),
+            *logging_checks(self.logger, self.wandb),
         ]
         for ok, message in checks:
             if not ok:

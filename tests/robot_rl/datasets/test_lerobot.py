@@ -227,6 +227,17 @@ elif mode == "in_commit":
     writer_module.write_table = slow
     for i in range(5):
         w.write_episode(make_episode(i, 4 + i))
+elif mode == "in_video":
+    w = DatasetWriter(sys.argv[2] + "_video", fps=10, features=transition_features(3, 2, images={{"cam": (16, 16)}}))
+    real = writer_module.encode_video
+    def slow_video(path, frames, *args):
+        real(path, frames, *args)
+        if "file-002" in str(path):
+            print("READY", flush=True)     # episode 2's video is encoded (staged), its frames are not written
+            time.sleep(60)
+    writer_module.encode_video = slow_video
+    for i in range(3):
+        w.write_episode(make_episode(i, 4 + i, images=(16, 16)))
 elif mode == "loop":
     i = 0
     while True:
@@ -274,35 +285,100 @@ def check_episodes(root: Path, lengths: list[int]) -> None:
         torch.testing.assert_close(tr.action[sel], torch.from_numpy(make_episode(i, n)["action"]))
 
 
+def lerobot_view(root: Path) -> tuple[int, int]:
+    """The dataset as LeRobot sees it, read the way LeRobot reads it and with no robot_rl code: ``info.json``
+    totals, every row of ``data/*/*.parquet`` (``load_nested_dataset`` globs them all), every row of
+    ``meta/episodes/*/*.parquet`` (all files concatenated, so they must share one schema), ``stats.json``
+    counts, and every ``videos/*/*/*.mp4``. Asserts that they describe the same episodes; returns
+    (episodes, frames)."""
+    info = json.loads((root / "meta/info.json").read_text())
+    data = [pq.read_table(p) for p in sorted((root / "data").glob("*/*.parquet"))]
+    frames = sum(t.num_rows for t in data)
+    files = sorted((root / "meta/episodes").glob("*/*.parquet"))
+    episodes = pa.concat_tables([pq.read_table(p) for p in files]).to_pylist() if files else []
+    assert (info["total_episodes"], info["total_frames"]) == (len(episodes), frames), (info, len(episodes), frames)
+    assert info["splits"] == ({"train": f"0:{len(episodes)}"} if episodes else {})
+    assert sum(e["length"] for e in episodes) == frames
+    in_data = sorted({i for t in data for i in t.column("episode_index").to_pylist()})
+    assert in_data == sorted(e["episode_index"] for e in episodes) == list(range(len(episodes)))
+    stats = json.loads((root / "meta/stats.json").read_text())
+    assert stats.get("index", {}).get("count", [0]) == [frames]
+    for key in [k for k, ft in info["features"].items() if ft["dtype"] == "video"]:
+        on_disk = sorted(str(p.relative_to(root)) for p in (root / "videos" / key).glob("*/*.mp4"))
+        listed = sorted({info["video_path"].format(video_key=key, chunk_index=e[f"videos/{key}/chunk_index"],
+                                                   file_index=e[f"videos/{key}/file_index"]) for e in episodes})
+        assert on_disk == listed
+    return len(episodes), frames
+
+
 def test_sigkill_mid_episode_keeps_every_finished_episode(tmp_path: Path) -> None:
     root = tmp_path / "ds"
     proc = spawn(tmp_path, "mid_episode", root)
     wait_line(proc, "READY")
     kill(proc)
     check_episodes(root, [4, 5, 6])
-    info = json.loads((root / "meta/info.json").read_text())
-    assert (info["total_episodes"], info["total_frames"]) == (3, 15)
+    assert lerobot_view(root) == (3, 15)
 
 
-def test_sigkill_during_commit_reads_back_and_repairs(tmp_path: Path) -> None:
+def test_sigkill_while_an_episode_is_written_leaves_only_complete_episodes_visible(tmp_path: Path) -> None:
+    """Killed after episode 3's data file and metadata were written, before they were published: without any
+    repair, LeRobot's paths describe episodes 0-2 only; episode 3 sits in the staging area."""
     root = tmp_path / "ds"
     proc = spawn(tmp_path, "in_commit", root)
     wait_line(proc, "READY")
     kill(proc)
-    # episode 3's data file is complete on disk but was never committed: the reader ignores it
-    assert (root / "data/chunk-000/file-003.parquet").is_file()
+    staged = root / ".staging/data/chunk-000/file-003.parquet"
+    assert staged.is_file() and not (root / "data/chunk-000/file-003.parquet").exists()
+    assert lerobot_view(root) == (3, 15)  # before repair
     check_episodes(root, [4, 5, 6])
     removed = repair(root)
-    assert root / "data/chunk-000/file-003.parquet" in removed
-    assert sorted(p.name for p in (root / "data/chunk-000").iterdir()) == [
-        f"file-00{i}.parquet" for i in range(3)
-    ]
-    info = json.loads((root / "meta/info.json").read_text())
-    stats = json.loads((root / "meta/stats.json").read_text())
-    assert (info["total_episodes"], info["total_frames"], stats["index"]["count"]) == (3, 15, [15])
+    assert staged in removed and not (root / ".staging").exists()
+    assert lerobot_view(root) == (3, 15)
     w = DatasetWriter(root, fps=10, features=transition_features(D, A), resume=True)
     assert w.write_episode(make_episode(3, 7)) == 3
     check_episodes(root, [4, 5, 6, 7])
+    assert lerobot_view(root) == (4, 22)
+
+
+def test_sigkill_while_a_video_is_encoded_leaves_no_trace_of_it(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    proc = spawn(tmp_path, "in_video", root)
+    wait_line(proc, "READY")
+    kill(proc)
+    root = tmp_path / "ds_video"
+    assert (root / ".staging/videos/observation.images.cam/chunk-000/file-002.mp4").is_file()
+    assert lerobot_view(root) == (2, 9)  # before repair: two episodes, their two videos, nothing of the third
+    tr = read_dataset(root, load_images=True)
+    assert tr.episodes.length.tolist() == [4, 5] and tr.images["observation.images.cam"].shape[0] == 9
+    repair(root)
+    assert not (root / ".staging").exists() and lerobot_view(root) == (2, 9)
+
+
+def test_a_kill_between_the_renames_is_repaired(tmp_path: Path) -> None:
+    """The one window left: a kill inside the renames that publish an episode (here: after its data file,
+    before its episodes row). repair() rolls the visible files back to the committed episodes."""
+    root = tmp_path / "ds"
+    write(root, [4, 5]).close()
+    w = DatasetWriter(root, fps=10, features=transition_features(D, A), resume=True)
+    import robot_rl.datasets.writer as writer_module
+
+    real = writer_module.publish
+
+    def die_after_data(staged: Path, path: Path, fsync: bool) -> None:
+        real(staged, path, fsync)
+        if path.parent.parent.name == "data":
+            raise KeyboardInterrupt  # stands in for the kill: nothing after this line runs in a killed process
+
+    writer_module.publish = die_after_data
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            w.write_episode(make_episode(2, 6))
+    finally:
+        writer_module.publish = real
+    assert (root / "data/chunk-000/file-002.parquet").is_file()  # published, but not committed
+    check_episodes(root, [4, 5])
+    assert root / "data/chunk-000/file-002.parquet" in repair(root)
+    assert lerobot_view(root) == (2, 9)
 
 
 def test_sigkill_at_arbitrary_moments_leaves_a_readable_prefix(tmp_path: Path) -> None:
