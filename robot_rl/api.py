@@ -51,8 +51,9 @@ class Agent:
     @classmethod
     def load(cls, path: str | Path, action_space: gym.spaces.Box | None = None, device: str = "cpu") -> Agent:
         """A run directory (its `checkpoints/best.pt`, else `latest.pt`), a checkpoint file (`robot-rl train` /
-        `finetune` checkpoints, a `hil-train` `learner.pt`), or a policy directory (`robot-rl bc`, ReinFlow,
-        DPPO). `action_space`: the env's, for actions in its units where the saved run names no env."""
+        `finetune` checkpoints, residual RL and DSRL included, a `hil-train` `learner.pt`), or a policy directory
+        (`robot-rl bc`, ReinFlow, DPPO, `robot-rl export`). `action_space`: the env's, for actions in its units
+        where the saved run names no env."""
         from robot_rl import checkpoint
 
         path = Path(path)
@@ -73,11 +74,14 @@ class Agent:
         if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
             state = state["learner"]
         config = state.get("config") if isinstance(state.get("config"), dict) else {}
-        if "method" in config:  # residual / DSRL act through their base policy, which a checkpoint does not hold
-            raise checkpoint.CheckpointError(
-                f"{path} is a `robot-rl finetune method={config['method']}` run: evaluate it with `robot-rl eval "
-                f"run=<run dir>`; ReinFlow/DPPO runs save a policy directory (<run dir>/policy) that loads here"
-            )
+        if "method" in config:  # residual / DSRL act through their base policy: built as `robot-rl export` does
+            from robot_rl.export import policy_from_run
+
+            policy, meta = policy_from_run(path, device)
+            spec = meta.get("env_spec")
+            if action_space is None and spec:
+                action_space = _native_action_space(spec)
+            return cls._from_policy(policy, action_space, device, spec)
         if "agent" not in state or not ({"agent", "sac"} & config.keys()):
             raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
         sac = SACConfig(**config.get("agent", config.get("sac")))
@@ -101,12 +105,18 @@ class Agent:
     def _from_policy_dir(cls, path: Path, action_space: gym.spaces.Box | None, device: str) -> Agent:
         from robot_rl.policies.io import load_policy
 
-        policy = load_policy(path, device=device)
+        return cls._from_policy(load_policy(path, device=device), action_space, device)
+
+    @classmethod
+    def _from_policy(
+        cls, policy: Any, action_space: gym.spaces.Box | None, device: str, spec: str | None = None
+    ) -> Agent:
+        """An agent over any saved-policy kind (`robot_rl.policies.io.POLICY_CLASSES`)."""
 
         def act(obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
             return policy.act({"state": obs.to(device)}, deterministic=deterministic)
 
-        return cls(act, policy.obs_dim, policy.action_dim, action_space, reset=policy.reset)
+        return cls(act, policy.obs_dim, policy.action_dim, action_space, spec, reset=policy.reset)
 
     @torch.no_grad()
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:

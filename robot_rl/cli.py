@@ -1,5 +1,5 @@
-"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, `export`, and the robot commands (`serve-robot`,
-`teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
+"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, `export`, and the robot commands
+(`serve-robot`, `teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
 
 Every command takes `key=value` settings (`train` and `finetune` also `group=preset`: Hydra overrides), and
 `robot-rl <command> --help` lists each key with its default. `device=` is always a torch device; `env.spec=` is
@@ -683,7 +683,7 @@ class EvalEnvArgs:
 @dataclass
 class EvalArgs:
     run: str = _help("", "run directory to evaluate (its checkpoints/<checkpoint>.pt and config.yaml)")
-    policy: str = _help("", "or a saved policy directory (robot-rl bc, ReinFlow/DPPO fine-tuning); needs env.spec=")
+    policy: str = _help("", "or a saved policy directory (robot-rl bc, ReinFlow/DPPO, robot-rl export); needs env.spec=")
     env: EvalEnvArgs = field(default_factory=EvalEnvArgs)
     checkpoint: str = _help("best", "run=: best or latest")
     episodes: int = _help(10, "evaluation episodes (policy=: one in each of this many parallel envs)")
@@ -701,7 +701,7 @@ def _eval_help() -> str:
         "",
         "run=: runs deterministic episodes of a trained agent, prints mean and std return (and success rate",
         "where the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.",
-        "policy=: the same for a saved policy directory (robot-rl bc, or ReinFlow/DPPO fine-tuning), one",
+        "policy=: the same for a saved policy directory (robot-rl bc, ReinFlow/DPPO, any run via robot-rl export), one",
         "episode in each of `episodes` parallel envs of env.spec, seeded with seed (default 0) + env index.",
         "",
         "Keys (default):",
@@ -843,7 +843,7 @@ def _export_help() -> str:
         "(base + correction), DSRL (noise actor + base), ReinFlow and DPPO. The weights come from the run's",
         "policy/ directory if it has one, else checkpoints/best.pt, else latest.pt. format=onnx also writes",
         "policy.onnx: raw observations (and, for diffusion, flow and DSRL, the latent noise) in, the action or",
-        "action chunk in [-1, 1] out; config.json's metadata.onnx names the inputs and outputs (docs/deployment.md).",
+        "action chunk in [-1, 1] out; config.json's metadata.onnx names the inputs and outputs (docs/python-api.md).",
         "",
         "Keys (default):",
     ]

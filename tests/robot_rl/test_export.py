@@ -5,6 +5,7 @@ mistakes end in one line and overwrite nothing."""
 from dataclasses import asdict
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -130,6 +131,12 @@ def test_residual_run_exports_base_plus_correction_as_its_evaluation_acts(tmp_pa
         policy.reset(done)
         pos[done.numpy()] = policy.execute
     assert not torch.equal(expected, method.eval_base.act(obs["state"], True))  # the correction is not zero
+
+    box = gym.spaces.Box(-1.0, 1.0, (A,))  # the scripted env is not the config's env.spec
+    agent = Agent.load(run, action_space=box)  # the run itself (no export step) acts the same
+    obs = env.reset()
+    expected = load_policy(out).act(obs, deterministic=True).numpy()
+    np.testing.assert_allclose(agent.predict(obs["state"].numpy()), expected, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("base_kind", ["flow", "diffusion"])
