@@ -18,6 +18,7 @@ from robot_rl.policies import (
     NoiseSteeredPolicy,
     ResidualPolicy,
 )
+from robot_rl.policies.composed import base_spec
 from robot_rl.policies.io import CONFIG, load_policy, read_metadata, save_policy
 from robot_rl.policies.onnx import ONNX_FILE
 
@@ -283,3 +284,26 @@ def test_export_help_lists_the_keys(capsys):
     assert main(["export", "--help"]) == 0
     text = capsys.readouterr().out
     assert "format=policy" in text and "run=" in text and "out=" in text
+
+
+def test_a_hil_learner_checkpoint_exports_with_its_own_sizes(tmp_path):
+    """hil-train's learner.pt names its sizes (no env to build) and its agent config `sac`."""
+    torch.manual_seed(0)
+    sac = SAC(OBS, A, SAC_CFG)
+    path = tmp_path / "learner.pt"
+    checkpoint.atomic_save({"format": 1, "config": {"sac": asdict(SAC_CFG), "obs_dim": OBS, "action_dim": A},
+                            "agent": sac.state_dict()}, path)
+    out = export(path, tmp_path / "exported")
+    obs = torch.randn(4, OBS)
+    torch.testing.assert_close(load_policy(out).act(obs, deterministic=True),
+                               sac.act({"state": obs}, deterministic=True), rtol=0, atol=0)
+
+
+def test_a_residual_policy_whose_base_samples_has_a_directory_but_no_graph(tmp_path, capsys):
+    base = MLPPolicy(OBS, A, horizon=H, hidden=[16])
+    actor = {"obs_dim": OBS + A, "action_dim": A, "hidden": [16]}
+    saved = save_policy(ResidualPolicy(base_spec(base), actor, 0.1, base_deterministic=False), tmp_path / "res")
+    err = _error(capsys, [f"run={saved}", f"out={tmp_path / 'o'}", "format=onnx"])
+    assert "base_deterministic=false" in err and "without format=onnx" in err and not (tmp_path / "o").exists()
+    assert main(["export", f"run={saved}", f"out={tmp_path / 'o'}"]) == 0
+    assert isinstance(load_policy(tmp_path / "o"), ResidualPolicy)
