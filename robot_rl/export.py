@@ -48,7 +48,13 @@ def policy_from_run(run: str | os.PathLike[str], device: str = "cpu") -> tuple[S
             raise ExportError(f"{path} is neither a run directory (config.yaml, checkpoints/) nor a policy "
                               f"directory ({CONFIG})")
         path = found[0]
-    state = checkpoint.load(path)
+    return policy_from_checkpoint(path, checkpoint.load(path), device)
+
+
+def policy_from_checkpoint(path: Path, state: dict, device: str = "cpu") -> tuple[SavedPolicy, dict[str, Any]]:
+    """(policy, metadata) of a loaded checkpoint `state` (read from `path`): a `robot-rl train` or `finetune`
+    checkpoint, or a hil-train `learner.pt`. Raises `CheckpointError` for anything else or weights that do not
+    fit the checkpoint's own config."""
     if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
         state = state["learner"]
     config = state.get("config") if isinstance(state.get("config"), dict) else {}
@@ -65,11 +71,10 @@ def policy_from_run(run: str | os.PathLike[str], device: str = "cpu") -> tuple[S
 def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[SavedPolicy, dict[str, Any]]:
     """The actor of a `robot-rl train` checkpoint or a hil-train `learner.pt`."""
     from robot_rl.agents.sac import SACConfig, actor_policy_kwargs
-    from robot_rl.api import _env_dims
     from robot_rl.policies.actor_policy import ActorPolicy
 
     if "agent" not in state or not ({"agent", "sac"} & config.keys()):
-        raise ExportError(f"{path} is not a robot-rl training checkpoint or learner.pt")
+        raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
     sac = SACConfig(**config.get("agent", config.get("sac")))
     env = config.get("env") or {}
     spec = env.get("spec")
@@ -122,11 +127,26 @@ def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tupl
     return chain.base_policy().requires_grad_(False).to(device).eval(), meta
 
 
+def _env_dims(spec: str, path: Path) -> tuple[int, int]:
+    """(obs_dim, action_dim) of the run's env (one env built to read them)."""
+    from robot_rl import envs
+
+    try:
+        with envs.make(spec, num_envs=1) as env:
+            return int(env.observation_spec["state"][0][0]), int(env.action_dim)
+    except Exception as e:
+        raise checkpoint.CheckpointError(
+            f"{path}: cannot build its env {spec!r} to read the policy's sizes ({type(e).__name__}: {e})"
+        ) from None
+
+
 def _load(module: Any, weights: dict, path: Path) -> None:
     try:
         module.load_state_dict(weights)
     except RuntimeError as e:
-        raise ExportError(f"{path}: weights do not fit the run's config ({str(e).splitlines()[0]})") from None
+        raise checkpoint.CheckpointError(
+            f"{path}: weights do not fit the run's config ({str(e).splitlines()[0]})"
+        ) from None
 
 
 def export(run: str | os.PathLike[str], out: str | os.PathLike[str], onnx: bool = False) -> Path:
