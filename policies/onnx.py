@@ -130,4 +130,6 @@ def export_onnx(policy: nn.Module, path: str | os.PathLike[str]) -> dict[str, An
             module, args, str(path), input_names=[s["name"] for s in inputs],
             output_names=[s["name"] for s in outputs], dynamic_axes=dynamic, opset_version=OPSET, dynamo=False,
         )
-    return {"file": path.name, "opset": OPSET, "inputs": inputs, "outputs": outputs}
+    # execute: actions to play from each action_chunk (1 for graphs that output one action per call)
+    execute = policy.execute if outputs[0]["name"] == "action_chunk" else 1
+    return {"file": path.name, "opset": OPSET, "execute": execute, "inputs": inputs, "outputs": outputs}

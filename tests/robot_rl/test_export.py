@@ -95,6 +95,7 @@ def test_sac_run_exports_its_deterministic_actor_with_observation_statistics(tmp
     meta = read_metadata(out)
     assert meta["kind"] == "sac" and meta["env_spec"] == "gym:Pendulum-v1" and meta["env_steps"] == 40
     assert [s["name"] for s in meta["onnx"]["inputs"]] == ["obs"] and meta["onnx"]["outputs"][0]["name"] == "action"
+    assert meta["onnx"]["execute"] == 1 and meta["onnx"]["inputs"][0]["shape"] == ["N", 3]
 
     agent_ = Agent.load(out)  # what deploy does with a directory
     np.testing.assert_allclose(agent_.predict(obs[0].numpy()), expected[0].numpy(), rtol=0, atol=1e-6)
@@ -229,7 +230,8 @@ def test_a_bc_run_exports_its_policy_and_a_re_export_replaces_only_a_policy(tmp_
     bc_run.mkdir()
     base_dir(tmp_path, policy).rename(bc_run / "policy")  # where robot-rl bc writes it
     out = export(bc_run, tmp_path / "exported", onnx=True)
-    assert (out / ONNX_FILE).is_file() and read_metadata(out)["onnx"]["outputs"][0]["name"] == "action_chunk"
+    onnx = read_metadata(out)["onnx"]
+    assert (out / ONNX_FILE).is_file() and onnx["outputs"][0]["name"] == "action_chunk" and onnx["execute"] == H
     assert read_metadata(out)["exported_from"] == str(bc_run / "policy")
     export(out, out)  # in place, without onnx: the stale graph and its description go
     assert not (out / ONNX_FILE).exists() and "onnx" not in read_metadata(out)
