@@ -64,9 +64,25 @@ def randomize(module: torch.nn.Module, scale: float = 0.3) -> None:
 
 
 def base_dir(tmp_path: Path, policy) -> Path:
+    """A briefly trained BC policy (normalisers fitted, 150 steps on a smooth obs -> chunk map), saved: an
+    untrained diffusion policy's chunks all sit on its clip bounds, which would hide a wrong network."""
     torch.manual_seed(0)
-    policy.fit_normalization(torch.randn(64, OBS) * 2 + 1, torch.rand(64, A) * 1.2 - 0.6)
-    return save_policy(policy, tmp_path / "base")
+    obs = torch.randn(256, OBS) * 2 + 1
+    chunks = torch.tanh(obs @ (torch.randn(OBS, H * A) * 0.2)).view(-1, H, A) * 0.6
+    policy.fit_normalization(obs, chunks.reshape(-1, A))
+    opt = torch.optim.Adam(policy.parameters(), 3e-3)
+    for _ in range(150):
+        batch = torch.randint(0, 256, (64,))
+        loss = policy.loss(obs[batch], chunks[batch])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return save_policy(policy.eval(), tmp_path / "base")
+
+
+def inside_clip(policy, chunk: torch.Tensor) -> float:
+    """Share of a chunk's values strictly inside the sampler's clip bounds (normalised space)."""
+    return float((policy.action_norm.normalize(chunk).abs() < 0.999).float().mean())
 
 
 def onnx_session(out: Path) -> ort.InferenceSession:
@@ -170,6 +186,7 @@ def test_dsrl_run_exports_the_noise_actor_through_its_base(tmp_path, base_kind):
     (chunk,) = session.run(None, {"obs": state.numpy(), "noise": np.zeros((2, H, A), np.float32)})
     expected = method.denoise(state, method.agent.act({"state": state}, deterministic=True))
     np.testing.assert_allclose(chunk, expected.numpy(), rtol=0, atol=1e-5)
+    assert inside_clip(policy.base, expected) > 0.5
 
 
 # -- ReinFlow and DPPO: the fine-tuned flow or diffusion policy --------------------------------------------------
@@ -189,6 +206,7 @@ def test_reinflow_run_exports_the_fine_tuned_flow(tmp_path):
     obs = torch.randn(5, OBS)
     expected = chain.sample(obs, deterministic=True).chunk
     assert not torch.equal(expected, load_policy(base).predict_chunk(obs, deterministic=True))  # fine-tuned
+    assert inside_clip(policy, expected) > 0.5
     torch.testing.assert_close(policy.predict_chunk(obs, deterministic=True), expected, rtol=0, atol=0)
     (got,) = onnx_session(out).run(None, {"obs": obs.numpy(), "noise": np.zeros((5, H, A), np.float32)})
     np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-5)
@@ -209,6 +227,7 @@ def test_dppo_run_exports_the_fine_tuned_diffusion_and_refuses_frozen_steps(tmp_
     obs = torch.randn(5, OBS)
     expected = chain.sample(obs, deterministic=True).chunk
     assert not torch.equal(expected, load_policy(base).predict_chunk(obs, deterministic=True))  # fine-tuned
+    assert inside_clip(policy, expected) > 0.5
     torch.testing.assert_close(policy.predict_chunk(obs, deterministic=True), expected, rtol=0, atol=0)
     (got,) = onnx_session(tmp_path / "exported").run(
         None, {"obs": obs.numpy(), "noise": np.zeros((5, H, A), np.float32)})
