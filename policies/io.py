@@ -1,5 +1,10 @@
 """Saved policies: a directory with `model.safetensors` (weights and normaliser statistics) and `config.json`.
 
+Every kind of result saves this way (`POLICY_CLASSES`): behaviour cloning and ReinFlow/DPPO (`MLPPolicy`,
+`DiffusionPolicy`, `FlowPolicy`), SAC actors (`ActorPolicy`), residual RL (`ResidualPolicy`) and DSRL
+(`NoiseSteeredPolicy`); `robot-rl export` writes any run as one, optionally with `policy.onnx` beside it
+(`robot_rl.policies.onnx`).
+
 `config.json` names the class and its constructor keyword arguments, so `load_policy` rebuilds the module
 from this package alone (no training code, no pickle): deployment needs `policies`, torch and safetensors.
 
@@ -21,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from robot_rl.policies.actor_policy import ActorPolicy
 from robot_rl.policies.bc_mlp import MLPPolicy
 from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.composed import NoiseSteeredPolicy, ResidualPolicy
 from robot_rl.policies.diffusion import DiffusionPolicy
 from robot_rl.policies.flow import FlowPolicy
 
@@ -30,8 +37,11 @@ FORMAT = "robot_rl.policy"
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
-POLICY_CLASSES: dict[str, type[ChunkPolicy]] = {
-    cls.__name__: cls for cls in (MLPPolicy, DiffusionPolicy, FlowPolicy)
+# Every saved policy has obs_dim, action_dim, config(), act(obs, deterministic, noise) -> [N, A] and reset(env_ids).
+SavedPolicy = ChunkPolicy | ActorPolicy | ResidualPolicy | NoiseSteeredPolicy
+POLICY_CLASSES: dict[str, type[SavedPolicy]] = {
+    cls.__name__: cls
+    for cls in (MLPPolicy, DiffusionPolicy, FlowPolicy, ActorPolicy, ResidualPolicy, NoiseSteeredPolicy)
 }
 
 
@@ -40,11 +50,16 @@ class PolicyFormatError(ValueError):
 
 
 def save_policy(
-    policy: ChunkPolicy, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+    policy: SavedPolicy,
+    path: str | os.PathLike[str],
+    metadata: dict[str, Any] | None = None,
+    extra_files: dict[str, str | os.PathLike[str]] | None = None,
 ) -> Path:
     """Write `policy` to the directory `path` atomically (module docstring); returns the path.
 
     `metadata` (JSON-serialisable) is stored in config.json beside the class, e.g. the training dataset.
+    `extra_files` {name: file} are moved into the directory with it (e.g. `policy.onnx`), inside the same atomic
+    replacement, so an exported graph never sits beside weights it was not made from.
     """
     from safetensors.torch import save_file
 
@@ -76,7 +91,9 @@ def save_policy(
     try:
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT, "class": name})
         (tmp / CONFIG).write_text(text + "\n", encoding="utf-8")
-        for f in (tmp / WEIGHTS, tmp / CONFIG, tmp):
+        for name, source in (extra_files or {}).items():
+            os.replace(source, tmp / name)
+        for f in (tmp / WEIGHTS, tmp / CONFIG, *(tmp / name for name in extra_files or {}), tmp):
             _fsync(f)
         if path.exists():
             os.replace(path, old)
@@ -92,7 +109,7 @@ def save_policy(
     return path
 
 
-def load_policy(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> ChunkPolicy:
+def load_policy(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> SavedPolicy:
     """Rebuild a saved policy on `device`, in eval mode with empty action queues.
 
     Raises `PolicyFormatError` for a missing directory or file, unreadable JSON or weights, an unknown class

@@ -51,8 +51,9 @@ class Agent:
     @classmethod
     def load(cls, path: str | Path, action_space: gym.spaces.Box | None = None, device: str = "cpu") -> Agent:
         """A run directory (its `checkpoints/best.pt`, else `latest.pt`), a checkpoint file (`robot-rl train` /
-        `finetune` and `hil-train` checkpoints, a Ray learner's `learner.pt`), or a policy directory (`robot-rl bc`, ReinFlow,
-        DPPO). `action_space`: the env's, for actions in its units where the saved run names no env."""
+        `finetune` checkpoints, residual RL and DSRL included, `hil-train` checkpoints, a Ray learner's
+        `learner.pt`), or a policy directory (`robot-rl bc`, ReinFlow, DPPO, `robot-rl export`). `action_space`: the
+        env's, for actions in its units where the saved run names no env."""
         from robot_rl import checkpoint
 
         path = Path(path)
@@ -67,46 +68,32 @@ class Agent:
 
     @classmethod
     def _from_checkpoint(cls, path: Path, state: dict, action_space: gym.spaces.Box | None, device: str) -> Agent:
-        from robot_rl import checkpoint
-        from robot_rl.agents.sac import SACConfig, build_actor
+        """The policy `robot-rl export` would write from this checkpoint: a SAC actor, or a residual/DSRL
+        policy around its base, or a ReinFlow/DPPO chain's policy."""
+        from robot_rl.export import policy_from_checkpoint
 
-        if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
-            state = state["learner"]
-        config = state.get("config") if isinstance(state.get("config"), dict) else {}
-        if "method" in config:  # residual / DSRL act through their base policy, which a checkpoint does not hold
-            raise checkpoint.CheckpointError(
-                f"{path} is a `robot-rl finetune method={config['method']}` run: evaluate it with `robot-rl eval "
-                f"run=<run dir>`; ReinFlow/DPPO runs save a policy directory (<run dir>/policy) that loads here"
-            )
-        if "agent" not in state or not ({"agent", "sac"} & config.keys()):
-            raise checkpoint.CheckpointError(f"{path} is not a robot-rl train, finetune or hil-train checkpoint")
-        sac = SACConfig(**config.get("agent", config.get("sac")))
-        spec = (config.get("env") or {}).get("spec")
-        if "obs_dim" in config:  # hil-train's learner config
-            obs_dim, action_dim = int(config["obs_dim"]), int(config["action_dim"])
-        else:
-            obs_dim, action_dim = _env_dims(spec, path)
-        actor = build_actor(obs_dim, action_dim, sac).to(device)
-        actor.load_state_dict(state["agent"]["actor"])
-        actor.eval()
+        policy, meta = policy_from_checkpoint(path, state, device)
+        spec = meta.get("env_spec")
         if action_space is None and spec:
             action_space = _native_action_space(spec)
-
-        def act(obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
-            return actor(obs.to(device), deterministic)[0]
-
-        return cls(act, obs_dim, action_dim, action_space, spec)
+        return cls._from_policy(policy, action_space, device, spec)
 
     @classmethod
     def _from_policy_dir(cls, path: Path, action_space: gym.spaces.Box | None, device: str) -> Agent:
         from robot_rl.policies.io import load_policy
 
-        policy = load_policy(path, device=device)
+        return cls._from_policy(load_policy(path, device=device), action_space, device)
+
+    @classmethod
+    def _from_policy(
+        cls, policy: Any, action_space: gym.spaces.Box | None, device: str, spec: str | None = None
+    ) -> Agent:
+        """An agent over any saved-policy kind (`robot_rl.policies.io.POLICY_CLASSES`)."""
 
         def act(obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
             return policy.act({"state": obs.to(device)}, deterministic=deterministic)
 
-        return cls(act, policy.obs_dim, policy.action_dim, action_space, reset=policy.reset)
+        return cls(act, policy.obs_dim, policy.action_dim, action_space, spec, reset=policy.reset)
 
     @torch.no_grad()
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
@@ -142,19 +129,6 @@ def train(env_spec: str, steps: int, run_dir: str | Path | None = None, **overri
     run = Path(run_dir) if run_dir is not None else Path(f"runs/{datetime.now():%Y-%m-%d_%H-%M-%S}_api")
     Trainer(cfg, run).run()
     return Agent.load(run)
-
-
-def _env_dims(spec: str, path: Path) -> tuple[int, int]:
-    """(obs_dim, action_dim) of the run's env (one env built to read them)."""
-    from robot_rl import checkpoint, envs
-
-    try:
-        with envs.make(spec, num_envs=1) as env:
-            return int(env.observation_spec["state"][0][0]), int(env.action_dim)
-    except Exception as e:
-        raise checkpoint.CheckpointError(
-            f"{path}: cannot build its env {spec!r} to read the policy's sizes ({type(e).__name__}: {e})"
-        ) from None
 
 
 def _native_action_space(spec: str) -> gym.spaces.Box | None:

@@ -1,5 +1,5 @@
-"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, and the robot commands (`serve-robot`,
-`teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
+"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, `export`, and the robot commands
+(`serve-robot`, `teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
 
 Every command takes `key=value` settings (`train` and `finetune` also `group=preset`: Hydra overrides), and
 `robot-rl <command> --help` lists each key with its default. `device=` is always a torch device; `env.spec=` is
@@ -34,6 +34,7 @@ Commands:
   collect   record episodes to a dataset: robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 out=data/push
   bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [env.spec=arm:push]
   aggregate statistics over seeds:       robot-rl aggregate runs/a runs/b ... [out=runs/a_b] [metric=eval_return_mean]
+  export    any run as a policy dir:     robot-rl export run=runs/<run dir> out=exported/<name> [format=onnx]
 
 Several seeds: `robot-rl train|finetune ... seed=0,1,2,3,4 jobs=2` trains each seed in <run_dir>/seed_<s>, then
 writes the mean and IQM over seeds with 95% bootstrap intervals (seeds.json) and curves with bands (curves.png).
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if command in ROBOT_COMMANDS:
         return _robot_command(command, args)
     commands = {
-        "train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc, "aggregate": _aggregate
+        "train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc, "aggregate": _aggregate,
+        "export": _export,
     }
     helps = {
         "train": _train_help,
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "collect": _collect_help,
         "bc": _bc_help,
         "aggregate": lambda: USAGE,
+        "export": _export_help,
     }
     if command not in commands:
         everything = [*commands, *ROBOT_COMMANDS]
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.datasets import DatasetError
     from robot_rl.device import DeviceError, check_torch_device
     from robot_rl.envs import UnknownEnvError
+    from robot_rl.export import ExportError
     from robot_rl.finetune import FinetuneError
     from robot_rl.policies.io import PolicyFormatError
     from robot_rl.replay import ReplayMemoryError
@@ -133,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         SeedsError,
         ReplayMemoryError,
         DeviceError,
+        ExportError,
     ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
@@ -679,7 +684,7 @@ class EvalEnvArgs:
 @dataclass
 class EvalArgs:
     run: str = _help("", "run directory to evaluate (its checkpoints/<checkpoint>.pt and config.yaml)")
-    policy: str = _help("", "or a saved policy directory (robot-rl bc, ReinFlow/DPPO fine-tuning); needs env.spec=")
+    policy: str = _help("", "or a saved policy directory (robot-rl bc, ReinFlow/DPPO, robot-rl export); needs env.spec=")
     env: EvalEnvArgs = field(default_factory=EvalEnvArgs)
     checkpoint: str = _help("best", "run=: best or latest")
     episodes: int = _help(10, "evaluation episodes (policy=: one in each of this many parallel envs)")
@@ -697,7 +702,7 @@ def _eval_help() -> str:
         "",
         "run=: runs deterministic episodes of a trained agent, prints mean and std return (and success rate",
         "where the task defines it), and writes videos/eval_<checkpoint>.mp4 in the run directory.",
-        "policy=: the same for a saved policy directory (robot-rl bc, or ReinFlow/DPPO fine-tuning), one",
+        "policy=: the same for a saved policy directory (robot-rl bc, ReinFlow/DPPO, any run via robot-rl export), one",
         "episode in each of `episodes` parallel envs of env.spec, seeded with seed (default 0) + env index.",
         "",
         "Keys (default):",
@@ -813,6 +818,51 @@ def _eval_policy_dir(a: EvalArgs) -> int:
     if result["success_rate"] is not None:
         line += f" | success rate {result['success_rate']:.0%}"
     print(line, flush=True)
+    return 0
+
+
+# -- export -------------------------------------------------------------------------------------------------
+EXPORT_FORMATS = ("policy", "onnx")
+
+
+@dataclass
+class ExportArgs:
+    run: str = _help("", "required: a run directory, a checkpoint file (.pt) or a policy directory")
+    out: str = _help("", "required: the policy directory to write (an existing one is replaced; nothing else is)")
+    format: str = _help("policy", "policy: safetensors + config.json; onnx: also policy.onnx (needs the export extra)")
+
+
+def _export_help() -> str:
+    from robot_rl.config import describe, key_lines
+
+    lines = [
+        "usage: robot-rl export run=<run dir | checkpoint.pt | policy dir> out=<dir> [format=policy|onnx]",
+        "",
+        "Writes the run's evaluation policy as a policy directory (model.safetensors + config.json), loadable",
+        "without training code by eval policy=, deploy checkpoint=, Agent.load and robot_rl.policies.io.load_policy:",
+        "SAC runs (any agent preset; the actor's tanh(mean), with its observation normalisation), BC, residual RL",
+        "(base + correction), DSRL (noise actor + base), ReinFlow and DPPO. The weights come from the run's",
+        "policy/ directory if it has one, else checkpoints/best.pt, else latest.pt. format=onnx also writes",
+        "policy.onnx: raw observations (and, for diffusion, flow and DSRL, the latent noise) in, the action or",
+        "action chunk in [-1, 1] out; config.json's metadata.onnx names the inputs and outputs (docs/python-api.md).",
+        "",
+        "Keys (default):",
+    ]
+    lines += key_lines(describe(ExportArgs))
+    return "\n".join(lines) + "\n"
+
+
+def _export(args: list[str]) -> int:
+    from robot_rl.export import export
+
+    a: ExportArgs = _parse_args(ExportArgs, args, "export")
+    if not a.run or not a.out:
+        raise UserError("export needs run=<run dir, checkpoint or policy dir> and out=<dir>")
+    if a.format not in EXPORT_FORMATS:
+        raise UserError(f"format must be one of {', '.join(EXPORT_FORMATS)}, not '{a.format}'")
+    out = export(a.run, a.out, onnx=a.format == "onnx")
+    what = "policy directory and policy.onnx" if a.format == "onnx" else "policy directory"
+    print(f"exported {a.run} -> {out} ({what})", flush=True)
     return 0
 
 

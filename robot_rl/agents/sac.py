@@ -40,7 +40,8 @@ from torch import Tensor
 
 from robot_rl.fields import help_field as _help
 from robot_rl.policies import QEnsemble, TanhGaussianActor
-from robot_rl.policies.hyper import HyperActorTrunk, HyperQEnsemble, project_
+from robot_rl.policies.actor_policy import make_actor
+from robot_rl.policies.hyper import HyperQEnsemble, project_
 from robot_rl.policies.normalize import RunningNorm
 from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
 
@@ -211,10 +212,18 @@ def build_actor(
     """
     if obs_norm is None and cfg.obs_norm:
         obs_norm = RunningNorm(obs_dim)
-    if cfg.network == "hyper":
-        trunk = HyperActorTrunk(obs_dim, 2 * action_dim, cfg.actor_width, cfg.actor_blocks)
-        return TanhGaussianActor(obs_dim, action_dim, trunk=trunk, obs_norm=obs_norm)
-    return TanhGaussianActor(obs_dim, action_dim, cfg.hidden_dims, cfg.actor_layer_norm, obs_norm=obs_norm)
+    return make_actor(obs_dim, action_dim, cfg.network, cfg.hidden_dims, cfg.actor_layer_norm, cfg.actor_width,
+                      cfg.actor_blocks, obs_norm)
+
+
+def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_repeat: int = 1) -> dict:
+    """`robot_rl.policies.actor_policy.ActorPolicy` keyword arguments of the actor `cfg` describes: what an
+    exported policy directory stores so that `build_actor`'s network is rebuilt without this config."""
+    return {
+        "obs_dim": obs_dim, "action_dim": action_dim, "network": cfg.network, "hidden": list(cfg.hidden_dims),
+        "layer_norm": cfg.actor_layer_norm, "width": cfg.actor_width, "blocks": cfg.actor_blocks,
+        "obs_norm": cfg.obs_norm, "action_repeat": action_repeat,
+    }
 
 
 class SAC:

@@ -41,6 +41,7 @@ from robot_rl.finetune.chunks import ChunkRunner
 from robot_rl.policies import QEnsemble
 from robot_rl.policies.chunk_policy import ChunkPolicy
 from robot_rl.policies.chunking import ActionChunker
+from robot_rl.policies.composed import steered_chunk
 from robot_rl.replay import Batch, ReplayBuffer
 from robot_rl.runner import MethodDefaults
 
@@ -109,8 +110,7 @@ class DSRL(MethodDefaults):
 
     def denoise(self, state: Tensor, w: Tensor) -> Tensor:
         """The chunk [M, H, A] the frozen policy makes from steering actions w [M, H*A]."""
-        noise = self.cfg.noise_bound * w.view(-1, *self.noise_shape)
-        return self.base.predict_chunk(state, noise=noise, deterministic=True)
+        return steered_chunk(self.base, state, w, self.cfg.noise_bound)
 
     def executed(self, state: Tensor, w: Tensor) -> Tensor:
         """The executed actions of `denoise`'s chunks, flattened [M, execute * A]: Q^A's action."""

@@ -71,6 +71,11 @@ class Finetuner(Runner):
         prepare(cfg)
         self.cfg = cfg
         base = load_policy(cfg.base_policy, device=cfg.device)
+        if not isinstance(base, ChunkPolicy):  # an exported SAC, residual or DSRL result has no chunk sampler
+            raise FinetuneError(
+                f"base_policy {cfg.base_policy} is a {type(base).__name__}; fine-tuning starts from a behaviour-"
+                "cloning policy (MLPPolicy, DiffusionPolicy or FlowPolicy: robot-rl bc, ReinFlow, DPPO)"
+            )
         make = dict(device=cfg.device, max_episode_steps=cfg.env.max_episode_steps)
         self.env = envs.make(cfg.env.spec, num_envs=cfg.env.num_envs, **make)
         eval_env = envs.make(cfg.env.spec, num_envs=cfg.env.num_eval_envs, **make)

@@ -35,6 +35,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import finished_episodes
 from robot_rl.policies.chunk_policy import ChunkPolicy
+from robot_rl.policies.composed import residual_action
 from robot_rl.replay import PRIOR_FRACTION_RANGE, ReplayBuffer, prior_fraction_ok
 from robot_rl.runner import MethodDefaults
 
@@ -145,7 +146,7 @@ class ResidualRL(MethodDefaults):
         self._base_action = self.base.act(self._state, self.cfg.base_deterministic)
 
     def executed(self, base_action: Tensor, residual: Tensor) -> Tensor:
-        return (base_action + self.cfg.scale * residual).clamp(-1.0, 1.0)
+        return residual_action(base_action, residual, self.cfg.scale)
 
     def advance(self) -> dict[str, Tensor]:
         cfg, env = self.cfg, self.env

@@ -155,7 +155,7 @@ class DeployArgs(RobotArgs):
     checkpoint: str = _help(
         "", "required: a run directory (train, finetune, hil-train: its best.pt, else latest.pt), a checkpoint "
             "file (runs/<run>/checkpoints/best.pt, a Ray learner's <run_dir>/learner/checkpoints/learner.pt), or a "
-            "saved policy directory (robot-rl bc, ReinFlow, DPPO: <run_dir>/policy)"
+            "saved policy directory (robot-rl bc, ReinFlow, DPPO: <run_dir>/policy; any run via robot-rl export)"
     )
     episodes: int = _help(10, "episodes to run")
     stochastic: bool = _help(False, "sample actions instead of taking the mean")
@@ -500,7 +500,7 @@ def deploy(args: DeployArgs) -> int:
     client = _client(args)
     spec = client.spec()
     path, policy_reset = Path(args.checkpoint), None
-    if path.is_dir():  # a saved policy directory (robot-rl bc, ReinFlow, DPPO), or a run directory holding one
+    if path.is_dir():  # a saved or exported policy directory (any kind), or a run directory holding one
         from robot_rl.api import Agent
 
         agent = Agent.load(path)

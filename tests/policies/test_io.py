@@ -161,5 +161,7 @@ def test_weights_that_do_not_fit_the_config(tmp_path):
         load_policy(path)
 
 
-def test_registry_lists_the_three_policies():
-    assert set(POLICY_CLASSES) == {"MLPPolicy", "DiffusionPolicy", "FlowPolicy"}
+def test_registry_lists_every_kind():
+    assert set(POLICY_CLASSES) == {
+        "MLPPolicy", "DiffusionPolicy", "FlowPolicy", "ActorPolicy", "ResidualPolicy", "NoiseSteeredPolicy"
+    }

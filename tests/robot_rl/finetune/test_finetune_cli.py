@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from robot_rl.policies.actor_policy import ActorPolicy
 from robot_rl.policies.bc_mlp import MLPPolicy
 from robot_rl.policies.diffusion import DiffusionPolicy
 from robot_rl.policies.flow import FlowPolicy
@@ -35,6 +36,7 @@ def bases(tmp_path_factory) -> dict[str, Path]:
         "diffusion": DiffusionPolicy(obs_dim, act_dim, horizon=4, execute=2, hidden=[16], num_train_steps=20,
                                      num_inference_steps=3),
     }
+    kinds["actor"] = ActorPolicy(obs_dim, act_dim, hidden=[16])  # an exported SAC result: not a base policy
     return {k: save_policy(p, root / k) for k, p in kinds.items()}
 
 
@@ -82,6 +84,7 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
         (["method=reinflow", "base_policy=MLP"], "reinflow fine-tunes a flow policy"),
         (["method=ppo", "base_policy=MLP"], "method must be one of residual, dsrl, reinflow, dppo"),
         (["method=residual", "base_policy=nowhere"], "base_policy nowhere does not exist"),
+        (["method=residual", "base_policy=ACTOR"], "is a ActorPolicy; fine-tuning starts from a behaviour-cloning"),
         (["method=residual", "base_policy=MLP", "residual.scal=0.1"], "residual.scal"),
         (["method=residual", "base_policy=MLP", "env.spec=gym:Pendulum-v1"], "use the env it was trained on"),
         (["experiment=residual_nothing"], None),
@@ -90,7 +93,7 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
     ],
 )
 def test_user_errors_are_one_line(bases, tmp_path, capsys, args, expected) -> None:
-    args = [a.replace("MLP", str(bases["mlp"])) for a in args]
+    args = [a.replace("MLP", str(bases["mlp"])).replace("ACTOR", str(bases["actor"])) for a in args]
     code = main(["finetune", f"run_dir={tmp_path / 'r'}", *COMMON, *args])
     err = capsys.readouterr().err.strip()
     if expected is None and "push" in " ".join(args):  # the arm's push has another observation size

@@ -183,6 +183,24 @@ def test_keyboard_teleop_without_a_terminal_is_one_line(robot_server, capsys, mo
     assert "operator device KeyboardTeleop cannot start: KeyboardTeleop needs an interactive terminal" in err
 
 
+def test_deploy_runs_an_exported_residual_policy_directory(robot_server, tmp_path, capsys, monkeypatch):
+    """An exported residual RL result (robot-rl export) deploys like any policy directory: base chunks and the
+    correction, the base's queue reset at every episode start."""
+    from robot_rl.envs.arm import STATE_DIM
+    from robot_rl.policies import MLPPolicy, ResidualPolicy
+    from robot_rl.policies.composed import base_spec
+    from robot_rl.policies.io import save_policy
+
+    base = MLPPolicy(STATE_DIM, 4, horizon=4, execute=2, hidden=[16])
+    actor = {"obs_dim": STATE_DIM + 4, "action_dim": 4, "hidden": [16]}
+    save_policy(ResidualPolicy(base_spec(base), actor, scale=0.2), tmp_path / "exported")
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    code = main(["deploy", f"robot={robot_server}", "step_timeout_s=5", f"checkpoint={tmp_path / 'exported'}",
+                 "episodes=2"])
+    assert code == 0, capsys.readouterr().err
+    assert "done: 2 episodes" in capsys.readouterr().out
+
+
 def test_deploy_runs_a_saved_bc_policy_directory(robot_server, tmp_path, capsys, monkeypatch):
     """deploy took only SAC checkpoints; a BC (or ReinFlow/DPPO) policy directory now runs too, its action queue
     reset at every episode start."""

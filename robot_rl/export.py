@@ -1,0 +1,187 @@
+"""`robot-rl export`: any run (or policy directory) as one policy directory, optionally with an ONNX graph.
+
+Runs store their results in several ways: `robot-rl train` (SAC, any agent preset) and hil-train keep the actor
+inside training checkpoints, residual RL and DSRL keep only their SAC agent (the base policy is a separate
+directory named in the run's config), and BC, ReinFlow and DPPO write a policy directory. `policy_from_run`
+turns each into a `robot_rl.policies.io` policy whose `act` is the run's own evaluation policy, so deployment
+(`eval policy=`, `deploy`, `Agent.load`, onnxruntime) needs only the `policies` package.
+
+Which weights: a policy directory the run published (`<run>/policy`) first, else `checkpoints/best.pt`, else
+`checkpoints/latest.pt`; a checkpoint file can be named directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from robot_rl import checkpoint
+from robot_rl.policies.io import CONFIG, SavedPolicy, load_policy, read_metadata, save_policy
+
+
+class ExportError(ValueError):
+    """A run that cannot be exported, or an output that must not be replaced; one line naming it."""
+
+
+ONNX_EXTRA = "export"  # the pyproject extra that installs onnx and onnxruntime
+
+
+def policy_from_run(run: str | os.PathLike[str], device: str = "cpu") -> tuple[SavedPolicy, dict[str, Any]]:
+    """(policy, metadata) of a run directory, a checkpoint file or a policy directory (module docstring)."""
+    path = Path(run)
+    if not path.exists():
+        raise ExportError(f"run not found: {path}")
+    for policy_dir in (path, path / "policy"):
+        if (policy_dir / CONFIG).is_file():
+            meta = read_metadata(policy_dir)
+            meta.pop("onnx", None)  # describes a graph of an earlier export, which this one replaces or drops
+            return load_policy(policy_dir, device), {**meta, "exported_from": str(policy_dir)}
+    if path.is_dir():
+        ckpts = path / "checkpoints"
+        found = [ckpts / name for name in ("best.pt", "latest.pt") if (ckpts / name).is_file()]
+        if not found:
+            if (path / "config.yaml").is_file():
+                raise ExportError(f"{path} has no checkpoint yet (checkpoints/best.pt or latest.pt): "
+                                  "export it after its first evaluation")
+            raise ExportError(f"{path} is neither a run directory (config.yaml, checkpoints/) nor a policy "
+                              f"directory ({CONFIG})")
+        path = found[0]
+    return policy_from_checkpoint(path, checkpoint.load(path), device)
+
+
+def policy_from_checkpoint(path: Path, state: dict, device: str = "cpu") -> tuple[SavedPolicy, dict[str, Any]]:
+    """(policy, metadata) of a loaded checkpoint `state` (read from `path`): a `robot-rl train` or `finetune`
+    checkpoint, or a hil-train `learner.pt`. Raises `CheckpointError` for anything else or weights that do not
+    fit the checkpoint's own config."""
+    if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
+        state = state["learner"]
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    meta: dict[str, Any] = {"exported_from": str(path)}
+    if "env_steps" in state:
+        meta["env_steps"] = int(state["env_steps"])
+    if "method" in config:
+        policy, more = _finetune_policy(path, config, state.get("method", state), device)
+    else:
+        policy, more = _sac_policy(path, config, state, device)
+    return policy, {**meta, **more}
+
+
+def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[SavedPolicy, dict[str, Any]]:
+    """The actor of a `robot-rl train` checkpoint or a hil-train `learner.pt`."""
+    from robot_rl.agents.sac import SACConfig, actor_policy_kwargs
+    from robot_rl.policies.actor_policy import ActorPolicy
+
+    if "agent" not in state or not ({"agent", "sac"} & config.keys()):
+        raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
+    sac = SACConfig(**config.get("agent", config.get("sac")))
+    env = config.get("env") or {}
+    spec = env.get("spec")
+    if "obs_dim" in config:  # hil-train's learner config
+        obs_dim, action_dim = int(config["obs_dim"]), int(config["action_dim"])
+    else:
+        obs_dim, action_dim = _env_dims(spec, path)
+    policy = ActorPolicy(**actor_policy_kwargs(obs_dim, action_dim, sac, int(env.get("action_repeat", 1))))
+    _load(policy.actor, state["agent"]["actor"], path)
+    return policy.to(device).eval(), {"kind": "sac", "env_spec": spec}
+
+
+def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tuple[SavedPolicy, dict[str, Any]]:
+    """The evaluation policy of a `robot-rl finetune method=...` checkpoint, built around its base policy."""
+    from robot_rl.agents.sac import SACConfig, actor_policy_kwargs
+    from robot_rl.policies.composed import NoiseSteeredPolicy, ResidualPolicy, base_spec
+
+    method = config["method"]
+    meta = {"kind": method, "env_spec": (config.get("env") or {}).get("spec"), "base_policy": config["base_policy"]}
+    base = load_policy(config["base_policy"], device="cpu")
+    if method in ("residual", "dsrl"):
+        sac = SACConfig(**config["agent"])
+        if method == "residual":
+            r = config["residual"]
+            actor = actor_policy_kwargs(base.obs_dim + base.action_dim, base.action_dim, sac)
+            policy: Any = ResidualPolicy(base_spec(base), actor, r["scale"], r["base_deterministic"])
+            net = policy.correction.actor
+        else:
+            actor = actor_policy_kwargs(base.obs_dim, base.horizon * base.action_dim, sac)
+            policy = NoiseSteeredPolicy(base_spec(base), actor, config["dsrl"]["noise_bound"])
+            net = policy.steering.actor
+        policy.base.load_state_dict(base.state_dict())
+        _load(net, state["agent"]["actor"], path)
+        return policy.to(device).eval(), meta
+    if method == "reinflow":
+        from robot_rl.finetune.reinflow import ReinFlowChain
+
+        r = config["reinflow"]
+        chain: Any = ReinFlowChain(base, r["num_steps"], r["min_std"], r["max_std"], tuple(r["noise_hidden"]))
+    else:
+        from robot_rl.finetune.dppo import DPPOChain
+
+        d = config["dppo"]
+        chain = DPPOChain(base, d["ft_steps"], d["num_inference_steps"], d["min_std"])
+        if chain.first_ft > 0:
+            raise ExportError(f"{path}: a dppo chain with frozen steps (dppo.ft_steps={d['ft_steps']} < "
+                              f"{len(chain.timesteps)} DDIM steps) is not a single diffusion policy; export "
+                              "runs fine-tuned with ft_steps equal to the DDIM steps")
+    _load(chain, state["policy"], path)
+    return chain.base_policy().requires_grad_(False).to(device).eval(), meta
+
+
+def _env_dims(spec: str, path: Path) -> tuple[int, int]:
+    """(obs_dim, action_dim) of the run's env (one env built to read them)."""
+    from robot_rl import envs
+
+    try:
+        with envs.make(spec, num_envs=1) as env:
+            return int(env.observation_spec["state"][0][0]), int(env.action_dim)
+    except Exception as e:
+        raise checkpoint.CheckpointError(
+            f"{path}: cannot build its env {spec!r} to read the policy's sizes ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _load(module: Any, weights: dict, path: Path) -> None:
+    try:
+        module.load_state_dict(weights)
+    except RuntimeError as e:
+        raise checkpoint.CheckpointError(
+            f"{path}: weights do not fit the run's config ({str(e).splitlines()[0]})"
+        ) from None
+
+
+def export(run: str | os.PathLike[str], out: str | os.PathLike[str], onnx: bool = False) -> Path:
+    """Write `run`'s policy to the policy directory `out` (replacing only a policy directory), with `policy.onnx`
+    when `onnx`; returns `out`."""
+    out = Path(out)
+    if out.exists() and not (out / CONFIG).is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{out} exists and is not a policy directory; choose another out= (nothing was written)")
+    if onnx:
+        missing = [name for name in ("onnx", "onnxruntime") if not _installed(name)]
+        if missing:
+            raise ExportError(f"format=onnx needs {' and '.join(missing)}: pip install 'robot-rl[{ONNX_EXTRA}]'")
+    policy, meta = policy_from_run(run)
+    extra: dict[str, str | os.PathLike[str]] = {}
+    scratch = None
+    try:
+        if onnx:
+            from robot_rl.policies.onnx import ONNX_FILE, export_onnx
+
+            out.parent.mkdir(parents=True, exist_ok=True)
+            scratch = out.parent / f".{out.name}.onnx-{os.getpid()}"
+            scratch.mkdir(exist_ok=True)
+            try:
+                meta["onnx"] = export_onnx(policy, scratch / ONNX_FILE)
+            except ValueError as e:
+                raise ExportError(f"{run}: {e}") from None
+            extra[ONNX_FILE] = scratch / ONNX_FILE
+        save_policy(policy, out, meta, extra)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def _installed(name: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(name) is not None
