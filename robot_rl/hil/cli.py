@@ -493,64 +493,33 @@ def deploy(args: DeployArgs) -> int:
     if not args.checkpoint:
         raise CommandError("deploy needs checkpoint=<run dir, checkpoint file or policy dir> (runs/<run>, "
                            "runs/<run>/checkpoints/best.pt or <bc run>/policy)")
-    import torch
+    import gymnasium as gym
+    import numpy as np
 
+    from robot_rl.api import Agent
     from robot_rl.hil.session import Session
 
     client = _client(args)
     spec = client.spec()
-    path, policy_reset = Path(args.checkpoint), None
-    if path.is_dir():  # a saved or exported policy directory (any kind), or a run directory holding one
-        from robot_rl.api import Agent
+    path = Path(args.checkpoint)
+    # Any run, checkpoint or policy directory, through the one loader (`robot_rl.export`); actions stay in the
+    # bridge's [-1, 1] whatever env the run was trained on.
+    agent = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32))
+    if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
+        raise CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
+                           f"{spec.state_dim} and {spec.action_dim}")
 
-        agent = Agent.load(path)
-        if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
-            raise CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
-                               f"{spec.state_dim} and {spec.action_dim}")
-
-        def policy(state: Any) -> Any:
-            return agent.predict(state, deterministic=not args.stochastic).astype("float32")
-
-        policy_reset = agent.reset
-    else:
-        actor = load_actor(path, spec.state_dim, spec.action_dim)
-
-        def policy(state: Any) -> Any:
-            with torch.no_grad():
-                return actor(torch.as_tensor(state, dtype=torch.float32)[None], not args.stochastic)[0][0].numpy()
+    def policy(state: Any) -> Any:
+        return agent.predict(state, deterministic=not args.stochastic).astype("float32")
 
     device = _teleop(args, spec.name, {"mode": "takeover"})
     writer = _writer(args.out, spec, args.append, spec.name)
-    session = Session(client, policy=policy, policy_reset=policy_reset, teleop=device, writer=writer, task=spec.name)
+    session = Session(client, policy=policy, policy_reset=agent.reset, teleop=device, writer=writer, task=spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
     print(f"done: {len(eps)} episodes | success {sum(e.success for e in eps)}/{len(eps)} | mean return "
           f"{sum(e.ret for e in eps) / max(1, len(eps)):.2f}")
     return 0
-
-
-def load_actor(path: Path, obs_dim: int, action_dim: int) -> Any:
-    """The actor network of a training or hil-train checkpoint (or a Ray learner's ``learner.pt``)."""
-    from robot_rl import checkpoint
-    from robot_rl.agents.sac import SACConfig, build_actor
-
-    state = checkpoint.load(path)
-    if isinstance(state.get("learner"), dict):  # the Ray learner's checkpoint wraps the learner state
-        state = state["learner"]
-    config = state.get("config") if isinstance(state.get("config"), dict) else {}
-    if "agent" in state and "agent" in config:  # robot-rl train / finetune
-        sac = SACConfig(**config["agent"])
-    elif "agent" in state and "sac" in config:  # hil-train (robot_rl.hil.learner.HILLearner.state_dict)
-        sac = SACConfig(**config["sac"])
-    else:
-        raise checkpoint.CheckpointError(f"{path} is not a train, finetune or hil-train checkpoint")
-    actor = build_actor(obs_dim, action_dim, sac)
-    try:
-        actor.load_state_dict(state["agent"]["actor"])
-    except RuntimeError as e:
-        raise checkpoint.CheckpointError(f"{path} does not fit this robot ({obs_dim} state, {action_dim} "
-                                         f"actions): {e}") from None
-    return actor.eval()
 
 
 #: command -> (a function that returns its keys' dataclass, the function that runs it with them, what it does)

@@ -400,20 +400,23 @@ def test_deploy_loads_a_checkpoint_of_the_default_train_agent(tmp_path: Path) ->
     """`robot-rl train` saves the default agent (agent=simba); `deploy` must rebuild that actor, not an MLP one."""
     from dataclasses import asdict
 
+    import gymnasium as gym
+
     from robot_rl import checkpoint
     from robot_rl.agents.sac import SAC
+    from robot_rl.api import Agent
     from robot_rl.config import compose_train_config
-    from robot_rl.hil.cli import load_actor
 
-    cfg = compose_train_config(["agent.critic_width=32", "agent.actor_width=32"])
-    agent = SAC(OBS, ACT, cfg.agent)
-    agent.observe({"state": torch.randn(32, OBS) + 2}, torch.randn(32), torch.zeros(32, dtype=torch.bool))
+    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent.critic_width=32", "agent.actor_width=32"])
+    agent = SAC(3, 1, cfg.agent)  # Pendulum's sizes: the loader takes them from the run's env
+    agent.observe({"state": torch.randn(32, 3) + 2}, torch.randn(32), torch.zeros(32, dtype=torch.bool))
     path = tmp_path / "latest.pt"
     checkpoint.atomic_save({"format": 1, "agent": agent.state_dict(), "config": asdict(cfg)}, path)
-    actor = load_actor(path, OBS, ACT)
-    obs = torch.randn(5, OBS) + 2
+    loaded = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (1,)))  # deploy's call: bridge units
+    obs = torch.randn(5, 3) + 2
     with torch.no_grad():
-        torch.testing.assert_close(actor(obs, deterministic=True)[0], agent.act({"state": obs}, deterministic=True))
+        expected = agent.act({"state": obs}, deterministic=True).numpy()
+    np.testing.assert_allclose(loaded.predict(obs.numpy()), expected, rtol=0, atol=1e-6)
 
 
 def test_hil_learner_runs_the_default_agent_and_its_actor_state_loads_for_acting() -> None:
