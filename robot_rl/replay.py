@@ -324,11 +324,15 @@ class ReplayBuffer:
         for e in truncated.to("cpu").bool().nonzero().flatten().tolist():
             self._keep_last_frame(p, e, {k: next_obs[k][e] for k in self.frames}, self._adds)
 
-    def _keep_last_frame(self, row: int, e: int, frames: dict[str, Tensor], add: int) -> None:
+    def _keep_last_frame(self, row: int, e: int, frames: dict[str, Tensor], add: int, broken: bool = False) -> None:
         """Put env e's last frame of the episode ending at `row` (written by add() number `add`) in the side ring,
         refusing to overwrite a slot that a stored transition still reads."""
         slot = self._final_next[e]
         if self._adds + 1 - self._slot_add[e][slot] <= self._max_size:
+            if broken:
+                raise ValueError(
+                    f"replay: env {e}'s obs is not its previous step's next obs, too often to keep the frames "
+                    "(each break costs a side-ring slot); add() wants one env step after another")
             raise ValueError(
                 f"replay: env {e} ended more episodes by truncation than a time limit of episode_steps="
                 f"{self.episode_steps} allows ({len(self._slot_add[e])} among the stored steps); pass the env's "
@@ -349,7 +353,7 @@ class ReplayBuffer:
         for k in self.frames:
             differs |= (obs[k].to(self.device) != self.obs[k][p]).flatten(1).any(1)
         for e in (open_ & differs).to("cpu").nonzero().flatten().tolist():
-            self._keep_last_frame(q, e, {k: self.obs[k][p, e] for k in self.frames}, self._adds - 1)
+            self._keep_last_frame(q, e, {k: self.obs[k][p, e] for k in self.frames}, self._adds - 1, broken=True)
             self.truncated[q, e] = True
 
     def extend(
