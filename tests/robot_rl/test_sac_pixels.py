@@ -128,3 +128,14 @@ def test_train_arm_reach_pixels_end_to_end(tmp_path) -> None:
     assert set(replay["obs"]) == {"state", "pixels/front", "pixels/wrist"} and set(replay["next_obs"]) == {"state"}
     assert replay["obs"]["pixels/wrist"].shape[1:] == (1, 32, 32, 3)
     assert "encoder" in (state["method"] if "method" in state else state)["agent"]
+
+
+def test_reach_pixels_preset_runs(tmp_path) -> None:
+    """`experiment=reach_pixels` as it is (48x48 frames, the CPU-sized encoder), cut to a few steps."""
+    run = tmp_path / "run"
+    assert main(["train", "experiment=reach_pixels", "train.steps=80", "train.learning_starts=64",
+                 "train.eval_every=80", "env.num_eval_envs=1", "train.video=false", "quiet=true", "threads=1",
+                 f"run_dir={run}"]) == 0
+    with open(run / "metrics.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64: a full batch
