@@ -128,6 +128,10 @@ def test_train_arm_reach_pixels_end_to_end(tmp_path) -> None:
     assert set(replay["obs"]) == {"state", "pixels/front", "pixels/wrist"} and set(replay["next_obs"]) == {"state"}
     assert replay["obs"]["pixels/wrist"].shape[1:] == (1, 32, 32, 3)
     assert "encoder" in (state["method"] if "method" in state else state)["agent"]
+    # a resumed run starts from reset envs: the replay closes the interrupted episodes and training goes on
+    assert main(["train", f"resume={run}", "train.steps=240", "quiet=true"]) == 0
+    with open(run / "metrics.csv") as f:
+        assert [int(r["env_step"]) for r in csv.DictReader(f)] == [100, 200, 240]
 
 
 def test_reach_pixels_preset_runs(tmp_path) -> None:
