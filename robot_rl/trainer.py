@@ -19,7 +19,7 @@ import torch
 
 from robot_rl import checkpoint, envs
 from robot_rl.agents.sac import SAC, camera_groups
-from robot_rl.config import TrainConfig
+from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.evaluation import record_video
 from robot_rl.logger import Episodes
 from robot_rl.offline import pretrain
@@ -61,11 +61,15 @@ class OnlineSAC(MethodDefaults):
         self.cfg, self.env = cfg, env
         if "state" not in env.observation_spec:
             raise ValueError(f"{cfg.env.spec} has no 'state' observation group; SAC needs state observations")
+        cameras = tuple(camera_groups(env.observation_spec))
+        if cameras and cfg.data.path:
+            raise ConfigError(f"data.path={cfg.data.path}: datasets hold state observations only and {cfg.env.spec} "
+                             f"learns from cameras ({', '.join(cameras)}); drop data.path or use the state task")
         self.agent = build_agent(cfg, env)
         # Only the groups the agent reads are stored (`state` and the cameras); camera frames once per step, not
         # as obs and next_obs (ReplayBuffer's `frames`), which halves what an image costs.
         self.groups = stored_groups(env)
-        cameras = tuple(camera_groups(env.observation_spec))
+        self._group_set = set(self.groups)
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
             cfg.env.num_envs,
@@ -148,7 +152,7 @@ class OnlineSAC(MethodDefaults):
         return metrics
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return obs if obs.keys() == set(self.groups) else {k: obs[k] for k in self.groups}
+        return obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups}
 
     def eval_policy(self):
         return lambda o: self.agent.act(o, deterministic=True).to(self.env.device), None

@@ -143,3 +143,10 @@ def test_reach_pixels_preset_runs(tmp_path) -> None:
     with open(run / "metrics.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64: a full batch
+
+
+def test_prior_data_with_cameras_is_a_one_line_error(tmp_path, capsys) -> None:
+    assert main(["train", "env.spec=arm:reach-pixels", f"data.path={tmp_path}", "train.video=false", "quiet=true",
+                 f"run_dir={tmp_path / 'run'}"]) != 0
+    err = capsys.readouterr().err
+    assert f"data.path={tmp_path}: datasets hold state observations only" in err and "pixels/front" in err
