@@ -72,13 +72,14 @@ def make_single(
     render: bool = False,
     render_size: tuple[int, int] = (240, 320),
     camera_id: int | None = None,
+    pixel_size: tuple[int, int] | None = None,
 ) -> gym.Env:
     """One gymnasium env for ``spec`` with float32 observations and actions in [-1, 1].
 
     With a ``seed`` the env is reset once with it (and its action space seeded), so the caller's following
     ``reset()`` calls form a reproducible stream. Options are as for ``make``.
     """
-    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id)
+    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size)
     backend, name = _backend(spec)
     env, _ = backend.make_env(name, options)
     if seed is not None:
@@ -98,6 +99,7 @@ def make(
     render: bool = False,
     render_size: tuple[int, int] = (240, 320),
     camera_id: int | None = None,
+    pixel_size: tuple[int, int] | None = None,
 ) -> BatchedEnv:
     """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
 
@@ -108,11 +110,12 @@ def make(
         render: create renderers so that ``env.render(i)`` works.
         render_size: (height, width) of rendered frames.
         camera_id: camera to render from (dm_control default 0; gymnasium MuJoCo default is the task's).
+        pixel_size: (height, width) of camera observations (``arm:...-pixels``; default 84x84).
     ``seed`` applies to the first ``reset()`` that gets no seed of its own. Unknown options raise TypeError.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id)
+    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size)
     backend, name = _backend(spec)
     if hasattr(backend, "make_batched"):  # steps the whole batch natively instead of a list of envs
         return backend.make_batched(spec, name, num_envs, device, seed, options)

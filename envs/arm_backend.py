@@ -4,13 +4,15 @@ Tasks are ``reach``, ``push`` and ``pick_place`` (see ``robot_rl.envs.arm.tasks`
 rewards). Suffixes, in this order:
 
 * ``-sparse``: reward 1.0 on success, else 0.0 (without it: the dense shaped reward);
-* ``-pixels``: the observation becomes ``{"state": float32 [29], "pixels": uint8 [H, W, 3]}`` from the fixed
-  ``front`` camera. ``(H, W)`` is ``render_size`` when the caller sets one, else 84x84 (the default
-  ``render_size`` of 240x320 is meant for videos, not for learning from pixels).
+* ``-pixels``: the observation becomes ``{"state": float32 [7], "pixels/front": uint8 [H, W, 3],
+  "pixels/wrist": uint8 [H, W, 3]}``: proprioception (``PROPRIO_KEYS``: grip point, its velocity, gripper
+  opening; no cube or target) and the fixed ``front`` and hand-mounted ``wrist`` cameras. ``(H, W)`` is
+  ``pixel_size`` (default 84x84); for compatibility a non-default ``render_size`` given without ``pixel_size``
+  still sets it (the default ``render_size`` of 240x320 is meant for videos, not for learning from pixels).
 
 Examples: ``arm:reach``, ``arm:push-sparse``, ``arm:pick_place-sparse-pixels``. The default time limit is the
 task's (``robot_rl.envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100 control steps at 20 Hz), divided by
-``action_repeat``. ``camera_id`` picks the camera for pixels and ``render()`` (0 = ``front``, 1 = ``side``).
+``action_repeat``. ``camera_id`` picks the camera for ``render()`` (0 = ``front``, 1 = ``side``, 2 = ``wrist``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
     task, reward, pixels = parse(name)
     from .arm import TIME_LIMITS, ArmEnv  # lazy: keeps `import envs` free of the MuJoCo scene
 
-    pixel_size = options.render_size if options.render_size != _DEFAULT_RENDER_SIZE else PIXELS_SIZE
+    pixel_size = options.pixel_size
+    if pixel_size is None:
+        pixel_size = options.render_size if options.render_size != _DEFAULT_RENDER_SIZE else PIXELS_SIZE
     env: gym.Env = ArmEnv(
         task,
         reward,

@@ -69,6 +69,9 @@ class EnvOptions:
     render: bool = False
     render_size: tuple[int, int] = (240, 320)
     camera_id: int | None = None
+    # Camera observations' (height, width) where a spec has them (arm -pixels); None: the backend's default.
+    # Separate from render_size because a video and the images a network learns from want different sizes.
+    pixel_size: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.action_repeat) or self.action_repeat < 1:
@@ -83,6 +86,11 @@ class EnvOptions:
                 f"render_size must be (height, width) of positive ints, got {self.render_size!r}"
             )
         object.__setattr__(self, "render_size", (int(size[0]), int(size[1])))
+        if self.pixel_size is not None:
+            pixels = tuple(self.pixel_size)
+            if len(pixels) != 2 or not all(_is_int(s) and s > 0 for s in pixels):
+                raise ValueError(f"pixel_size must be (height, width) of positive ints, got {self.pixel_size!r}")
+            object.__setattr__(self, "pixel_size", (int(pixels[0]), int(pixels[1])))
         if self.camera_id is not None and not _is_int(self.camera_id):
             raise ValueError(f"camera_id must be an int, got {self.camera_id!r}")
 

@@ -33,6 +33,7 @@ class EnvConfig:
     )
     action_repeat: int = _help(1, "repeat each action this many times (dm_control convention: 2-8)")
     max_episode_steps: int | None = _help(None, "time limit in agent steps (default: the task's own)")
+    pixel_size: list[int] = _help([84, 84], "camera observations' height and width (arm:<task>-pixels)")
 
 
 @dataclass
@@ -127,6 +128,8 @@ class TrainConfig:
             (self.env.action_repeat >= 1, "env.action_repeat must be >= 1"),
             (self.env.max_episode_steps is None or self.env.max_episode_steps >= 1,
              "env.max_episode_steps must be >= 1 or null"),
+            (len(self.env.pixel_size) == 2 and min(self.env.pixel_size) >= 16,
+             "env.pixel_size must be [height, width], each >= 16"),
             (self.train.steps >= 1, "train.steps must be >= 1"),
             (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
             (self.train.eval_every >= 1, "train.eval_every must be >= 1"),

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from robot_rl import checkpoint, envs
-from robot_rl.agents.sac import SAC
-from robot_rl.config import TrainConfig
+from robot_rl.agents.sac import SAC, camera_groups
+from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.evaluation import record_video
 from robot_rl.logger import Episodes
 from robot_rl.offline import pretrain
@@ -37,20 +37,20 @@ def make_env(cfg: TrainConfig, num_envs: int, **options) -> envs.BatchedEnv:
         device=cfg.device,  # GPU backends (mjx:, warp:, isaaclab:) then simulate where the learner is
         action_repeat=cfg.env.action_repeat,
         max_episode_steps=cfg.env.max_episode_steps,
+        pixel_size=tuple(cfg.env.pixel_size),
         **options,
     )
 
 
 def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
+    """SAC for `env`: a pixel agent (DrQ encoders) when the env has camera groups."""
     (obs_dim,) = env.observation_spec["state"][0]
-    return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device)
+    return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device, cameras=camera_groups(env.observation_spec))
 
 
-STORED_GROUPS = ("state",)  # the observation groups the replay keeps: what SAC reads
-
-
-def _stored(obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return obs if obs.keys() == {"state"} else {k: obs[k] for k in STORED_GROUPS}
+def stored_groups(env: envs.BatchedEnv) -> tuple[str, ...]:
+    """The observation groups the replay keeps: what SAC reads, `state` and the camera groups."""
+    return ("state", *camera_groups(env.observation_spec))
 
 
 class OnlineSAC(MethodDefaults):
@@ -61,18 +61,26 @@ class OnlineSAC(MethodDefaults):
         self.cfg, self.env = cfg, env
         if "state" not in env.observation_spec:
             raise ValueError(f"{cfg.env.spec} has no 'state' observation group; SAC needs state observations")
+        cameras = tuple(camera_groups(env.observation_spec))
+        if cameras and cfg.data.path:
+            raise ConfigError(f"data.path={cfg.data.path}: datasets hold state observations only and {cfg.env.spec} "
+                             f"learns from cameras ({', '.join(cameras)}); drop data.path or use the state task")
         self.agent = build_agent(cfg, env)
-        # Only the groups the agent reads are stored: SAC reads `state`, and an 84x84 camera group kept beside
-        # it would cost 42 GB at the default capacity (obs and next_obs) for nothing.
+        # Only the groups the agent reads are stored (`state` and the cameras); camera frames once per step, not
+        # as obs and next_obs (ReplayBuffer's `frames`), which halves what an image costs.
+        self.groups = stored_groups(env)
+        self._group_set = set(self.groups)
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
             cfg.env.num_envs,
-            {k: env.observation_spec[k] for k in STORED_GROUPS},
+            {k: env.observation_spec[k] for k in self.groups},
             env.action_dim,
             device=cfg.device,
             gamma=cfg.agent.gamma,
             n_step=cfg.agent.n_step,
             capacity_key="train.replay_capacity",
+            frames=cameras,
+            episode_steps=env.max_episode_steps,
         )
         self.prior: OfflineData | None = None
         self.prior_replay: ReplayBuffer | None = None
@@ -129,7 +137,7 @@ class OnlineSAC(MethodDefaults):
         else:
             action = agent.act(obs).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(action)
-        self.replay.add(_stored(obs), action, reward, _stored(info["final_obs"]), terminated, truncated)
+        self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
         done = terminated | truncated
         agent.observe(obs, reward, done)
         self._obs = next_obs
@@ -142,6 +150,9 @@ class OnlineSAC(MethodDefaults):
                     metrics.setdefault(k, []).append(v)
                 self.updates += 1
         return metrics
+
+    def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups}
 
     def eval_policy(self):
         return lambda o: self.agent.act(o, deterministic=True).to(self.env.device), None

@@ -6,8 +6,10 @@ Use through ``robot_rl.envs.make("arm:<task>[-sparse][-pixels]", ...)``; see ``r
 for the batched scripted experts (``make_expert("arm:push", num_envs)``).
 """
 
-from .constants import STATE_DIM, STATE_LAYOUT, TASKS, TIME_LIMITS
+from .constants import PIXEL_CAMERAS, PROPRIO_DIM, PROPRIO_KEYS, STATE_DIM, STATE_LAYOUT, TASKS, TIME_LIMITS
 from .experts import ScriptedExpert, make_expert
 from .tasks import ArmEnv
 
-__all__ = ["STATE_DIM", "STATE_LAYOUT", "TASKS", "TIME_LIMITS", "ArmEnv", "ScriptedExpert", "make_expert"]
+__all__ = [
+    "PIXEL_CAMERAS", "PROPRIO_DIM", "PROPRIO_KEYS", "STATE_DIM", "STATE_LAYOUT", "TASKS", "TIME_LIMITS", "ArmEnv", "ScriptedExpert", "make_expert",
+]

@@ -36,6 +36,12 @@ STATE_LAYOUT: dict[str, slice] = {
     "target_rel_ee": slice(26, 29),
 }
 STATE_DIM = 29
+# What a robot knows about itself without a model of the scene: the state of the ``-pixels`` tasks, whose cube and
+# target must be seen by the cameras (a cube or target position in the state would let the learner ignore them).
+PROPRIO_KEYS = ("ee_pos", "ee_vel", "gripper")
+PROPRIO_INDEX = tuple(i for key in PROPRIO_KEYS for i in range(STATE_LAYOUT[key].start, STATE_LAYOUT[key].stop))
+PROPRIO_DIM = len(PROPRIO_INDEX)  # 7
+PIXEL_CAMERAS = ("front", "wrist")  # the cameras of a -pixels observation, as groups "pixels/<camera>"
 
 # Controller.
 HAND_QUAT = (0.0, 0.0, 1.0, 0.0)  # desired hand orientation: a half turn about world y (hand z = world -z)

@@ -216,10 +216,17 @@ def make_expert(
     seed: int | None = None,
     device: str | torch.device = "cpu",
 ) -> ScriptedExpert:
-    """``ScriptedExpert`` for an ``arm:`` spec (``-sparse`` / ``-pixels`` suffixes are ignored)."""
+    """``ScriptedExpert`` for an ``arm:`` spec (the ``-sparse`` suffix is ignored).
+
+    ``-pixels`` specs are refused: their state is proprioception only, and the expert steers by the cube and
+    target positions it would not find there.
+    """
     from ..arm_backend import PREFIX, parse
 
     if not spec.startswith(PREFIX):
         raise ValueError(f"scripted experts exist only for {PREFIX!r} specs, got {spec!r}")
-    task, _, _ = parse(spec[len(PREFIX) :])
+    task, _, pixels = parse(spec[len(PREFIX) :])
+    if pixels:
+        raise ValueError(f"no scripted expert for {spec!r}: a -pixels state has no cube or target position; "
+                         f"use {spec.removesuffix('-pixels')!r}")
     return ScriptedExpert(task, num_envs, noise=noise, seed=seed, device=device)

@@ -20,7 +20,11 @@ Scene (world frame: metres, z up, table surface at z = 0, robot base at the orig
   through ``data.mocap_pos`` and one compiled ``MjModel`` can be shared by all envs of a process.
 * ``grip`` site: the point midway between the finger pads, 1.5 cm above the pads' lower edge; this is the
   end-effector point that the observations, IK and rewards use.
-* camera ``front``: fixed, in front of the table, looking back at the workspace and the robot.
+* camera ``front``: fixed, in front of the table, looking back at the workspace and the robot; ``side``: fixed,
+  beside the table (videos); ``wrist``: on the hand, 4.5 cm off the approach axis beside the palm and tilted
+  25 degrees towards it, looking along the gripper at the fingers and what lies between them (a wrist camera
+  sees the grasp the front camera's view of the hand hides). Body cameras are numbered after the world's, so
+  ``front`` stays 0 and ``side`` 1.
 
 Physics: 5 ms timestep, ``implicitfast`` integrator (stable with stiff, damped servos).
 """
@@ -102,6 +106,7 @@ _XML = """
               <geom type="cylinder" fromto="0 0 0 0 0 0.01" size="0.03" material="joint"/>
               <geom name="palm" class="collide" type="box" pos="0 0 0.02" size="0.02 0.055 0.01"/>
               <site name="grip" pos="0 0 0.1" size="0.006" rgba="0 0.8 0 0.5" group="3"/>
+              <camera name="wrist" pos="0.045 0 0.035" xyaxes="0 -1 0 -0.906 0 -0.423" fovy="75"/>
               <body name="finger_l" pos="0 0 0.03" gravcomp="1">
                 <joint name="finger_l" type="slide" axis="0 1 0" range="{fmin} {fmax}" damping="5"
                        armature="0.05"/>

@@ -42,8 +42,12 @@ name                slice  meaning
 ``target_rel_ee``   26:29  target_pos - ee_pos
 ==================  =====  ============================================================================
 
-With ``pixels=True`` the observation is a dict ``{"state": <the vector>, "pixels": uint8 (H, W, 3)}`` rendered
-from the fixed ``front`` camera.
+With ``pixels=True`` the observation is a dict ``{"state": float32 [7], "pixels/front": uint8 (H, W, 3),
+"pixels/wrist": uint8 (H, W, 3)}`` (``PIXEL_CAMERAS``; the ``pixels/<camera>`` groups ``CameraFusion`` encodes),
+and ``state`` is proprioception only (``PROPRIO_KEYS``: ``ee_pos``, ``ee_vel``, ``gripper``, in that order): the
+cube and the target are what the cameras are for, and a position of either in the state would let a learner
+solve the task without looking. ``front`` is the fixed camera in front of the table, ``wrist`` rides on the
+hand looking along the gripper (see ``robot_rl.envs.arm.model``).
 
 Tasks (time limits in control steps are ``TIME_LIMITS``; sampling boxes in ``robot_rl.envs.arm.constants``).
 Initial conditions are drawn from a ``robot_rl.envs.sim.rng.CounterRNG`` stream: ``reset(seed=s)`` seeds it with
@@ -75,8 +79,10 @@ Cost (shared 2-core development machine, other jobs running, so figures are roug
 with state observations, against 0.18 ms for the numpy implementation this adapter replaced (measured in the
 same process): the torch task's ~150 operations on 1-row tensors dominate, the 10 physics substeps take ~0.15 ms.
 A 5 ms timestep was kept because 10 ms made grasps fail (pick_place expert 21 %) and 6.25 ms made noisy
-grasps less reliable. Pixel observations add an 84x84 render per step: about 12 ms on software GL (llvmpipe),
-which is why the observation renderer skips shadows (they made it ~3x slower).
+grasps less reliable. Pixel observations add two 84x84 renders per step (front and wrist): measured 14.4 ms per
+step against 3.4 ms with state observations (200 random steps of ``push``, EGL on llvmpipe, on the shared
+machine under two benchmark processes), i.e. about 11 ms of rendering, 5-6 ms per camera.
+The observation renderer skips shadows (they made a render ~3x slower on software GL).
 """
 
 from __future__ import annotations
@@ -89,7 +95,7 @@ import mujoco
 import numpy as np
 import torch
 
-from .constants import CONTROL_DT, STATE_DIM
+from .constants import CONTROL_DT, PIXEL_CAMERAS, PROPRIO_DIM, PROPRIO_INDEX, STATE_DIM
 
 
 class ArmEnv(gym.Env):
@@ -98,11 +104,13 @@ class ArmEnv(gym.Env):
     Args:
         task: ``"reach"``, ``"push"`` or ``"pick_place"``.
         reward: ``"dense"`` (shaped negative distances) or ``"sparse"`` (1.0 on success).
-        pixels: add a ``"pixels"`` camera image to the observation (which becomes a dict).
-        pixel_size: (height, width) of the ``"pixels"`` image.
+        pixels: observe ``{"state": proprioception, "pixels/front": ..., "pixels/wrist": ...}`` instead of the full
+            state vector (see the module docstring).
+        pixel_size: (height, width) of each camera image.
         render_mode: None or ``"rgb_array"`` (``render()`` then returns a frame of ``render_size``).
         render_size: (height, width) of ``render()`` frames.
-        camera: camera name or id for pixels and ``render()`` (default the fixed ``"front"`` camera).
+        camera: camera name or id for ``render()`` (default the fixed ``"front"`` camera); pixel observations
+            always come from ``PIXEL_CAMERAS``.
         control_hz: control rate. The default 20 Hz is the tasks' rate; another rate (one whose period is a
             whole number of 5 ms physics steps, e.g. 50 Hz for the hardware bridge's real-time loop) scales the
             displacement per step so that a given action is the same hand speed at any rate.
@@ -156,6 +164,8 @@ class ArmEnv(gym.Env):
         self._data = mujoco.MjData(m)  # filled from the physics for rendering
         self._data_fresh = False
         self._pixel_renderer: mujoco.Renderer | None = None
+        self._pixel_cameras = {f"pixels/{name}": m.camera(name).id for name in PIXEL_CAMERAS}
+        self._proprio = np.asarray(PROPRIO_INDEX)
         if pixels:
             self._pixel_renderer = mujoco.Renderer(m, *pixel_size)
             # Shadows cost several times the plain render on a software GL (llvmpipe); observations skip them.
@@ -164,13 +174,14 @@ class ArmEnv(gym.Env):
         if render_mode == "rgb_array":
             self._renderer = mujoco.Renderer(m, *render_size)
 
-        state_space = gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
         if pixels:
+            image = gym.spaces.Box(0, 255, (*pixel_size, 3), np.uint8)
             self.observation_space = gym.spaces.Dict(
-                {"state": state_space, "pixels": gym.spaces.Box(0, 255, (*pixel_size, 3), np.uint8)}
+                {"state": gym.spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32),
+                 **{group: image for group in self._pixel_cameras}}
             )
         else:
-            self.observation_space = state_space
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
     # ------------------------------------------------------------------ gymnasium API
@@ -255,8 +266,11 @@ class ArmEnv(gym.Env):
         state = self.arm_task.observe(qpos, qvel)[0].numpy()
         if self._pixel_renderer is None:
             return state
-        self._pixel_renderer.update_scene(self.data, camera=self._camera)
-        return {"state": state, "pixels": self._pixel_renderer.render()}
+        obs = {"state": state[self._proprio]}
+        for group, camera in self._pixel_cameras.items():
+            self._pixel_renderer.update_scene(self.data, camera=camera)
+            obs[group] = self._pixel_renderer.render()  # a fresh array per call: nothing aliases the next frame
+        return obs
 
 
 def _stream_seed(np_random: np.random.Generator) -> int:

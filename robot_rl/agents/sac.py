@@ -23,6 +23,16 @@ in `configs/agent/simba.yaml`, the default of `robot-rl train`:
 - `noise_repeat_max > 1`: time-correlated exploration, each Gaussian noise sample held for a random number
   of steps (FlashSAC), which explores further than white noise at the same entropy.
 
+Cameras (DrQ, Kostrikov et al. 2020): given `cameras` (the observation's `pixels` / `pixels/<camera>` groups), SAC
+builds one `ConvEncoder` per camera (cameras see different things: a wrist view and a scene view share little
+at the pixel level, and two small encoders cost the same as one twice as wide), fused with the (normalised)
+proprioceptive `state` by `CameraFusion`; actor and critics then work on the fused features. Sampled frames are
+randomly shifted (`random_shift`, +-`image_shift` pixels) in every encoder pass of an update. Only the critic
+loss trains the encoder (it is in the critic optimiser); the actor sees the critic update's features detached, as
+in DrQ and SAC-AE, where actor gradients through the encoder made learning unstable. The target critics have
+their own encoder copy, Polyak-averaged with them (rate `tau`). State-only agents build none of this and run
+exactly the code they ran before.
+
 `update` takes a batch with a leading `utd` dimension and returns metrics as tensors: nothing in it reads a
 value back to the host, so the learner never waits on the device. `observe` is called once per environment
 step by the loop that collects data: it updates the running statistics of observations and returns.
@@ -31,6 +41,7 @@ step by the loop that collects data: it updates the running statistics of observ
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -41,6 +52,7 @@ from torch import Tensor
 from robot_rl.fields import help_field as _help
 from robot_rl.policies import QEnsemble, TanhGaussianActor
 from robot_rl.policies.actor_policy import make_actor
+from robot_rl.policies.encoders import CameraFusion, ConvEncoder
 from robot_rl.policies.hyper import HyperQEnsemble, project_
 from robot_rl.policies.normalize import RunningNorm
 from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
@@ -87,6 +99,10 @@ class SACConfig:
     noise_repeat_exponent: float = _help(2.0, "P(hold k steps) ~ k^-exponent for k = 1..noise_repeat_max")
     compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
     bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32)")
+    encoder_feature_dim: int = _help(50, "camera tasks: features per camera from its ConvEncoder (DrQ: 50)")
+    encoder_channels: int = _help(32, "camera tasks: channels of every conv layer (DrQ: 32)")
+    encoder_layers: int = _help(4, "camera tasks: 3x3 conv layers, the first with stride 2 (DrQ: 4)")
+    image_shift: int = _help(4, "camera tasks: random-shift augmentation of sampled frames, in pixels (0: none)")
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -112,6 +128,10 @@ class SACConfig:
              "agent.hidden_dims must be a non-empty list of positive widths"),
             (self.noise_repeat_max >= 1, "agent.noise_repeat_max must be >= 1"),
             (self.noise_repeat_exponent > 0, "agent.noise_repeat_exponent must be > 0"),
+            (self.encoder_feature_dim >= 1, "agent.encoder_feature_dim must be >= 1"),
+            (self.encoder_channels >= 1, "agent.encoder_channels must be >= 1"),
+            (self.encoder_layers >= 1, "agent.encoder_layers must be >= 1"),
+            (self.image_shift >= 0, "agent.image_shift must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -226,28 +246,49 @@ def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_re
     }
 
 
-class SAC:
-    """Actor, critic ensemble, target ensemble, temperature and their optimisers, on one device."""
+def camera_groups(obs_spec: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, tuple[int, ...]]:
+    """The camera groups of an observation spec (`pixels`, `pixels/<camera>`) and their image shapes (H, W, C)."""
+    return {k: tuple(shape) for k, (shape, _) in obs_spec.items() if k == "pixels" or k.startswith("pixels/")}
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, device: str | torch.device = "cpu") -> None:
+
+class SAC:
+    """Actor, critic ensemble, target ensemble, temperature and their optimisers, on one device.
+
+    `obs_dim` is the size of the `state` group; `cameras` (group -> (H, W, C)) makes it a pixel agent (module
+    docstring), whose networks take `state` and the camera features.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, device: str | torch.device = "cpu",
+                 cameras: dict[str, tuple[int, ...]] | None = None) -> None:
         cfg.validate()
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.device = torch.device(device)
         self.obs_norm = RunningNorm(obs_dim).to(self.device) if cfg.obs_norm else None
-        self.actor = build_actor(obs_dim, action_dim, cfg, obs_norm=self.obs_norm)
+        self.encoder: CameraFusion | None = None
+        net_dim, net_norm = obs_dim, self.obs_norm
+        if cameras:
+            self.encoder = CameraFusion({k: ConvEncoder(shape, cfg.encoder_feature_dim, cfg.encoder_channels,
+                                                        cfg.encoder_layers, cfg.image_shift)
+                                         for k, shape in cameras.items()}, obs_dim).to(self.device)
+            self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
+            # The statistics normalise `state` before the fusion (features of a changing encoder have none).
+            net_dim, net_norm = self.encoder.out_dim, None
+        # A pixel agent's actor gets no normaliser of its own: `features` has normalised the state already.
+        actor_cfg = cfg if self.encoder is None else dataclasses.replace(cfg, obs_norm=False)
+        self.actor = build_actor(net_dim, action_dim, actor_cfg, obs_norm=net_norm)
         if cfg.network == "hyper":
             self.critic = HyperQEnsemble(
-                obs_dim, action_dim, cfg.num_critics, cfg.critic_width, cfg.critic_blocks, cfg.num_atoms, cfg.v_max,
-                obs_norm=self.obs_norm,
+                net_dim, action_dim, cfg.num_critics, cfg.critic_width, cfg.critic_blocks, cfg.num_atoms, cfg.v_max,
+                obs_norm=net_norm,
             )
         else:
             self.critic = QEnsemble(
-                obs_dim, action_dim, cfg.num_critics, cfg.hidden_dims, cfg.critic_layer_norm, obs_norm=self.obs_norm
+                net_dim, action_dim, cfg.num_critics, cfg.hidden_dims, cfg.critic_layer_norm, obs_norm=net_norm
             )
         self.actor.to(self.device)
         self.critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        if self.obs_norm is not None:
+        if net_norm is not None:
             self.critic_target.obs_norm = self.obs_norm  # one set of statistics for every network
         self.return_scale = ReturnScale(cfg.gamma, cfg.v_max).to(self.device) if cfg.reward_scale else None
         self._hyper = cfg.network == "hyper"
@@ -255,12 +296,20 @@ class SAC:
         self.target_entropy = -cfg.target_entropy_scale * action_dim
 
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
+        # A pixel agent's encoder learns from the critic loss alone: it is in the critic optimiser only.
+        critic_params = list(self.critic.parameters())
+        if self.encoder is not None:
+            critic_params += list(self.encoder.parameters())
         self.critic_opt = torch.optim.AdamW(
-            self.critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay, fused=True
+            critic_params, lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay, fused=True
         )
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
+        if self.encoder is not None:  # the target encoder follows the encoder at the target critics' rate
+            self._critic_params += list(self.encoder.parameters())
+            self._target_params += list(self.encoder_target.parameters())
+        self._actor_features: Tensor | None = None  # a pixel agent's last critic batch, encoded (detached)
         # time-correlated exploration: the held noise and the steps left to hold it, per env (sized on first use)
         self._held_noise: Tensor | None = None
         self._hold_left: Tensor | None = None
@@ -305,10 +354,22 @@ class SAC:
         return 1.0 if self.return_scale is None else self.return_scale.scale()
 
     # -- acting ---------------------------------------------------------------------------------------------
+    def features(self, obs: dict[str, Tensor], augment: bool = False, target: bool = False) -> Tensor:
+        """What the networks read: `state`, or for a pixel agent `state` (normalised) fused with the cameras'
+        features from the encoder (`target`: the target critics' copy; `augment`: random shifts)."""
+        state = obs["state"].to(self.device)
+        if self.encoder is None:
+            return state
+        if self.obs_norm is not None:
+            state = self.obs_norm(state)
+        encoder = self.encoder_target if target else self.encoder
+        return encoder({"state": state, **{k: obs[k].to(self.device) for k in encoder.keys}}, augment)
+
     @torch.no_grad()
     def act(self, obs: dict[str, Tensor], deterministic: bool = False) -> Tensor:
-        """Actions in [-1, 1] for a batch of observations (dict of named groups; SAC reads `state`)."""
-        state = obs["state"].to(self.device)
+        """Actions in [-1, 1] for a batch of observations (dict of named groups; SAC reads `state` and, for a
+        pixel agent, the camera groups)."""
+        state = self.features(obs)
         if deterministic or self.cfg.noise_repeat_max == 1:
             return self.actor(state, deterministic)[0]
         mean, log_std = self.actor.distribution_params(state)
@@ -362,13 +423,19 @@ class SAC:
             return {k: v.clone() for k, v in critic_metrics.items()} if self._cuda_graphs else critic_metrics
         if self._cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        actor_metrics = self._update_actor_and_temperature(batch.index(-1).obs["state"])
+        # A pixel agent's actor reads the last critic update's features, detached: no actor gradient reaches
+        # the encoder (module docstring).
+        actor_obs = batch.index(-1).obs["state"] if self.encoder is None else self._actor_features
+        actor_metrics = self._update_actor_and_temperature(actor_obs)
         metrics = {**critic_metrics, **actor_metrics}
         return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
 
     @torch.no_grad()
-    def td_target(self, reward: Tensor, discount: Tensor, next_obs: Tensor) -> tuple[Tensor, Tensor | None]:
-        """The soft TD target of (unscaled) rewards, in the critics' units.
+    def td_target(self, reward: Tensor, discount: Tensor, next_obs: Tensor,
+                  target_next_obs: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """The soft TD target of (unscaled) rewards, in the critics' units. The actor picks the next action from
+        `next_obs`, the target critics value it on `target_next_obs` (a pixel agent's target-encoder features;
+        default `next_obs`).
 
         Returns (values [B, M], probabilities [B, M] or None): a scalar target [B, 1] for scalar critics; for
         categorical critics the support shifted and scaled by the Bellman backup, with the target critic's
@@ -376,12 +443,13 @@ class SAC:
         """
         cfg = self.cfg
         reward = reward * self.reward_scale()
+        target_obs = next_obs if target_next_obs is None else target_next_obs
         with self._autocast():
             next_action, next_log_prob = self.actor(next_obs)
-            target_out = self.critic_target.logits(next_obs, next_action) if cfg.num_atoms > 1 else None
+            target_out = self.critic_target.logits(target_obs, next_action) if cfg.num_atoms > 1 else None
             target_q_all = (
                 self.critic_target.values(target_out) if target_out is not None
-                else self.critic_target(next_obs, next_action)
+                else self.critic_target(target_obs, next_action)
             ).float()  # [E, B]
         entropy_bonus = -self.log_alpha.exp() * next_log_prob.float() if cfg.backup_entropy else 0.0
         subset = random_subset(target_q_all.shape[0], cfg.num_target_critics, target_q_all.device)
@@ -415,8 +483,9 @@ class SAC:
         loss = -(target_dist.unsqueeze(0) * log_probs).sum(-1).mean(dim=1).sum()
         return loss, (log_probs.exp() * self.critic.support).sum(-1)
 
-    def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor):
-        target, target_probs = self.td_target(reward, discount, next_obs)
+    def _critic_loss(self, obs: Tensor, action: Tensor, reward: Tensor, discount: Tensor, next_obs: Tensor,
+                     target_next_obs: Tensor | None = None):
+        target, target_probs = self.td_target(reward, discount, next_obs, target_next_obs)
         critic_loss, q = self.critic_loss(obs, action, target, target_probs)
         return critic_loss, q.detach().mean()
 
@@ -433,9 +502,17 @@ class SAC:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16)
 
     def _update_critic(self, b: Batch) -> dict[str, Tensor]:
-        critic_loss, q_mean = self._critic_loss_fn(
-            b.obs["state"], b.action, b.reward, b.discount, b.next_obs["state"]
-        )
+        if self.encoder is None:
+            critic_loss, q_mean = self._critic_loss_fn(
+                b.obs["state"], b.action, b.reward, b.discount, b.next_obs["state"]
+            )
+        else:
+            obs = self.features(b.obs, augment=True)  # with gradients: the critic loss trains the encoder
+            with torch.no_grad():
+                next_obs = self.features(b.next_obs, augment=True)
+                target_next_obs = self.features(b.next_obs, augment=True, target=True)
+            critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs, target_next_obs)
+            self._actor_features = obs.detach()
         self.step_critic(critic_loss)
         return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
@@ -494,6 +571,11 @@ class SAC:
         }
         if self.return_scale is not None:
             state["return_scale"] = self.return_scale.state_dict()
+        if self.encoder is not None:
+            state["encoder"] = self.encoder.state_dict()
+            state["encoder_target"] = self.encoder_target.state_dict()
+            if self.obs_norm is not None:  # not inside the actor for a pixel agent: saved on its own
+                state["obs_norm"] = self.obs_norm.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -509,3 +591,10 @@ class SAC:
             if "return_scale" not in state:
                 raise KeyError("return_scale (the checkpoint was written without agent.reward_scale)")
             self.return_scale.load_state_dict(state["return_scale"])
+        if self.encoder is not None:
+            if "encoder" not in state:
+                raise KeyError("encoder (the checkpoint is a state-only agent's; this one learns from cameras)")
+            self.encoder.load_state_dict(state["encoder"])
+            self.encoder_target.load_state_dict(state["encoder_target"])
+            if self.obs_norm is not None:
+                self.obs_norm.load_state_dict(state["obs_norm"])

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
-from robot_rl.envs.arm import STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
+from robot_rl.envs.arm import PROPRIO_DIM, PROPRIO_KEYS, STATE_DIM, STATE_LAYOUT, TIME_LIMITS, ArmEnv
+from robot_rl.envs.arm.constants import PROPRIO_INDEX
 from robot_rl.envs.arm.experts import ScriptedExpert, make_expert
 from robot_rl.envs.sim.tasks.arm import analytic_ik
 
@@ -136,29 +137,91 @@ def test_make_single_passes_env_checker() -> None:
 
 
 def test_pixels(make) -> None:
+    """A -pixels spec observes proprioception and the front and wrist cameras (the groups CameraFusion reads)."""
     env = make("arm:push-sparse-pixels", num_envs=2, seed=0, max_episode_steps=2)
     assert env.observation_spec == {
-        "state": ((STATE_DIM,), torch.float32),
-        "pixels": ((84, 84, 3), torch.uint8),
+        "state": ((PROPRIO_DIM,), torch.float32),
+        "pixels/front": ((84, 84, 3), torch.uint8),
+        "pixels/wrist": ((84, 84, 3), torch.uint8),
     }
     obs = env.reset()
-    assert obs["pixels"].shape == (2, 84, 84, 3) and obs["pixels"].dtype == torch.uint8
-    assert obs["pixels"].float().std() > 10  # a real image, not a blank frame
+    for group in ("pixels/front", "pixels/wrist"):
+        assert obs[group].shape == (2, 84, 84, 3) and obs[group].dtype == torch.uint8
+        assert obs[group].float().std() > 10  # a real image, not a blank frame
+    assert not torch.equal(obs["pixels/front"], obs["pixels/wrist"])
     env.step(torch.zeros(2, 4))
     obs, _, _, truncated, info = env.step(torch.ones(2, 4))
     assert truncated.all()
-    assert set(info["final_obs"]) == {"state", "pixels"}
-    assert info["final_obs"]["pixels"].shape == (2, 84, 84, 3)
+    assert set(info["final_obs"]) == {"state", "pixels/front", "pixels/wrist"}
+    assert info["final_obs"]["pixels/wrist"].shape == (2, 84, 84, 3)
     # the last frame of the ended episode, not the first of the new one
-    assert not torch.equal(info["final_obs"]["pixels"], obs["pixels"])
+    assert not torch.equal(info["final_obs"]["pixels/wrist"], obs["pixels/wrist"])
 
-    small = make("arm:reach-pixels", num_envs=1, seed=0, render_size=(48, 64))
-    assert small.reset()["pixels"].shape == (1, 48, 64, 3)
+    assert make("arm:reach-pixels", num_envs=1, seed=0, render_size=(48, 64)).reset()["pixels/front"].shape == (
+        1, 48, 64, 3)
+    sized = make("arm:reach-pixels", num_envs=1, seed=0, render=True, pixel_size=(32, 40), render_size=(60, 80))
+    assert sized.reset()["pixels/wrist"].shape == (1, 32, 40, 3) and sized.render(0).shape == (60, 80, 3)
     single = envs.make_single("arm:reach-pixels", seed=0)
     assert isinstance(single.observation_space, gym.spaces.Dict)
     first, _ = single.reset()
     assert single.observation_space.contains(first)
     single.close()
+    with pytest.raises(ValueError, match="pixel_size"):
+        envs.make("arm:reach-pixels", pixel_size=(84,))
+
+
+def test_pixel_state_is_proprioception_only() -> None:
+    """Moving the cube and the target changes the state task's observation and the front image, never the pixel
+    task's state: nothing but the cameras tells a pixel learner where they are."""
+    full, pix = ArmEnv("push"), ArmEnv("push", pixels=True)
+    try:
+        state0, _ = full.reset(seed=3)
+        obs0, _ = pix.reset(seed=3)
+        assert np.array_equal(obs0["state"], state0[list(PROPRIO_INDEX)])
+        assert [k for k in PROPRIO_KEYS] == ["ee_pos", "ee_vel", "gripper"]
+        for env in (full, pix):
+            qpos, qvel = env.physics.state()
+            qpos = qpos.clone()
+            cube = env.arm_task._cube_pos
+            qpos[:, cube.start:cube.start + 2] += 0.05  # the cube slides 5 cm
+            env.arm_task.target = env.arm_task.target + 0.04  # and the target moves
+            moved = env._observation(qpos, qvel)
+            if env is full:
+                assert not np.array_equal(moved, state0)
+                assert np.array_equal(moved[L["ee_pos"]], state0[L["ee_pos"]])
+            else:
+                assert np.array_equal(moved["state"], obs0["state"])
+                assert not np.array_equal(moved["pixels/front"], obs0["pixels/front"])
+    finally:
+        full.close()
+        pix.close()
+
+
+def test_wrist_camera_moves_with_the_hand() -> None:
+    env = ArmEnv("reach", pixels=True)
+    try:
+        env.reset(seed=0)
+        for _ in range(15):  # let the servos settle on the start pose
+            env.step(np.zeros(4))
+        still, _, _, _, _ = env.step(np.zeros(4))
+        again, _, _, _, _ = env.step(np.zeros(4))
+        front, wrist = mujoco.mj_name2id(env.model, mujoco.mjtObj.mjOBJ_CAMERA, "front"), mujoco.mj_name2id(
+            env.model, mujoco.mjtObj.mjOBJ_CAMERA, "wrist")
+        cams = env.data.cam_xpos.copy()
+        assert np.array_equal(again["pixels/front"], still["pixels/front"])  # a static scene: the same picture
+        for _ in range(3):
+            moved, _, _, _, _ = env.step(np.array([1.0, 0.0, 0.0, 0.0]))
+        assert np.array_equal(env.data.cam_xpos[front], cams[front])  # fixed camera
+        assert np.linalg.norm(env.data.cam_xpos[wrist] - cams[wrist]) > 0.02  # rides on the hand
+        changed = (moved["pixels/wrist"] != again["pixels/wrist"]).any(-1).mean()
+        assert changed > 0.2, changed
+    finally:
+        env.close()
+
+
+def test_no_expert_for_pixel_specs() -> None:
+    with pytest.raises(ValueError, match="no scripted expert for 'arm:push-pixels'"):
+        make_expert("arm:push-pixels", 1)
 
 
 def test_render_frames(make) -> None:

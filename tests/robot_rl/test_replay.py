@@ -389,14 +389,15 @@ def test_a_buffer_that_does_not_fit_in_memory_stops_before_allocating(monkeypatc
 
 
 def test_train_stores_only_the_groups_the_agent_reads(tmp_path) -> None:
-    """A pixel task's camera group is not kept in the state-based learner's replay (it read only `state`)."""
+    """A pixel task's replay keeps what the pixel agent reads: `state` and the cameras, frames once."""
     from robot_rl.config import compose_train_config
     from robot_rl.trainer import Trainer
 
     cfg = compose_train_config(["env.spec=arm:reach-pixels", "train.replay_capacity=1000", "env.num_eval_envs=0",
                                 "train.video=false", "quiet=true", "threads=1"])
     trainer = Trainer(cfg, tmp_path / "run")
-    assert set(trainer.replay.obs) == {"state"}
+    assert set(trainer.replay.obs) == {"state", "pixels/front", "pixels/wrist"}
+    assert set(trainer.replay.next_obs) == {"state"} and trainer.replay.episode_steps == 50
     trainer.method.start(0)
     trainer.method.advance()
     assert len(trainer.replay) == 1

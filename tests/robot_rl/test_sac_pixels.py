@@ -1,0 +1,152 @@
+"""SAC from cameras (DrQ): encoders per camera fused with proprioception, trained by the critic loss only, a target
+encoder that follows at the critics' rate, and `robot-rl train env.spec=arm:reach-pixels` end to end."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from robot_rl.agents.sac import SAC, SACConfig, camera_groups
+from robot_rl.cli import main
+from robot_rl.replay import ReplayBuffer
+
+SPEC = {"state": ((7,), torch.float32), "pixels/front": ((24, 24, 3), torch.uint8),
+        "pixels/wrist": ((24, 24, 3), torch.uint8)}
+TINY = dict(hidden_dims=[32, 32], batch_size=8, encoder_feature_dim=6, encoder_channels=4, encoder_layers=2,
+            image_shift=2)
+
+
+def _agent(**overrides) -> SAC:
+    torch.manual_seed(0)
+    return SAC(7, 4, SACConfig(**(TINY | overrides)), cameras=camera_groups(SPEC))
+
+
+def _replay(steps: int = 30) -> ReplayBuffer:
+    g = torch.Generator().manual_seed(0)
+    buf = ReplayBuffer(100, 2, SPEC, 4, frames=("pixels/front", "pixels/wrist"), episode_steps=10)
+
+    def frame() -> dict[str, torch.Tensor]:
+        return {"state": torch.randn(2, 7, generator=g),
+                **{k: torch.randint(0, 256, (2, 24, 24, 3), generator=g, dtype=torch.uint8) for k in SPEC if k != "state"}}
+
+    obs = frame()
+    for t in range(steps):
+        nxt = frame()
+        truncated = torch.full((2,), (t + 1) % 10 == 0)
+        buf.add(obs, torch.rand(2, 4, generator=g) * 2 - 1, torch.randn(2, generator=g), nxt,
+                torch.zeros(2, dtype=torch.bool), truncated)
+        obs = frame() if truncated.any() else nxt
+    return buf
+
+
+def _params(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def test_pixel_agent_builds_an_encoder_per_camera() -> None:
+    agent = _agent()
+    assert agent.encoder is not None and agent.encoder.keys == ["pixels/front", "pixels/wrist"]
+    assert agent.encoder.out_dim == 7 + 2 * 6
+    assert camera_groups({"state": ((3,), torch.float32)}) == {}
+    obs = {k: v[:3] for k, v in _replay().sample(3).obs.items()}
+    assert agent.act(obs).shape == (3, 4) and agent.act(obs, deterministic=True).abs().max() <= 1
+    state_only = SAC(7, 4, SACConfig(**TINY))
+    assert state_only.encoder is None and state_only.features(obs) is obs["state"]
+
+
+def test_the_encoder_learns_from_the_critic_loss_only() -> None:
+    agent, buf = _agent(), _replay()
+    batch = buf.sample(8, torch.Generator().manual_seed(1))
+    # critic loss: gradients reach every encoder weight
+    obs = agent.features(batch.obs, augment=True)
+    with torch.no_grad():
+        nxt = agent.features(batch.next_obs, augment=True)
+        target_nxt = agent.features(batch.next_obs, augment=True, target=True)
+    loss, _ = agent._critic_loss(obs, batch.action, batch.reward, batch.discount, nxt, target_nxt)
+    loss.backward()
+    grads = [p.grad for p in agent.encoder.parameters()]
+    assert all(g is not None for g in grads) and all(g.abs().sum() > 0 for g in grads[:2])
+    agent.critic_opt.zero_grad(set_to_none=True)
+    # actor loss (on the features the update hands it): none reach the encoder, the actor does learn
+    encoder, actor = _params(agent.encoder), _params(agent.actor)
+    agent._update_actor_and_temperature(agent.features(batch.obs, augment=True).detach())
+    assert all(p.grad is None for p in agent.encoder.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(encoder, agent.encoder.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(actor, agent.actor.parameters(), strict=True))
+
+
+def test_update_trains_the_encoder_and_its_target_follows() -> None:
+    agent, buf = _agent(), _replay()
+    encoder, target = _params(agent.encoder), _params(agent.encoder_target)
+    assert all(torch.equal(a, b) for a, b in zip(encoder, target, strict=True))  # the target starts as a copy
+    metrics = agent.learn(buf, generator=torch.Generator().manual_seed(2))
+    assert {"critic_loss", "actor_loss", "q_mean"} <= set(metrics)
+    assert agent._actor_features is not None and not agent._actor_features.requires_grad
+    new = _params(agent.encoder)
+    assert not all(torch.equal(a, b) for a, b in zip(encoder, new, strict=True))
+    for old_t, new_t, e in zip(target, agent.encoder_target.parameters(), new, strict=True):
+        torch.testing.assert_close(new_t, old_t + agent.cfg.tau * (e - old_t))  # Polyak at the critics' rate
+    # a checkpoint carries the encoders
+    other = _agent()
+    other.load_state_dict(agent.state_dict())
+    for a, b in zip(agent.encoder_target.parameters(), other.encoder_target.parameters(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(KeyError, match="encoder"):
+        other.load_state_dict({k: v for k, v in agent.state_dict().items() if k != "encoder"})
+
+
+def test_the_default_agent_learns_from_cameras_too() -> None:
+    """agent=simba's options (hyperspherical nets, categorical critic, obs_norm, reward scaling) on camera features;
+    obs_norm normalises the proprioceptive state before the fusion."""
+    agent = _agent(network="hyper", critic_width=16, actor_width=16, num_atoms=11, obs_norm=True, reward_scale=True,
+                   utd=2)
+    buf = _replay()
+    agent.observe(buf.sample(8).obs, torch.ones(8), torch.zeros(8, dtype=torch.bool))
+    assert agent.obs_norm.count == 8 and agent.actor.obs_norm is None
+    metrics = agent.learn(buf, generator=torch.Generator().manual_seed(3))
+    assert torch.isfinite(metrics["critic_loss"]) and "obs_norm" in agent.state_dict()
+
+
+def test_train_arm_reach_pixels_end_to_end(tmp_path) -> None:
+    """`robot-rl train env.spec=arm:reach-pixels` with tiny networks: learning starts, evaluation, checkpoint and
+    the replay holding each camera frame once."""
+    from robot_rl import checkpoint
+
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=arm:reach-pixels", "train.steps=200", "train.learning_starts=100",
+                 "agent=sac", "agent.hidden_dims=[32,32]", "agent.batch_size=16", "agent.encoder_channels=4",
+                 "agent.encoder_layers=1", "agent.encoder_feature_dim=8", "env.pixel_size=[32,32]",
+                 "env.num_eval_envs=1", "train.eval_every=100", "train.replay_capacity=1000", "train.video=false",
+                 "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["env_step"]) for r in rows] == [100, 200] and int(rows[-1]["updates"]) == 101
+    state = checkpoint.load(run / "checkpoints" / "latest.pt")
+    replay = state["method"]["replay"] if "method" in state else state["replay"]
+    assert set(replay["obs"]) == {"state", "pixels/front", "pixels/wrist"} and set(replay["next_obs"]) == {"state"}
+    assert replay["obs"]["pixels/wrist"].shape[1:] == (1, 32, 32, 3)
+    assert "encoder" in (state["method"] if "method" in state else state)["agent"]
+    # a resumed run starts from reset envs: the replay closes the interrupted episodes and training goes on
+    assert main(["train", f"resume={run}", "train.steps=240", "quiet=true"]) == 0
+    with open(run / "metrics.csv") as f:
+        assert [int(r["env_step"]) for r in csv.DictReader(f)] == [100, 200, 240]
+
+
+def test_reach_pixels_preset_runs(tmp_path) -> None:
+    """`experiment=reach_pixels` as it is (48x48 frames, the CPU-sized encoder), cut to a few steps."""
+    run = tmp_path / "run"
+    assert main(["train", "experiment=reach_pixels", "train.steps=80", "train.learning_starts=64",
+                 "train.eval_every=80", "env.num_eval_envs=1", "train.video=false", "quiet=true", "threads=1",
+                 f"run_dir={run}"]) == 0
+    with open(run / "metrics.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64: a full batch
+
+
+def test_prior_data_with_cameras_is_a_one_line_error(tmp_path, capsys) -> None:
+    assert main(["train", "env.spec=arm:reach-pixels", f"data.path={tmp_path}", "train.video=false", "quiet=true",
+                 f"run_dir={tmp_path / 'run'}"]) != 0
+    err = capsys.readouterr().err
+    assert f"data.path={tmp_path}: datasets hold state observations only" in err and "pixels/front" in err
