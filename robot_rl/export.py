@@ -75,6 +75,9 @@ def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[Sav
 
     if "agent" not in state or not ({"agent", "sac"} & config.keys()):
         raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
+    if "encoder" in state["agent"]:  # a pixel agent: its actor reads camera features, not observations
+        raise ExportError(f"{path} is a camera (pixel) agent: eval run= evaluates it, but export, deploy and "
+                          "Agent.load take state-only policies for now")
     sac = SACConfig(**config.get("agent", config.get("sac")))
     env = config.get("env") or {}
     spec = env.get("spec")

@@ -328,3 +328,18 @@ def test_a_residual_policy_whose_base_samples_has_a_directory_but_no_graph(tmp_p
     assert "base_deterministic=false" in err and "without format=onnx" in err and not (tmp_path / "o").exists()
     assert main(["export", f"run={saved}", f"out={tmp_path / 'o'}"]) == 0
     assert isinstance(load_policy(tmp_path / "o"), ResidualPolicy)
+
+
+def test_a_camera_agent_is_refused_with_one_line(tmp_path):
+    """A pixel agent's actor reads encoder features: exporting its actor alone would give a policy that cannot
+    act, so export says so (before, the weights failed to load with a shape error)."""
+    from robot_rl.export import ExportError, policy_from_checkpoint
+
+    cfg = compose_train_config(["env.spec=arm:reach-pixels", "agent=sac", "agent.hidden_dims=[16]",
+                                "agent.encoder_feature_dim=8", "agent.encoder_channels=4"])
+    agent = SAC(7, 4, cfg.agent, cameras={"pixels/front": (16, 16, 3)})
+    state = {"format": 1, "config": asdict(cfg), "agent": agent.state_dict()}
+    path = tmp_path / "best.pt"
+    checkpoint.atomic_save(state, path)
+    with pytest.raises(ExportError, match="camera .pixel. agent: eval run= evaluates it"):
+        policy_from_checkpoint(path, checkpoint.load(path))
