@@ -165,7 +165,9 @@ def test_sigterm_during_hil_train_saves_the_learner_and_a_rerun_resumes(robot_se
 
     saved = load(run / "checkpoints" / "latest.pt")
     transitions, steps = saved["learner"]["counters"]["transitions"], saved["hil"]["env_steps"]
-    assert transitions >= 1 and transitions == steps
+    # the session holds each transition back one step (to mark the episode's last one), so the interrupted
+    # episode's newest step may not have reached the learner
+    assert transitions >= 1 and 0 <= steps - transitions <= 1
 
     out = subprocess.run([*CLI, *args, f"steps={steps + 20}"], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -186,12 +188,11 @@ def test_keyboard_teleop_without_a_terminal_is_one_line(robot_server, capsys, mo
 def test_deploy_runs_an_exported_residual_policy_directory(robot_server, tmp_path, capsys, monkeypatch):
     """An exported residual RL result (robot-rl export) deploys like any policy directory: base chunks and the
     correction, the base's queue reset at every episode start."""
+    import torch
     from robot_rl.envs.arm import STATE_DIM
     from robot_rl.policies import MLPPolicy, ResidualPolicy
     from robot_rl.policies.composed import base_spec
     from robot_rl.policies.io import save_policy
-
-    import torch
 
     # Seeded: an untrained policy's actions depend on the global RNG, so without a seed the suite's test order
     # decided them; some random policies drive the simulated hand fast enough for the server's measured-speed
