@@ -16,6 +16,8 @@ from robot_rl.policies import (
 from robot_rl.policies.composed import base_spec
 from robot_rl.policies.onnx import ONNX_FILE, example_inputs, export_onnx, graph
 
+from tests.policies.briefly_trained import briefly_trained
+
 OBS, A, H = 5, 2, 4
 
 
@@ -28,19 +30,7 @@ def one_thread():
 
 
 def fitted(policy):
-    """Normalisers fitted and 150 training steps on a smooth obs -> chunk map: an untrained diffusion policy's
-    x0 estimates all land on its clip bounds, where a wrong network would go unnoticed."""
-    obs = torch.randn(256, OBS) * 3 + 1
-    chunks = torch.tanh(obs @ (torch.randn(OBS, H * A) * 0.2)).view(-1, H, A) * 0.6
-    policy.fit_normalization(obs, chunks.reshape(-1, A))
-    opt = torch.optim.Adam(policy.parameters(), 3e-3)
-    for _ in range(150):
-        batch = torch.randint(0, 256, (64,))
-        loss = policy.loss(obs[batch], chunks[batch])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return policy.eval()
+    return briefly_trained(policy, obs_scale=3.0)
 
 
 def actor(obs_dim: int, action_dim: int, network: str = "mlp") -> dict:

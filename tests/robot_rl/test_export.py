@@ -30,6 +30,7 @@ from robot_rl.config import compose_train_config
 from robot_rl.export import export
 from robot_rl.finetune.config import FinetuneConfig
 from robot_rl.runner import CHECKPOINT_FORMAT
+from tests.policies.briefly_trained import briefly_trained
 from tests.robot_rl.finetune.scripted_env import ScriptedEnv
 
 OBS, A, H = 3, 2, 4  # the scripted env's sizes
@@ -67,17 +68,7 @@ def base_dir(tmp_path: Path, policy) -> Path:
     """A briefly trained BC policy (normalisers fitted, 150 steps on a smooth obs -> chunk map), saved: an
     untrained diffusion policy's chunks all sit on its clip bounds, which would hide a wrong network."""
     torch.manual_seed(0)
-    obs = torch.randn(256, OBS) * 2 + 1
-    chunks = torch.tanh(obs @ (torch.randn(OBS, H * A) * 0.2)).view(-1, H, A) * 0.6
-    policy.fit_normalization(obs, chunks.reshape(-1, A))
-    opt = torch.optim.Adam(policy.parameters(), 3e-3)
-    for _ in range(150):
-        batch = torch.randint(0, 256, (64,))
-        loss = policy.loss(obs[batch], chunks[batch])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return save_policy(policy.eval(), tmp_path / "base")
+    return save_policy(briefly_trained(policy, obs_scale=2.0), tmp_path / "base")
 
 
 def inside_clip(policy, chunk: torch.Tensor) -> float:
