@@ -17,42 +17,14 @@ task's (``robot_rl.envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100 co
 
 from __future__ import annotations
 
-import difflib
-
 import gymnasium as gym
 
-from .core import EnvOptions, UnknownEnvError
+from .arm_specs import PREFIX, parse, spec_names
+from .core import EnvOptions
 from .wrappers import ActionRepeat, NormalizedAction, default_time_limit
 
-PREFIX = "arm:"
-TASKS = ("reach", "push", "pick_place")
 PIXELS_SIZE = (84, 84)
 _DEFAULT_RENDER_SIZE = EnvOptions().render_size
-
-
-def spec_names() -> list[str]:
-    """Every valid ``arm:`` spec."""
-    return [
-        f"{PREFIX}{task}{sparse}{pixels}"
-        for task in TASKS
-        for sparse in ("", "-sparse")
-        for pixels in ("", "-pixels")
-    ]
-
-
-def parse(name: str) -> tuple[str, str, bool]:
-    """Split a spec name without the prefix into ``(task, reward, pixels)``; raises ``UnknownEnvError``."""
-    rest, pixels, reward = name, False, "dense"
-    if rest.endswith("-pixels"):
-        rest, pixels = rest[: -len("-pixels")], True
-    if rest.endswith("-sparse"):
-        rest, reward = rest[: -len("-sparse")], "sparse"
-    if rest not in TASKS:
-        valid = spec_names()
-        close = difflib.get_close_matches(PREFIX + name, valid, n=3, cutoff=0.6)
-        hint = f"close matches: {', '.join(close)}; " if close else ""
-        raise UnknownEnvError(f"unknown env spec {PREFIX + name!r}: {hint}valid choices: {', '.join(valid)}")
-    return rest, reward, pixels
 
 
 def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:

@@ -1,7 +1,7 @@
 """Every number of the tabletop arm tasks' MDP, in one place (the scene's geometry is in ``model``).
 
 ``robot_rl.envs.sim.tasks.arm.ArmTask`` (the task definition) reads them; ``robot_rl.envs.arm.tasks`` re-exports the
-public ones for ``ArmEnv``'s users. This module imports nothing but ``model``, so any module may import it.
+public ones for ``ArmEnv``'s users. This module imports nothing but ``model`` and ``robot_rl.envs.arm_specs``, so any module may import it.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
+from ..arm_specs import TASKS  # noqa: F401  (re-exported: the arm package reads its task names here)
 from .model import CUBE_HALF, TIMESTEP
 
-TASKS = ("reach", "push", "pick_place")
 TIME_LIMITS = {"reach": 50, "push": 100, "pick_place": 100}  # control steps at 20 Hz
 REWARDS = ("dense", "sparse")
 N_SUBSTEPS = 10

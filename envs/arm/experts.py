@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import torch
 
+from ..arm_specs import PREFIX, parse
 from .constants import MAX_DELTA, STATE_LAYOUT, TASKS
 
 _L = STATE_LAYOUT
@@ -221,8 +222,6 @@ def make_expert(
     ``-pixels`` specs are refused: their state is proprioception only, and the expert steers by the cube and
     target positions it would not find there.
     """
-    from ..arm_backend import PREFIX, parse
-
     if not spec.startswith(PREFIX):
         raise ValueError(f"scripted experts exist only for {PREFIX!r} specs, got {spec!r}")
     task, _, pixels = parse(spec[len(PREFIX) :])
