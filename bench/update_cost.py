@@ -1,0 +1,135 @@
+"""What the learner costs per environment step: the default agent's variants against SB3's SAC, one thread.
+
+Why: the sample-efficiency benchmark (`bench/sample_efficiency.py`) measures whole runs, where the learner,
+the simulator, evaluation and the machine's load all count. This isolates the part the agent decides: the
+update work one environment step brings with it. For robot_rl's default agent (`configs/agent/simba.yaml`:
+two hyperspherical critics 128 wide with a 4x inverted bottleneck, 101 atoms, UTD 2, batch 256) that is one
+`agent.update` (2 critic updates, 1 actor and temperature update); for `agent=sac` (two 256x256 LayerNorm
+critics, UTD 1) the same call with one critic update; for SB3's SAC at its defaults (two 256x256 critics, one
+gradient step per env step) `model.train(gradient_steps=1, batch_size=256)`.
+
+Variants of the default agent: fp32 eager (what the benchmark ran), `agent.compile=true` (torch.compile of the
+two losses), `agent.bf16=true` (bfloat16 autocast of the networks), and both. Batches are sampled from a replay
+of random data (the cost does not depend on what is stored). FLOPs are counted on the eager fp32 update
+(`torch.utils.flop_counter`: matmuls, forward and backward; the variants do the same matmuls).
+
+The default agent, the variants and SB3 run interleaved in rounds (`--rounds`), so a change in the machine's
+load reaches all of them; the table gives medians over rounds and the ratio to SB3 of the same round.
+Writes ``bench/results/<date>-update-cost.json``. ``--task walker2d`` uses Walker2d's sizes (17 obs, 6 actions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import torch
+
+from bench import common
+from bench.learner import count_flops
+from robot_rl.agents.sac import SAC
+from robot_rl.config import compose_train_config
+from robot_rl.replay import ReplayBuffer
+
+SIZES = {"hopper": ("Hopper-v5", 11, 3), "walker2d": ("Walker2d-v5", 17, 6), "halfcheetah": ("HalfCheetah-v5", 17, 6)}
+BATCH = 256
+VARIANTS = {
+    "default fp32": [],
+    "default compile": ["agent.compile=true"],
+    "default bf16": ["agent.bf16=true"],
+    "default compile+bf16": ["agent.compile=true", "agent.bf16=true"],
+    "agent=sac (UTD 1)": ["agent=sac"],
+}
+
+
+def random_replay(obs_dim: int, act_dim: int, size: int = 20_000) -> ReplayBuffer:
+    envs = 1000
+    replay = ReplayBuffer(size, envs, {"state": ((obs_dim,), torch.float32)}, act_dim)
+    for _ in range(size // envs):
+        replay.add({"state": torch.randn(envs, obs_dim)}, torch.rand(envs, act_dim) * 2 - 1, torch.randn(envs),
+                   {"state": torch.randn(envs, obs_dim)}, torch.rand(envs) < 0.001,
+                   torch.zeros(envs, dtype=torch.bool))
+    return replay
+
+
+def ours_step(overrides: list[str], obs_dim: int, act_dim: int, replay: ReplayBuffer) -> tuple[Any, float, Any]:
+    """(one env step's learner work, seconds of its first call (compilation), the agent config)."""
+    cfg = compose_train_config(overrides).agent
+    agent = SAC(obs_dim, act_dim, cfg)
+    agent.observe({"state": torch.randn(8, obs_dim)}, torch.randn(8), torch.zeros(8, dtype=torch.bool))
+
+    def step() -> None:
+        agent.learn(replay)
+
+    t0 = time.perf_counter()
+    step()
+    return step, time.perf_counter() - t0, cfg
+
+
+def sb3_step(env_id: str) -> Any:
+    from bench.sb3 import fill_random, make_sac
+
+    model = make_sac(env_id, seed=0, device="cpu")
+    fill_random(model, 20_000)
+    return lambda: model.train(gradient_steps=1, batch_size=BATCH)
+
+
+def run(task: str, rounds: int, calls: int) -> dict[str, Any]:
+    env_id, obs_dim, act_dim = SIZES[task]
+    replay = random_replay(obs_dim, act_dim)
+    steps, first_call_s, flops, configs = {}, {}, {}, {}
+    for name, overrides in VARIANTS.items():
+        steps[name], first_call_s[name], cfg = ours_step(overrides, obs_dim, act_dim, replay)
+        configs[name] = {"overrides": overrides, "utd": cfg.utd, "network": cfg.network}
+        if "compile" not in name and "bf16" not in name:
+            flops[name] = count_flops(steps[name])
+    steps["sb3"] = sb3_step(env_id)
+    flops["sb3"] = count_flops(steps["sb3"])
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for r in range(rounds):
+        for name, fn in steps.items():
+            times[name].append(common.median(common.time_per_call(fn, calls, 1, "cpu", warmup=2)))
+        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {t[-1] * 1e3:.1f} ms" for n, t in times.items()),
+              flush=True)
+    sb3_ms = common.median(times["sb3"]) * 1e3
+    rows = []
+    for name in VARIANTS:
+        ms = common.median(times[name]) * 1e3
+        per_round = [a / b for a, b in zip(times[name], times["sb3"], strict=True)]
+        fl = flops.get(name, flops["default fp32"])  # compile and bf16 do the eager fp32 update's matmuls
+        rows.append(common.row(
+            f"learner work per env step ({task} sizes)", f"ms, robot_rl {name}", ms, sb3_ms,
+            ratio_value=common.median(per_round),
+            note=f"{fl / 1e9:.2f} GFLOP vs SB3 {flops['sb3'] / 1e9:.2f}; first call {first_call_s[name]:.1f} s",
+        ))
+    return {
+        "config": {"task": task, "env_id": env_id, "obs_dim": obs_dim, "action_dim": act_dim, "batch": BATCH,
+                   "rounds": rounds, "calls_per_round": calls, "variants": configs,
+                   "sb3": "SAC('MlpPolicy') defaults; model.train(gradient_steps=1, batch_size=256)"},
+        "ms_per_env_step": {n: [t * 1e3 for t in ts] for n, ts in times.items()},
+        "gflop_per_env_step": {n: f / 1e9 for n, f in flops.items()},
+        "first_call_s": first_call_s,
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", default="hopper", choices=sorted(SIZES))
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every variant and SB3")
+    p.add_argument("--calls", type=int, default=50, help="env steps timed per variant and round")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the benchmark's runs use 1)")
+    p.add_argument("--out", default=None, help="results file (default bench/results/<date>-update-cost.json)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    part = run(args.task, args.rounds, args.calls)
+    part["machine"] = common.machine_info(args.threads, "cpu")
+    print(common.markdown_table(part["rows"], common.ROW_COLUMNS))
+    out = common.write_json(common.Path(args.out) if args.out else common.results_path("update-cost"), part)
+    print(f"wrote {out}")
+    return part
+
+
+if __name__ == "__main__":
+    main()
