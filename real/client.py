@@ -7,7 +7,11 @@ message that says what to do (``EStopLatched`` and ``Unauthenticated`` are the o
 ``RobotEnv`` is a plain gymnasium env whose ``step`` is one control tick of the remote robot: reward and success
 come from the robot side, ``terminated`` is the success flag, the task's time limit is applied on this side, and
 ``info["applied_action"]`` is the action the robot really executed after the safety clamps (what a transition
-should store). ``make_env`` wraps it as a batch-of-one ``robot_rl.envs.BatchedEnv`` so the trainer can use it unchanged.
+should store). A robot with cameras (``RobotSpec.cameras``) gives observations in the project's dict layout,
+``{"state": ..., "pixels/<camera>": uint8 (H, W, 3)}`` (``RobotObservation.as_dict``; the groups ``CameraFusion``
+reads, as the simulated ``-pixels`` tasks give them), and a ``gym.spaces.Dict`` observation space; without cameras
+the observation is the state vector, as before. A frame the server could not send or this side cannot decode is
+a ``CameraError`` naming the camera. ``make_env`` wraps it as a batch-of-one ``robot_rl.envs.BatchedEnv`` so the trainer can use it unchanged.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import gymnasium as gym
 import numpy as np
 
 from .guard import TOKEN_ENV
+from .images import FrameError, decode_frame
 from .proto import PROTOCOL, pb, pb_grpc
-from .robot import CartesianLimits, RobotObservation, RobotSpec
+from .robot import CameraSpec, CartesianLimits, RobotObservation, RobotSpec
 
 
 class BridgeError(RuntimeError):
@@ -44,6 +49,12 @@ class Unauthenticated(BridgeError):
 class RobotHolding(BridgeError):
     """The robot's supervisor holds the robot after a soft breach of its measured limits (``UNAVAILABLE``, so
     transient): the command was not executed; retry once the motion is back within limits."""
+
+
+class CameraError(BridgeError):
+    """A camera frame was lost: the server could not send it (``DATA_LOSS``: the driver's frame was bad or too
+    big; the step was applied) or this side could not decode it. The message names the camera. Transient in the
+    sense that the next observation may be fine; the robot was not stopped."""
 
 
 class ControlLoopDead(BridgeError):
@@ -68,6 +79,8 @@ def _error(e: grpc.RpcError, what: str, address: str) -> BridgeError:
         return EStopLatched(code, f"{what}: {details}")
     if code == grpc.StatusCode.UNAVAILABLE and (details or "").startswith("supervisor hold"):
         return RobotHolding(code, f"{what}: {details}")
+    if code == grpc.StatusCode.DATA_LOSS and (details or "").startswith("camera frame"):
+        return CameraError(code, f"{what}: {details}")
     if code == grpc.StatusCode.UNAVAILABLE and "control loop died" in (details or ""):
         return ControlLoopDead(code, f"{what}: {details}")
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -114,6 +127,7 @@ class RobotClient:
         self._seq = 0
         self._spec: RobotSpec | None = None
         self.watchdog_s = 0.0
+        self.image_encoding = ""
 
     def _call(self, what: str, method: Any, request: Any, timeout: float) -> Any:
         try:
@@ -132,14 +146,38 @@ class RobotClient:
             if m.cartesian:
                 cart = CartesianLimits(tuple(m.workspace_low), tuple(m.workspace_high), m.metres_per_unit,
                                        m.max_step_m, m.max_speed_mps)
+            try:
+                cameras = tuple(CameraSpec(c.name, c.height, c.width) for c in m.cameras)
+            except ValueError as e:
+                raise BridgeError(grpc.StatusCode.FAILED_PRECONDITION, f"GetSpec: bad camera in the spec: {e}") from None
             self._spec = RobotSpec(m.name, m.state_dim, m.action_dim, m.control_hz, tuple(m.action_low),
-                                   tuple(m.action_high), cart, m.time_limit or None)
+                                   tuple(m.action_high), cart, m.time_limit or None, cameras=cameras)
             self.watchdog_s = m.watchdog_s
+            self.image_encoding = m.image_encoding
         return self._spec
+
+    def _observation(self, m: pb.Observation, what: str) -> RobotObservation:
+        """The observation with its frames decoded and checked against the spec (``CameraError`` otherwise)."""
+        obs = RobotObservation(np.asarray(m.state, np.float32), m.reward, m.success, m.stamp)
+        if not len(m.images) and (self._spec is None or not self._spec.cameras):
+            return obs  # no cameras: as before, no spec call needed
+        spec = self.spec()
+        got = [i.camera for i in m.images]
+        want = [c.name for c in spec.cameras]
+        if got != want:
+            raise CameraError(grpc.StatusCode.DATA_LOSS, f"{what}: the observation has frames from cameras {got}, "
+                                                         f"the spec declares {want}")
+        for c, image in zip(spec.cameras, m.images, strict=True):
+            try:
+                obs.images[c.name] = decode_frame(c.name, image.data, self.image_encoding, c.shape)
+            except FrameError as e:
+                raise CameraError(grpc.StatusCode.DATA_LOSS, f"{what}: {e}") from None
+        return obs
 
     def reset(self, seed: int | None = None) -> RobotObservation:
         request = pb.ResetRequest(has_seed=seed is not None, seed=seed or 0)
-        return _observation(self._call("Reset", self._stub.Reset, request, self.reset_timeout_s).observation)
+        r = self._call("Reset", self._stub.Reset, request, self.reset_timeout_s)
+        return self._observation(r.observation, "Reset")
 
     def step(self, action: np.ndarray | None) -> StepResult:
         """Apply ``action`` at the next tick (``None``: hold this tick) and return what happened."""
@@ -150,7 +188,7 @@ class RobotClient:
             request = pb.StepRequest(action=np.asarray(action, np.float64).reshape(-1).tolist(), seq=self._seq)
         r = self._call("Step", self._stub.Step, request, self.step_timeout_s)
         applied = np.asarray(r.applied_action, np.float32) if len(r.applied_action) else None
-        return StepResult(_observation(r.observation), applied, r.clamp_flags, r.tick, r.queue_s)
+        return StepResult(self._observation(r.observation, "Step"), applied, r.clamp_flags, r.tick, r.queue_s)
 
     def heartbeat(self) -> pb.Status:
         return self._call("Heartbeat", self._stub.Heartbeat, pb.Empty(), self.timeout_s)
@@ -174,10 +212,6 @@ class RobotClient:
         self.close()
 
 
-def _observation(m: pb.Observation) -> RobotObservation:
-    return RobotObservation(np.asarray(m.state, np.float32), m.reward, m.success, m.stamp)
-
-
 class RobotEnv(gym.Env):
     """A remote robot as a gymnasium env (see the module docstring). ``terminate_on_success`` ends episodes on
     the robot's success flag, as the simulated tasks do."""
@@ -189,25 +223,34 @@ class RobotEnv(gym.Env):
         spec = client.spec()
         self.spec_robot = spec
         self.terminate_on_success = terminate_on_success
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (spec.state_dim,), np.float32)
+        state = gym.spaces.Box(-np.inf, np.inf, (spec.state_dim,), np.float32)
+        self.pixels = bool(spec.cameras)
+        if self.pixels:  # the layout of ArmEnv(pixels=True): state, then one group per camera
+            self.observation_space: gym.Space = gym.spaces.Dict(
+                {"state": state, **{c.group: gym.spaces.Box(0, 255, c.shape, np.uint8) for c in spec.cameras}})
+        else:
+            self.observation_space = state
         self.action_space = gym.spaces.Box(
             np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
         )
         self.last_state: np.ndarray | None = None
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def _obs(self, obs: RobotObservation) -> Any:
+        return obs.as_dict() if self.pixels else obs.state
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
         obs = self.client.reset(seed)
         self.last_state = obs.state
-        return obs.state, {"success": obs.success}
+        return self._obs(obs), {"success": obs.success}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         r = self.client.step(np.asarray(action))
         obs = r.observation
         self.last_state = obs.state
         info = {"success": obs.success, "applied_action": r.applied_action, "clamp_flags": r.clamp_flags,
                 "queue_s": r.queue_s, "tick": r.tick}
-        return obs.state, obs.reward, bool(obs.success and self.terminate_on_success), False, info
+        return self._obs(obs), obs.reward, bool(obs.success and self.terminate_on_success), False, info
 
     def close(self) -> None:
         self.client.close()

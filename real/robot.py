@@ -14,6 +14,12 @@ calls it from a single control thread, once per control period, so a driver need
   at the next tick) and answers the ``EStop`` call only after it returned; later ticks call ``hold()`` until the
   latch is cleared, and ``hold()`` after ``stop()`` must keep the robot where ``stop()`` left it;
 * ``observe()`` returns the latest ``RobotObservation``;
+* ``spec.cameras`` (optional) declares the driver's cameras (``CameraSpec``: name, height, width); every
+  observation then carries one uint8 ``(height, width, 3)`` RGB frame per camera in ``RobotObservation.images``,
+  keyed by camera name. The server compresses them for the wire (``robot_rl.real.images``) outside the control
+  loop, possibly while the next tick runs: give each observation fresh arrays (never refill a buffer that an
+  earlier observation returned). A frame of the wrong shape or type fails that reply (never the loop). Clients see them as the observation
+  groups ``"pixels/<camera>"`` (``RobotObservation.as_dict``), the layout of the simulated ``-pixels`` tasks;
 * ``reset_position(seed)`` (optional) says where ``reset(seed)`` will put the end effector, so that the server can
   first bring the hand there at a limited speed; the default ``None`` means ``reset`` moves the robot itself within
   its limits (or needs an operator).
@@ -27,6 +33,7 @@ box. Teleop devices produce actions in this same frame (``robot_rl.real.teleop``
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +63,37 @@ class CartesianLimits:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
+_CAMERA_NAME = re.compile(r"[a-z0-9_]{1,32}")
+MAX_CAMERA_SIDE = 4096
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """One camera of a robot: its frames are uint8 ``(height, width, 3)`` RGB, observation group
+    ``"pixels/<name>"``. Names are 1-32 characters of ``a-z0-9_``."""
+
+    name: str
+    height: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _CAMERA_NAME.fullmatch(self.name):
+            raise ValueError(f"camera name must be 1-32 characters of a-z, 0-9 and _, got {self.name!r}")
+        for side in ("height", "width"):
+            v = getattr(self, side)
+            if not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_CAMERA_SIDE:
+                raise ValueError(f"camera {self.name!r}: {side} must be an integer in 1..{MAX_CAMERA_SIDE}, got {v!r}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (int(self.height), int(self.width), 3)
+
+    @property
+    def group(self) -> str:
+        """The observation group of this camera's frames (what ``CameraFusion`` reads)."""
+        return f"pixels/{self.name}"
+
+
 @dataclass(frozen=True)
 class RobotSpec:
     """Everything a client needs to know about a robot before it sends the first command."""
@@ -69,12 +107,31 @@ class RobotSpec:
     cartesian: CartesianLimits | None = None
     time_limit: int | None = None  # episode length in control steps, if the task has one
     state_layout: dict[str, tuple[int, int]] = field(default_factory=dict)
+    cameras: tuple[CameraSpec, ...] = ()  # every observation carries one frame of each (RobotObservation.images)
 
     def __post_init__(self) -> None:
         if len(self.action_low) != self.action_dim or len(self.action_high) != self.action_dim:
             raise ValueError("action_low and action_high must have action_dim entries")
         if not self.control_hz > 0:
             raise ValueError(f"control_hz must be > 0, got {self.control_hz}")
+        names = [c.name for c in self.cameras]
+        if len(set(names)) != len(names):
+            raise ValueError(f"camera names must be unique, got {names}")
+
+    def check_images(self, images: dict[str, np.ndarray]) -> None:
+        """Raise ``ValueError`` (one line naming the camera) unless ``images`` holds exactly one uint8 frame of the
+        declared shape per camera."""
+        names = {c.name for c in self.cameras}
+        extra = sorted(set(images) - names)
+        if extra:
+            raise ValueError(f"frame from undeclared camera {extra[0]!r} (declared: {sorted(names) or 'none'})")
+        for c in self.cameras:
+            a = images.get(c.name)
+            if a is None:
+                raise ValueError(f"camera {c.name!r}: no frame in the observation")
+            if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.shape != c.shape:
+                what = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise ValueError(f"camera {c.name!r}: frame must be uint8 {c.shape}, got {what}")
 
 
 @dataclass
@@ -87,6 +144,12 @@ class RobotObservation:
     success: bool = False
     stamp: float = 0.0  # when it was measured (s, the robot's clock: time.monotonic() or a simulated clock); the
     # supervisor's speed check divides by the difference of consecutive stamps
+    images: dict[str, np.ndarray] = field(default_factory=dict)  # camera name -> uint8 (H, W, 3) RGB (spec.cameras)
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The project's observation layout: ``{"state": ..., "pixels/<camera>": uint8 (H, W, 3), ...}`` (the
+        groups ``robot_rl.policies.encoders.CameraFusion`` reads, as ``ArmEnv(pixels=True)`` gives them)."""
+        return {"state": self.state, **{f"pixels/{name}": a for name, a in self.images.items()}}
 
 
 class Robot(abc.ABC):

@@ -26,6 +26,14 @@ escapes a tick is a bug that ends the loop: the driver is stopped, and from then
 **Priority.** The control thread asks the OS for real-time scheduling (``control_priority``; granted to root or
 with CAP_SYS_NICE, else nice -10 if allowed) and reports what it got (``GetStatus.loop_priority``).
 
+**Cameras.** A driver that declares cameras (``spec.cameras``) puts one uint8 RGB frame per camera in each
+observation; the reply carries them compressed (``image_encoding``: JPEG, or PNG for exact frames) with a size limit
+per frame (``max_frame_bytes``) and per observation (``max_observation_bytes``). Frames are checked and encoded by
+the gRPC worker that answers the call, after the tick, never by the control loop (whose timing, watchdog and e-stop
+are the same with and without cameras). A bad frame from the driver (wrong shape or type, too big) fails that one
+reply with ``DATA_LOSS`` and a one-line message naming the camera (counted as ``bad_frame``); the step itself was
+applied, the robot is not stopped, the server goes on serving. Without cameras a reply has no image bytes at all.
+
 gRPC workers only validate requests and hand them to the loop; every wait on their side has a deadline. Who may
 call and how many calls at once is ``robot_rl.real.guard.Gate``'s job (token on metadata, reserved EStop capacity, bounded
 body reads). Status snapshots copy a few counters under a short lock; the timing percentiles are recomputed at most
@@ -56,6 +64,7 @@ from .guard import (
     is_loopback,
     safe_text,
 )
+from .images import ENCODINGS, FrameError, encode_frame
 from .proto import PROTOCOL, pb, pb_grpc
 from .robot import Robot, RobotObservation
 from .safety import SafetyFilter, UnsafeCommand
@@ -68,6 +77,8 @@ __all__ = ["TOKEN_ENV", "RobotServer", "ServerConfig", "StartupError"]
 _TIMING_WINDOW = 30_000  # samples kept for percentiles (10 minutes at 50 Hz)
 _TIMING_REFRESH_S = 0.5  # status percentiles are recomputed at most this often
 _HEADER_REASON = "EStop call (reason not received yet)"
+_MAX_SEND_BYTES = 4 * 1024 * 1024  # gRPC's reply limit (the client's default receive limit too)
+_MAX_OBSERVATION_BYTES = _MAX_SEND_BYTES - 64 * 1024  # frames of one reply; the rest is a few hundred bytes
 
 
 @dataclass
@@ -96,6 +107,11 @@ class ServerConfig:
     reset_speed_fraction: float = 0.5  # reset motions move at this fraction of the step limit
     reset_tolerance_m: float = 0.003  # a reset motion is done when the hand is this close to the start position
     control_priority: int = 10  # SCHED_FIFO priority the control thread asks for (0: do not ask); see _prioritise
+    image_encoding: str = "jpeg"  # camera frames on the wire: "jpeg" or "png" (lossless); drivers without cameras
+    # send no frames at all
+    jpeg_quality: int = 90  # 1..95
+    max_frame_bytes: int = 256 * 1024  # one encoded frame above this fails its reply (DATA_LOSS, "bad_frame")
+    max_observation_bytes: int = 1024 * 1024  # all frames of one observation together
 
     def validate(self) -> None:
         if not self.token and not self.allow_unauthenticated:
@@ -116,6 +132,14 @@ class ServerConfig:
                      "estop_ack_timeout_s", "reset_tolerance_m"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.image_encoding not in ENCODINGS:
+            raise ValueError(f"image_encoding must be one of {', '.join(ENCODINGS)}, got {self.image_encoding!r}")
+        if not 1 <= self.jpeg_quality <= 95:
+            raise ValueError(f"jpeg_quality must be in 1..95, got {self.jpeg_quality}")
+        if not 1 <= self.max_frame_bytes <= self.max_observation_bytes <= _MAX_OBSERVATION_BYTES:
+            raise ValueError(f"need 1 <= max_frame_bytes <= max_observation_bytes <= {_MAX_OBSERVATION_BYTES} "
+                             f"(gRPC's reply limit less room for the rest), got {self.max_frame_bytes} and "
+                             f"{self.max_observation_bytes}")
         if not 0 < self.reset_speed_fraction <= 1:
             raise ValueError(f"reset_speed_fraction must be in (0, 1], got {self.reset_speed_fraction}")
         self.gate_limits().validate()
@@ -131,7 +155,7 @@ class ServerConfig:
         return [
             ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
             ("grpc.max_receive_message_length", self.max_message_bytes),
-            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.max_send_message_length", _MAX_SEND_BYTES),
             ("grpc.max_metadata_size", 16 * 1024),
             ("grpc.max_concurrent_streams", self.max_streams_per_connection),
             ("grpc.keepalive_time_ms", ms(self.keepalive_s)),
@@ -161,7 +185,7 @@ class _DriverFault(Exception):
 class _Pending:
     """A request waiting for its control tick."""
 
-    __slots__ = ("kind", "action", "seed", "seq", "arrived", "done", "reply", "error")
+    __slots__ = ("kind", "action", "seed", "seq", "arrived", "done", "reply", "error", "images")
 
     def __init__(self, kind: str, action: np.ndarray | None = None, seed: int | None = None, seq: int = 0):
         self.kind, self.action, self.seed, self.seq = kind, action, seed, seq
@@ -169,6 +193,7 @@ class _Pending:
         self.done = threading.Event()
         self.reply: pb.StepReply | None = None
         self.error: tuple[grpc.StatusCode, str, str] | None = None  # code, details, refusal counter
+        self.images: dict[str, np.ndarray] | None = None  # the reply's frames, encoded by the waiting worker
 
     def fail(self, code: grpc.StatusCode, details: str, reason: str) -> None:
         """Answer with an error (first answer wins) and release the waiting call."""
@@ -305,6 +330,11 @@ class RobotServer:
             obs = self.robot.observe()
             if np.asarray(obs.state).shape != (self.spec.state_dim,) or not np.all(np.isfinite(obs.state)):
                 raise RuntimeError("the driver's first observation is not a finite state of the spec's size")
+            try:
+                self.spec.check_images(obs.images)
+                self._encode_images(obs.images)
+            except ValueError as e:
+                raise RuntimeError(f"the driver's first observation does not match its cameras: {e}") from None
             self._obs = obs
             self.supervisor.rebase(obs)
             self._last_contact = self._last_tick = time.monotonic()
@@ -418,7 +448,35 @@ class RobotServer:
             self.refusals.add(reason)
             raise _CallError(code, details)
         assert item.reply is not None
+        if self.spec.cameras:
+            try:
+                item.reply.observation.images.extend(self._encode_images(item.images or {}))
+            except FrameError as e:
+                self.refusals.add("bad_frame")
+                log.warning("bad camera frame from the driver: %s", safe_text(str(e), 300))
+                applied = "its action was applied" if item.kind == "step" else "it was done"
+                raise _CallError(grpc.StatusCode.DATA_LOSS, f"camera frame: {e}; {applied} (tick {item.reply.tick}) "
+                                                            "but its observation cannot be sent") from None
         return item.reply
+
+    def _encode_images(self, images: dict[str, np.ndarray]) -> list[pb.Image]:
+        """The observation's frames, checked against the spec and compressed, in ``spec.cameras`` order. Raises
+        ``FrameError`` (one line naming the camera): wrong shape or type, a frame or the total over its limit."""
+        c = self.config
+        try:
+            self.spec.check_images(images)
+        except ValueError as e:
+            raise FrameError(str(e)) from None
+        out, total = [], 0
+        for cam in self.spec.cameras:
+            data = encode_frame(cam.name, images[cam.name], c.image_encoding, quality=c.jpeg_quality,
+                                max_bytes=c.max_frame_bytes)
+            total += len(data)
+            if total > c.max_observation_bytes:
+                raise FrameError(f"camera {cam.name!r}: the observation's frames exceed {c.max_observation_bytes:,} "
+                                 "bytes together (max_observation_bytes)")
+            out.append(pb.Image(camera=cam.name, data=data))
+        return out
 
     def _estop_message(self) -> str:
         return (f"e-stop latched ({self.estop_reason}); not executed; clear it with ClearEStop before commanding or "
@@ -564,6 +622,9 @@ class RobotServer:
             action_low=s.action_low, action_high=s.action_high, time_limit=s.time_limit or 0,
             watchdog_s=self.config.watchdog_s, protocol=PROTOCOL,
         )
+        if s.cameras:
+            msg.cameras.extend(pb.CameraSpec(name=c.name, height=c.height, width=c.width) for c in s.cameras)
+            msg.image_encoding, msg.max_frame_bytes = self.config.image_encoding, self.config.max_frame_bytes
         if s.cartesian is not None:
             c = s.cartesian
             msg.cartesian = True
@@ -784,6 +845,7 @@ class RobotServer:
                 applied_action=[] if applied is None or it is not item else applied.tolist(),
                 clamp_flags=flags if it is item else 0, queue_s=now - it.arrived,
             )
+            it.images = dict(o.images)  # encoded by the waiting worker (submit), not here
             it.done.set()
 
     def _reset_done(self) -> None:

@@ -15,16 +15,33 @@ state). Three things make it behave as the server needs a robot to:
   random stream), so that the server can drive the hand there at the speed limit before the scene is reset;
 * observation stamps are on the simulated clock (time at ``connect`` plus simulated seconds), so measured speeds
   are true simulated speeds even when the host stalls the control loop.
+
+Cameras. ``pixels=True`` serves the ``front`` and ``wrist`` cameras of ``ArmEnv(pixels=True)`` (``PIXEL_CAMERAS``) at
+``pixel_size`` (height, width), rendered by the env's own pixel renderer after every tick, and the state becomes
+what the simulated ``<task>-pixels`` tasks observe: proprioception only (``PROPRIO_KEYS``: ``ee_pos``, ``ee_vel``,
+``gripper``, 7 numbers), so a pixel policy trained in simulation sees the same observation groups here.
+``full_state=True`` keeps the 29-number state beside the frames (for the scripted operator, which reads the cube
+and target from it). Without ``pixels`` nothing changes: the 29-number state, no frames. An OpenGL context belongs
+to the thread that made it current, and the server calls the driver from its control thread after building it in
+another one, so with cameras every env call runs on one thread of the driver's own (a hop of a few tens of
+microseconds per call). Rendering two 84x84 frames costs about 11 ms per tick on a software renderer (llvmpipe,
+the shared 2-core machine), inside the tick: fine at 20 Hz (50 ms), tight at 50 Hz.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 from robot_rl.envs.arm import ArmEnv
 from robot_rl.envs.arm.constants import (
     CONTROL_DT,
+    PIXEL_CAMERAS,
+    PROPRIO_DIM,
+    PROPRIO_KEYS,
     STATE_DIM,
     STATE_LAYOUT,
     TIME_LIMITS,
@@ -32,7 +49,7 @@ from robot_rl.envs.arm.constants import (
     WORKSPACE_LOW,
 )
 
-from ..robot import CartesianLimits, Robot, RobotObservation, RobotSpec
+from ..robot import CameraSpec, CartesianLimits, Robot, RobotObservation, RobotSpec
 
 
 class SimArm(Robot):
@@ -45,6 +62,10 @@ class SimArm(Robot):
             hand speed at any rate.
         max_speed_mps: hand speed limit enforced by the server's safety filter.
         seed: seeds the first episode; later resets continue the env's random stream unless given a seed.
+        pixels: serve the ``front`` and ``wrist`` cameras; the state is then proprioception only (see the module
+            docstring).
+        pixel_size: (height, width) of both cameras' frames.
+        full_state: with ``pixels``, keep the full 29-number state instead of proprioception.
     """
 
     def __init__(
@@ -54,13 +75,30 @@ class SimArm(Robot):
         control_hz: float = 1.0 / CONTROL_DT,
         max_speed_mps: float = 1.0,
         seed: int | None = 0,
+        pixels: bool = False,
+        pixel_size: Sequence[int] = (84, 84),
+        full_state: bool = False,
     ) -> None:
-        self.env = ArmEnv(task, reward, control_hz=control_hz)
+        size = tuple(int(v) for v in pixel_size)
+        if len(size) != 2:
+            raise ValueError(f"pixel_size must be (height, width), got {pixel_size!r}")
+        self.pixels, self.full_state = bool(pixels), bool(full_state)
+        cameras = tuple(CameraSpec(name, *size) for name in PIXEL_CAMERAS) if self.pixels else ()
+        # With cameras, the env lives on one thread of its own: its OpenGL context must only be current there.
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="sim-arm-gl") if self.pixels else None
+        try:
+            self.env = self._call(ArmEnv, task, reward, control_hz=control_hz, pixels=self.pixels, pixel_size=size)
+        except BaseException:
+            if self._thread is not None:
+                self._thread.shutdown(wait=False)
+            raise
         self.task, self._seed = task, seed
         d = self.env.max_delta
+        proprio = self.pixels and not self.full_state
+        layout = STATE_LAYOUT if not proprio else _proprio_layout()
         self.spec = RobotSpec(
-            name=f"sim_arm:{task}" + ("-sparse" if reward == "sparse" else ""),
-            state_dim=STATE_DIM,
+            name=f"sim_arm:{task}" + ("-sparse" if reward == "sparse" else "") + ("-pixels" if self.pixels else ""),
+            state_dim=PROPRIO_DIM if proprio else STATE_DIM,
             action_dim=4,
             control_hz=control_hz,
             action_low=(-1.0,) * 4,
@@ -74,7 +112,8 @@ class SimArm(Robot):
                 max_speed_mps=max_speed_mps,
             ),
             time_limit=int(round(TIME_LIMITS[task] * control_hz * CONTROL_DT)),
-            state_layout={k: (s.start, s.stop) for k, s in STATE_LAYOUT.items()},
+            state_layout={k: (s.start, s.stop) for k, s in layout.items()},
+            cameras=cameras,
         )
         self._obs: RobotObservation | None = None
         self._gripper = -1.0
@@ -86,24 +125,47 @@ class SimArm(Robot):
         self.reset(self._seed)
 
     def disconnect(self) -> None:
-        self.env.close()
+        self._call(self.env.close)
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, on the env's own thread when there are cameras (see the module docstring)."""
+        if self._thread is None:
+            return fn(*args, **kwargs)
+        return self._thread.submit(fn, *args, **kwargs).result()
+
+    def _split(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(state, frames by camera name) from the env's observation."""
+        if not self.pixels:
+            return obs, {}
+        images = {name: obs[f"pixels/{name}"] for name in PIXEL_CAMERAS}
+        if self.full_state:  # the env gave proprioception; the full state is its task's observation
+            return self._call(self._full_state), images
+        return obs["state"], images
+
+    def _full_state(self) -> np.ndarray:
+        qpos, qvel = self.env.physics.state()
+        return self.env.arm_task.observe(qpos, qvel)[0].numpy()
 
     def _stamp(self) -> float:
         return self._clock0 + self._sim_s
 
     def reset(self, seed: int | None = None) -> RobotObservation:
-        state, info = self.env.reset(seed=seed)
+        obs, info = self._call(self.env.reset, seed=seed)
+        state, images = self._split(obs)
         self._gripper = -1.0
-        self._obs = RobotObservation(state, 0.0, bool(info["success"]), self._stamp())
+        self._obs = RobotObservation(state, 0.0, bool(info["success"]), self._stamp(), images)
         return self._obs
 
     def reset_position(self, seed: int | None = None) -> np.ndarray:
         """The grip position ``reset(seed)`` will start from; this env's random stream is untouched."""
-        return self.env.reset_position(seed)
+        return self._call(self.env.reset_position, seed)
 
     def stop(self) -> None:
         """Freeze the servo targets on the measured pose (see the module docstring); time does not advance."""
-        self.env.hold()
+        self._call(self.env.hold)
 
     def observe(self) -> RobotObservation:
         if self._obs is None:
@@ -119,6 +181,17 @@ class SimArm(Robot):
         self._advance(np.array([0.0, 0.0, 0.0, self._gripper]))
 
     def _advance(self, action: np.ndarray) -> None:
-        state, reward, _, _, info = self.env.step(action)
+        obs, reward, _, _, info = self._call(self.env.step, action)
+        state, images = self._split(obs)
         self._sim_s += self.env.control_dt
-        self._obs = RobotObservation(state, float(reward), bool(info["success"]), self._stamp())
+        self._obs = RobotObservation(state, float(reward), bool(info["success"]), self._stamp(), images)
+
+
+def _proprio_layout() -> dict[str, slice]:
+    """Where each proprioceptive quantity sits in the proprioception-only state (``PROPRIO_KEYS`` order)."""
+    out, i = {}, 0
+    for key in PROPRIO_KEYS:
+        n = STATE_LAYOUT[key].stop - STATE_LAYOUT[key].start
+        out[key] = slice(i, i + n)
+        i += n
+    return out

@@ -11,7 +11,7 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class Spec(_message.Message):
-    __slots__ = ("name", "state_dim", "action_dim", "control_hz", "action_low", "action_high", "time_limit", "cartesian", "workspace_low", "workspace_high", "metres_per_unit", "max_step_m", "max_speed_mps", "watchdog_s", "protocol")
+    __slots__ = ("name", "state_dim", "action_dim", "control_hz", "action_low", "action_high", "time_limit", "cartesian", "workspace_low", "workspace_high", "metres_per_unit", "max_step_m", "max_speed_mps", "watchdog_s", "protocol", "cameras", "image_encoding", "max_frame_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_DIM_FIELD_NUMBER: _ClassVar[int]
     ACTION_DIM_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,9 @@ class Spec(_message.Message):
     MAX_SPEED_MPS_FIELD_NUMBER: _ClassVar[int]
     WATCHDOG_S_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CAMERAS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    MAX_FRAME_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     state_dim: int
     action_dim: int
@@ -42,7 +45,28 @@ class Spec(_message.Message):
     max_speed_mps: float
     watchdog_s: float
     protocol: str
-    def __init__(self, name: _Optional[str] = ..., state_dim: _Optional[int] = ..., action_dim: _Optional[int] = ..., control_hz: _Optional[float] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., time_limit: _Optional[int] = ..., cartesian: _Optional[bool] = ..., workspace_low: _Optional[_Iterable[float]] = ..., workspace_high: _Optional[_Iterable[float]] = ..., metres_per_unit: _Optional[float] = ..., max_step_m: _Optional[float] = ..., max_speed_mps: _Optional[float] = ..., watchdog_s: _Optional[float] = ..., protocol: _Optional[str] = ...) -> None: ...
+    cameras: _containers.RepeatedCompositeFieldContainer[CameraSpec]
+    image_encoding: str
+    max_frame_bytes: int
+    def __init__(self, name: _Optional[str] = ..., state_dim: _Optional[int] = ..., action_dim: _Optional[int] = ..., control_hz: _Optional[float] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., time_limit: _Optional[int] = ..., cartesian: _Optional[bool] = ..., workspace_low: _Optional[_Iterable[float]] = ..., workspace_high: _Optional[_Iterable[float]] = ..., metres_per_unit: _Optional[float] = ..., max_step_m: _Optional[float] = ..., max_speed_mps: _Optional[float] = ..., watchdog_s: _Optional[float] = ..., protocol: _Optional[str] = ..., cameras: _Optional[_Iterable[_Union[CameraSpec, _Mapping]]] = ..., image_encoding: _Optional[str] = ..., max_frame_bytes: _Optional[int] = ...) -> None: ...
+
+class CameraSpec(_message.Message):
+    __slots__ = ("name", "height", "width")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    height: int
+    width: int
+    def __init__(self, name: _Optional[str] = ..., height: _Optional[int] = ..., width: _Optional[int] = ...) -> None: ...
+
+class Image(_message.Message):
+    __slots__ = ("camera", "data")
+    CAMERA_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    camera: str
+    data: bytes
+    def __init__(self, camera: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ResetRequest(_message.Message):
     __slots__ = ("has_seed", "seed")
@@ -63,16 +87,18 @@ class StepRequest(_message.Message):
     def __init__(self, action: _Optional[_Iterable[float]] = ..., seq: _Optional[int] = ..., hold: _Optional[bool] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("state", "reward", "success", "stamp")
+    __slots__ = ("state", "reward", "success", "stamp", "images")
     STATE_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     STAMP_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
     state: _containers.RepeatedScalarFieldContainer[float]
     reward: float
     success: bool
     stamp: float
-    def __init__(self, state: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., success: _Optional[bool] = ..., stamp: _Optional[float] = ...) -> None: ...
+    images: _containers.RepeatedCompositeFieldContainer[Image]
+    def __init__(self, state: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., success: _Optional[bool] = ..., stamp: _Optional[float] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ...) -> None: ...
 
 class StepReply(_message.Message):
     __slots__ = ("observation", "seq", "tick", "applied_action", "clamp_flags", "queue_s")
