@@ -69,8 +69,11 @@ def decode_frame(camera: str, data: bytes, encoding: str, shape: tuple[int, int,
     except FrameError:
         raise
     except Exception as e:  # Pillow raises UnidentifiedImageError, OSError (truncated), SyntaxError, ValueError...
-        raise FrameError(f"camera {camera!r}: {len(data):,} bytes do not decode as {encoding} "
-                         f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+        from PIL import UnidentifiedImageError
+
+        why = "not an image of that format" if isinstance(e, UnidentifiedImageError) else \
+            f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        raise FrameError(f"camera {camera!r}: {len(data):,} bytes do not decode as {encoding} ({why})") from None
     if out.shape != tuple(shape):
         raise FrameError(f"camera {camera!r}: decoded frame has shape {out.shape}, expected {tuple(shape)}")
     return out

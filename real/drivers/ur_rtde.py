@@ -36,6 +36,13 @@ Gripper: there is no gripper driver. Pass ``gripper`` (called with ``action[3]``
 e.g. the opening in metres) to connect one (a Robotiq URCap client, a digital output, ...). Without them the
 gripper action is ignored and the state reports the last commanded gripper value as a placeholder.
 
+Cameras (**untested on hardware**, like the rest): pass ``cameras=`` either ``robot_rl.real.cameras.Camera``
+objects (e.g. ``CallableCamera(name, height, width, capture)`` around your own grabber) or ``{name: source}`` for
+OpenCV (``OpenCVCamera``: a USB index such as 0 or a stream URL, read in a background thread, resized to
+``camera_size``). They are opened by ``connect()``, closed by ``disconnect()``, declared in the spec, and every
+observation carries each camera's latest frame (``observe()`` never waits for a new one). Name them ``front`` and
+``wrist`` to match the simulated arm's ``-pixels`` observation groups.
+
 State vector (13 numbers, float32): TCP pose (position m, rotation vector rad: ``getActualTCPPose``), TCP
 speed (linear m/s, angular rad/s: ``getActualTCPSpeed``), gripper; see ``STATE_LAYOUT``. Policies trained on
 the simulated arm's 29-D state need an adapter (object positions come from perception), which is not here.
@@ -44,10 +51,11 @@ the simulated arm's 29-D state need an adapter (object positions come from perce
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from robot_rl.real.cameras import Camera, make_cameras
 from robot_rl.real.robot import CartesianLimits, Robot, RobotObservation, RobotSpec
 
 INSTALL_HINT = "the UR driver needs ur_rtde: pip install ur_rtde"
@@ -98,6 +106,8 @@ class URRobot(Robot):
         stop_decel: deceleration (m/s^2) of ``stop()``.
         gripper, gripper_state: optional gripper hooks (see the module docstring).
         time_limit: episode length in control steps to advertise in the spec, if any.
+        cameras: ``Camera`` objects, or ``{name: OpenCV source}`` (see the module docstring; untested).
+        camera_size: (height, width) of the OpenCV cameras' frames.
     """
 
     def __init__(
@@ -122,7 +132,10 @@ class URRobot(Robot):
         gripper: Callable[[float], None] | None = None,
         gripper_state: Callable[[], float] | None = None,
         time_limit: int | None = None,
+        cameras: Sequence[Camera] | Mapping[str, int | str] | None = None,
+        camera_size: Sequence[int] = (84, 84),
     ) -> None:
+        self.cameras = make_cameras(cameras, camera_size)
         home = np.asarray(home_pose, dtype=np.float64).reshape(-1)
         if home.shape != (6,) or not np.all(np.isfinite(home)):
             raise ValueError(f"home_pose must be 6 finite numbers [x, y, z, rx, ry, rz], got {home_pose}")
@@ -163,6 +176,7 @@ class URRobot(Robot):
             cartesian=limits,
             time_limit=time_limit,
             state_layout=dict(STATE_LAYOUT),
+            cameras=tuple(c.spec for c in self.cameras),
         )
         self.ip = ip
         self.home_pose = home
@@ -200,6 +214,12 @@ class URRobot(Robot):
         if not (self._control.isConnected() and self._receive.isConnected()):
             self.disconnect()
             raise ConnectionError(f"could not connect to the UR controller at {self.ip}")
+        try:
+            for camera in self.cameras:
+                camera.open()
+        except BaseException:
+            self.disconnect()
+            raise
 
     def disconnect(self) -> None:
         """Leave servo mode, stop ur_rtde's control script and close both interfaces; safe to call twice."""
@@ -215,6 +235,8 @@ class URRobot(Robot):
                 control.disconnect()
         if receive is not None:
             receive.disconnect()
+        for camera in self.cameras:
+            camera.close()
 
     def _interfaces(self) -> tuple[Any, Any]:
         if self._control is None or self._receive is None:
@@ -236,7 +258,8 @@ class URRobot(Robot):
         state[0:6] = pose
         state[6:12] = speed
         state[12] = gripper
-        return RobotObservation(state=state, stamp=time.monotonic())
+        images = {c.spec.name: c.read() for c in self.cameras}
+        return RobotObservation(state=state, stamp=time.monotonic(), images=images)
 
     def reset(self, seed: int | None = None) -> RobotObservation:
         """Leave servo mode, move to ``home_pose`` with a blocking ``moveL``, open the gripper. ``seed`` is

@@ -45,6 +45,13 @@ class ServeRobotArgs:
     reward: str = _help("dense", "sim_arm: dense or sparse")
     control_hz: float = _help(20.0, "sim_arm: control rate of the loop")
     seed: int = _help(0, "sim_arm: seed of the first episode")
+    pixels: bool = _help(
+        False, "sim_arm: serve the front and wrist cameras; the state is then proprioception only, as in the "
+               "<task>-pixels tasks (driver_args.full_state=true keeps the full state)"
+    )
+    pixel_size: list[int] = _help([84, 84], "sim_arm: camera frames' height and width")
+    image_encoding: str = _help("jpeg", "camera frames on the wire: jpeg, or png (lossless, larger)")
+    max_frame_bytes: int = _help(256 * 1024, "an encoded camera frame above this fails its step (DATA_LOSS)")
     host: str = _help("127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
     port: int = _help(50051, "port to listen on (0: any free port, printed at start)")
     token_file: str | None = _help(None, f"file whose first line is the shared token (default: ${TOKEN_ENV})")
@@ -300,10 +307,12 @@ def serve_robot(args: ServeRobotArgs) -> int:
     kwargs = dict(args.driver_args)
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
-                  **kwargs}
+                  "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), **kwargs}
     token = _token(args)
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
-                          watchdog_s=args.watchdog_s, max_message_bytes=args.max_message_bytes, tls_cert=args.tls_cert, tls_key=args.tls_key)
+                          watchdog_s=args.watchdog_s, max_message_bytes=args.max_message_bytes, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                          image_encoding=args.image_encoding, max_frame_bytes=args.max_frame_bytes,
+                          max_observation_bytes=max(args.max_frame_bytes, ServerConfig.max_observation_bytes))
     try:
         config.validate()
         robot = make_driver(args.driver, **kwargs)
@@ -316,6 +325,9 @@ def serve_robot(args: ServeRobotArgs) -> int:
         raise CommandError(str(e)) from None
     auth = "token required" if token else "UNAUTHENTICATED (loopback only)"
     tls = ", TLS" if args.tls_cert else ""
+    cams = robot.spec.cameras
+    if cams:
+        tls += ", cameras " + " ".join(f"{c.name} {c.height}x{c.width}" for c in cams) + f" ({args.image_encoding})"
     print(f"serving {robot.spec.name} on {format_address(args.host, port)} at {robot.spec.control_hz:g} Hz ({auth}{tls}); "
           "Ctrl-C to stop", flush=True)
     start = time.monotonic()
@@ -396,6 +408,8 @@ def hil_train(args: HilTrainArgs) -> int:
     actor = build_actor(spec.state_dim, spec.action_dim, sac)
 
     def policy(state: Any) -> Any:
+        if isinstance(state, dict):  # a robot with cameras: this learner reads the state group only
+            state = state["state"]
         with torch.no_grad():
             return actor(torch.as_tensor(state, dtype=torch.float32)[None])[0][0].numpy()
 

@@ -20,9 +20,15 @@ operator's following active stretch as a rewind: the robot is driven back to a f
 correction. Rewind steps are recorded (flag ``intervention``) and go to the online buffer, but not to the prior
 buffer, because driving backwards is not a demonstration of the task.
 
+Observations: the policy sees the state vector, or, from a robot with cameras (``spec.cameras``), the observation
+dict ``{"state": ..., "pixels/<camera>": uint8 (H, W, 3)}`` (``RobotObservation.as_dict``: the groups a pixel policy
+trained on the simulated ``-pixels`` tasks reads). The operator's device, the learner link and the recorded dataset
+get the state vector (frames are not recorded yet).
+
 Transport errors: a step that misses its deadline or finds the server unreachable ends the episode (label
 ``comm_error``; its last transition is marked as truncated) and the session goes on with a new one; a reset is
-retried ``max_retries`` times before the error is raised. An e-stop latched on the robot ends the session.
+retried ``max_retries`` times before the error is raised. A lost camera frame (``CameraError``: the robot's frame
+was bad or did not decode; the step was applied) is handled the same way. An e-stop latched on the robot ends the session.
 
 Learner loss: when the link reports the learner dead, the session stops sending policy actions and holds the
 robot (one hold per tick, so the heartbeat and the control rate continue) until the link is back. The operator
@@ -41,7 +47,8 @@ from typing import Any, Protocol
 import grpc
 import numpy as np
 
-from robot_rl.real.client import BridgeError, EStopLatched, RobotClient
+from robot_rl.real.client import BridgeError, CameraError, EStopLatched, RobotClient
+from robot_rl.real.robot import RobotObservation
 from robot_rl.real.teleop.base import Event, Teleop
 
 
@@ -56,8 +63,13 @@ class Link(Protocol):
     def poll_weights(self) -> dict[str, Any] | None: ...
 
 
-Policy = Callable[[np.ndarray], np.ndarray]
+Policy = Callable[[Any], np.ndarray]  # state vector, or the observation dict on a robot with cameras
 _TRANSIENT = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
+
+
+def _transient(e: BridgeError) -> bool:
+    """Errors that end an episode (or are retried by a reset) rather than the session."""
+    return e.code in _TRANSIENT or isinstance(e, CameraError)
 
 
 @dataclass
@@ -92,7 +104,8 @@ class Session:
 
     Args:
         client: the robot.
-        policy: state -> action in [-1, 1]; None for pure teleoperation.
+        policy: observation -> action in [-1, 1] (the state vector, or on a robot with cameras the observation
+            dict, see the module docstring); None for pure teleoperation.
         policy_loader: called with new weights from the link (hil-train).
         policy_reset: called at the start of every episode (clears a chunked policy's queued actions).
         teleop: the operator's device, or None.
@@ -127,6 +140,7 @@ class Session:
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
         spec = client.spec()
         self.action_dim = spec.action_dim
+        self.pixels = bool(spec.cameras)  # the policy gets the observation dict
         self.time_limit = time_limit or spec.time_limit or 1000
         self.metrics_path = Path(metrics_path) if metrics_path else None
         self.log, self.task = log, task
@@ -152,7 +166,8 @@ class Session:
 
     def run_episode(self, seed: int | None = None) -> EpisodeStats:
         t0 = time.monotonic()
-        state = self._reset(seed)
+        first = self._reset(seed)
+        state, view = first.state, self._view(first)
         if self.teleop is not None:
             self.teleop.reset()
         if self.policy_reset is not None:  # a chunked policy's queued actions belong to the last episode
@@ -176,7 +191,7 @@ class Session:
             if operator:
                 action = np.asarray(cmd.action, np.float64)
             elif self.policy is not None and (self.link is None or self.link.alive):
-                action = np.asarray(self.policy(state), np.float64)
+                action = np.asarray(self.policy(view), np.float64)
                 rewinding = False  # a rewind lasts while the operator drives
             else:
                 action = None
@@ -187,14 +202,14 @@ class Session:
                 self.estopped, label = True, "estop"
                 break
             except BridgeError as e:
-                if e.code not in _TRANSIENT:
+                if not _transient(e):
                     raise
                 self.comm_errors += 1
                 self._say(f"warning: {e}; ending the episode and starting a new one")
                 label = "comm_error"
                 break
             if action is None:
-                state = r.observation.state
+                state, view = r.observation.state, self._view(r.observation)
                 held += 1
                 continue
             executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim, np.float32)
@@ -227,7 +242,7 @@ class Session:
                     # Rewind steps are real transitions (online buffer) but not demonstrations (prior buffer).
                     "intervention": np.array([operator and not rewind_step]),
                 }
-            state = nxt.state
+            state, view = nxt.state, self._view(nxt)
             if Event.RERECORD in events:
                 label = "rerecord"
                 break
@@ -243,13 +258,17 @@ class Session:
             self.link.push(pending)
         return self._finish(ep, label, rewind_steps, held, t0)
 
-    def _reset(self, seed: int | None) -> np.ndarray:
+    def _view(self, obs: RobotObservation) -> Any:
+        """What the policy sees: the state vector, or the observation dict on a robot with cameras."""
+        return obs.as_dict() if self.pixels else obs.state
+
+    def _reset(self, seed: int | None) -> RobotObservation:
         """Reset the robot, retrying transient transport errors a few times (a hiccup must not end a long run)."""
         for attempt in range(self.max_retries + 1):
             try:
-                return self.client.reset(seed).state
+                return self.client.reset(seed)
             except BridgeError as e:
-                if e.code not in _TRANSIENT or attempt == self.max_retries:
+                if not _transient(e) or attempt == self.max_retries:
                     raise
                 self.comm_errors += 1
                 self._say(f"warning: {e}; retrying the reset ({attempt + 1}/{self.max_retries})")

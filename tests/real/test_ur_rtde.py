@@ -320,3 +320,26 @@ def test_constructor_validation():
         URRobot("ip", HOME, HIGH, LOW)  # box upside down
     with pytest.raises(ValueError, match="move_speed"):
         URRobot("ip", HOME, LOW, HIGH, move_speed=0.6, max_speed_mps=0.5)  # reset() would exceed the speed limit
+
+
+def test_camera_hook_declares_and_reads_frames(monkeypatch):
+    from robot_rl.real.cameras import CallableCamera, OpenCVCamera, make_cameras
+
+    frames = iter(np.full((4, 6, 3), i, np.uint8) for i in range(100))
+    opened = []
+
+    class Cam(CallableCamera):
+        def open(self):
+            opened.append(self.spec.name)
+
+    robot, _ = make(monkeypatch, cameras=[Cam("wrist", 4, 6, lambda: next(frames))])
+    assert [(c.name, c.shape) for c in robot.spec.cameras] == [("wrist", (4, 6, 3))]
+    assert opened == ["wrist"]
+    a, b = robot.observe().images["wrist"], robot.observe().images["wrist"]
+    assert a.shape == (4, 6, 3) and a[0, 0, 0] == 0 and b[0, 0, 0] == 1  # the latest frame, a fresh array each time
+    robot.spec.check_images(robot.observe().images)
+    # {name: source} builds OpenCV cameras without importing OpenCV (opened only by connect()).
+    cams = make_cameras({"front": 0, "wrist": "rtsp://cam/1"}, (96, 128))
+    assert all(isinstance(c, OpenCVCamera) for c in cams) and cams[1].spec.shape == (96, 128, 3)
+    with pytest.raises(TypeError, match="Camera objects"):
+        make_cameras([lambda: None])

@@ -177,3 +177,34 @@ def test_a_lost_connection_ends_the_episode_cleanly_and_a_dead_server_is_reporte
     with pytest.raises(BridgeError):
         session.run_episode(seed=1)  # the reset is retried, then the error is raised
     client.close()
+
+
+def test_a_robot_with_cameras_gives_the_policy_the_observation_dict():
+    server = RobotServer(SimArm(task="reach", control_hz=20.0, seed=0, pixels=True, pixel_size=(32, 40)),
+                         ServerConfig(port=0, token=TOKEN, watchdog_s=2.5))
+    port = server.start()
+    c = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0)
+    seen: list[dict] = []
+    teleop_states: list[np.ndarray] = []
+
+    def policy(obs):
+        seen.append(obs)
+        return np.array([0.2, 0.0, 0.0, -1.0], np.float32)
+
+    class Watch(Script):
+        def read(self, state=None):
+            teleop_states.append(state)
+            return super().read(state)
+
+    link = ListLink()
+    try:
+        Session(c, policy=policy, link=link, teleop=Watch([]), time_limit=3, log=None).run(episodes=1, seed=1)
+    finally:
+        c.close()
+        server.stop()
+    assert len(seen) == 3
+    for obs in seen:  # the layout of ArmEnv(pixels=True): what CameraFusion reads
+        assert set(obs) == {"state", "pixels/front", "pixels/wrist"} and obs["state"].shape == (7,)
+        assert obs["pixels/front"].shape == (32, 40, 3) and obs["pixels/wrist"].dtype == np.uint8
+    assert all(s.shape == (7,) for s in teleop_states)  # the operator and the learner get the state vector
+    assert link.cat("obs").shape == (3, 7)
