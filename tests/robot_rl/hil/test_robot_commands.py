@@ -240,3 +240,13 @@ def test_hil_train_picks_up_a_learner_saved_by_the_old_hil_train(robot_server, t
     transitions = saved["learner"]["counters"]["transitions"]
     assert f"resumed the learner from {run / 'learner.pt'} ({transitions:,} transitions)" in capsys.readouterr().out
     assert checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]["transitions"] > transitions
+
+
+def test_serve_robot_with_cameras_says_so_and_bad_keys_are_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    assert main(["serve-robot", "port=0", "pixels=true", "pixel_size=[32,40]", "image_encoding=png", "run_for=0.3",
+                 "status_every=0"]) == 0
+    out = capsys.readouterr().out
+    assert "sim_arm:reach-pixels" in out and "cameras front 32x40 wrist 32x40 (png)" in out
+    assert main(["serve-robot", "port=0", "pixels=true", "image_encoding=webp"]) == 2
+    assert "image_encoding must be one of jpeg, png" in capsys.readouterr().err
