@@ -14,6 +14,14 @@ sending a small random action every tick, as an actor would. Measured:
   process, so the ratio ``heartbeat / bare`` is our layer's overhead (token check, status message) on top of gRPC.
 
 Writes ``bench/results/<date>-bridge-latency.json``. ``--quick`` runs 20 s.
+
+``--cameras HxW`` (e.g. ``--cameras 84x84``, usually with ``--hz 20``) measures the camera path: the simulated arm
+then serves its front and wrist cameras (``SimArm(pixels=True)``, frames ``--encoding`` jpeg or png) and the run
+steps it for ``--duration`` seconds twice, first without cameras then with them, each with its own server process,
+so that load drift hits both. Per configuration: step round trip p50/p99 (a step waits for the next tick, so about
+one period), tick to client (round trip less the wait: the driver's tick, frames, reply, decode), the server's tick work, the encoded
+frame bytes per step, the server's encode time per reply and the client's decode time (both cameras together).
+Written to ``bench/results/<date>-bridge-cameras.json`` (``--name``).
 """
 
 from __future__ import annotations
@@ -31,13 +39,19 @@ from bench.common import cpu_fractions, cpu_times, machine_info, results_path, w
 TOKEN = "bench-token"
 
 
-def _serve_robot(port_q: mp.Queue, stop: mp.Event, hz: float) -> None:
+def _serve_robot(port_q: mp.Queue, stop: mp.Event, hz: float, cameras: tuple[int, int] | None = None,
+                 encoding: str = "jpeg", report: bool = False) -> None:
     from robot_rl.real.drivers.sim_arm import SimArm
     from robot_rl.real.server import RobotServer, ServerConfig
 
-    server = RobotServer(SimArm("reach", control_hz=hz, seed=0), ServerConfig(port=0, token=TOKEN, watchdog_s=0.5))
+    robot = SimArm("reach", control_hz=hz, seed=0, pixels=cameras is not None, pixel_size=cameras or (84, 84))
+    server = RobotServer(robot, ServerConfig(port=0, token=TOKEN, watchdog_s=0.5, image_encoding=encoding))
     port_q.put(server.start())
+    mark = server.timing_mark()
     stop.wait()
+    if report:  # the caller reads it before joining this process
+        since = server.timing_since(mark)
+        port_q.put({"encode": since["encode"].tolist(), "work": since["work"].tolist()})
     server.stop()
 
 
@@ -56,7 +70,7 @@ def _serve_bare(port_q: mp.Queue, stop: mp.Event) -> None:
     server.stop(0.5)
 
 
-def _start(target, *args) -> tuple[mp.Process, mp.Event, int]:
+def _start(target, *args) -> tuple[mp.Process, mp.Event, int]:  # the robot process also reports at the end
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()
     p = ctx.Process(target=target, args=(q, stop, *args), daemon=True)
@@ -70,6 +84,94 @@ def _pct(xs: list[float]) -> dict[str, float]:
             "max_ms": float(a.max()), "mean_ms": float(a.mean())}
 
 
+def _camera_run(hz: float, duration: float, cameras: tuple[int, int] | None, encoding: str) -> dict:
+    """Step a sim-arm server (with or without cameras) at ``hz`` for ``duration`` s; the camera figures."""
+    from robot_rl.real.client import RobotClient
+
+    ctx = mp.get_context("spawn")
+    q, stop = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_serve_robot, args=(q, stop, hz, cameras, encoding, True), daemon=True)
+    proc.start()
+    port = q.get(timeout=120)
+    rng = np.random.default_rng(0)
+    step_rtt, tick_to_client, frame_bytes, decode = [], [], [], []
+    errors = 0
+    try:
+        client = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=2.0)
+        client.reset(seed=0)
+        for _ in range(20):  # warm up
+            client.step(rng.uniform(-0.3, 0.3, 4))
+        status0 = client.status()
+        start = time.perf_counter()
+        while time.perf_counter() - start < duration:
+            t = time.perf_counter()
+            try:
+                r = client.step(rng.uniform(-0.3, 0.3, 4))
+            except Exception:
+                errors += 1
+                continue
+            step_rtt.append(time.perf_counter() - t)
+            tick_to_client.append(step_rtt[-1] - r.queue_s)
+            frame_bytes.append(client.frame_bytes)
+            decode.append(client.decode_s)
+            if r.observation.success or len(step_rtt) % 200 == 0:
+                client.reset()
+        status = client.status()
+        client.close()
+    finally:
+        stop.set()
+        server_side = q.get(timeout=60)
+        proc.join(10)
+    return {
+        "cameras": None if cameras is None else {"names": ["front", "wrist"], "height": cameras[0],
+                                                 "width": cameras[1], "encoding": encoding},
+        "step_round_trip": _pct(step_rtt),
+        "step_tick_to_client": _pct(tick_to_client),
+        "frame_bytes_per_step": {"mean": float(np.mean(frame_bytes)), "max": int(np.max(frame_bytes))},
+        "encode_per_reply": _pct(server_side["encode"]) if server_side["encode"] else None,
+        "decode_per_reply": _pct(decode) if cameras is not None else None,
+        "tick_work": _pct(server_side["work"]),
+        "overruns": status.overruns - status0.overruns,
+        "ticks": status.ticks - status0.ticks,
+        "watchdog_trips": status.watchdog_trips - status0.watchdog_trips,
+        "step_errors": errors,
+    }
+
+
+def cameras_main(args: argparse.Namespace, duration: float) -> dict:
+    """``--cameras``: the same stepping without and with two cameras (see the module docstring)."""
+    h, w = (int(v) for v in args.cameras.lower().split("x"))
+    cpu0, load0 = cpu_times(), os.getloadavg()
+    runs = {}
+    for label, cams in (("no_cameras", None), ("cameras", (h, w))):
+        print(f"stepping the sim arm at {args.hz:g} Hz for {duration:.0f} s, {label} ...", flush=True)
+        runs[label] = _camera_run(args.hz, duration, cams, args.encoding)
+    cpu1 = cpu_times()
+    result = {
+        "config": {"hz": args.hz, "duration_s": duration, "cameras": args.cameras, "encoding": args.encoding},
+        "machine": machine_info(1, "cpu"),
+        **runs,
+        "cpu_steal_fraction": (cpu_fractions(cpu0, cpu1) or {}).get("steal"),
+        "load_average_before": load0,
+        "load_average_after": os.getloadavg(),
+    }
+    name = args.name if args.name != "bridge-latency" else "bridge-cameras"
+    path = write_json(results_path(name), result)
+    for label, r in runs.items():
+        s, t2c, work = r["step_round_trip"], r["step_tick_to_client"], r["tick_work"]
+        line = (f"{label:11s} step p50 {s['p50_ms']:.2f} ms  p99 {s['p99_ms']:.2f} ms | tick to client p50 "
+                f"{t2c['p50_ms']:.2f} ms p99 {t2c['p99_ms']:.2f} ms | tick work p50 "
+                f"{work['p50_ms']:.2f} ms p99 {work['p99_ms']:.2f} ms | overruns {r['overruns']} of {r['ticks']}")
+        if r["cameras"] is not None:
+            e, d = r["encode_per_reply"], r["decode_per_reply"]
+            line += (f"\n            frames {r['frame_bytes_per_step']['mean'] / 1024:.1f} KiB/step | encode p50 "
+                     f"{e['p50_ms']:.2f} ms p99 {e['p99_ms']:.2f} ms | decode p50 {d['p50_ms']:.2f} ms "
+                     f"p99 {d['p99_ms']:.2f} ms (both cameras)")
+        print(line)
+    print(f"load average {load0[0]:.1f} before, {result['load_average_after'][0]:.1f} after; results: {path}")
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--duration", type=float, default=300.0, help="seconds of stepping at the control rate")
@@ -77,9 +179,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="20 s instead of --duration")
     p.add_argument("--transport-calls", type=int, default=2000, help="heartbeat and bare-gRPC calls, each")
     p.add_argument("--name", default="bridge-latency")
+    p.add_argument("--cameras", default=None, metavar="HxW",
+                   help="measure without and with the sim arm's two cameras of this size (e.g. 84x84)")
+    p.add_argument("--encoding", default="jpeg", choices=("jpeg", "png"), help="camera frames on the wire")
     args = p.parse_args(argv)
     duration = 20.0 if args.quick else args.duration
     os.environ.setdefault("MUJOCO_GL", "egl")
+    if args.cameras:
+        return cameras_main(args, duration)
 
     import grpc
     from robot_rl.real.client import RobotClient

@@ -17,6 +17,7 @@ a ``CameraError`` naming the camera. ``make_env`` wraps it as a batch-of-one ``r
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,8 @@ class RobotClient:
         self._spec: RobotSpec | None = None
         self.watchdog_s = 0.0
         self.image_encoding = ""
+        self.frame_bytes = 0  # the last observation's encoded frames, all cameras together (0 without cameras)
+        self.decode_s = 0.0  # how long decoding them took
 
     def _call(self, what: str, method: Any, request: Any, timeout: float) -> Any:
         try:
@@ -162,6 +165,8 @@ class RobotClient:
         if not len(m.images) and (self._spec is None or not self._spec.cameras):
             return obs  # no cameras: as before, no spec call needed
         spec = self.spec()
+        t0 = time.perf_counter()
+        self.frame_bytes = sum(len(i.data) for i in m.images)
         got = [i.camera for i in m.images]
         want = [c.name for c in spec.cameras]
         if got != want:
@@ -172,6 +177,7 @@ class RobotClient:
                 obs.images[c.name] = decode_frame(c.name, image.data, self.image_encoding, c.shape)
             except FrameError as e:
                 raise CameraError(grpc.StatusCode.DATA_LOSS, f"{what}: {e}") from None
+        self.decode_s = time.perf_counter() - t0
         return obs
 
     def reset(self, seed: int | None = None) -> RobotObservation:

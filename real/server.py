@@ -294,6 +294,8 @@ class RobotServer:
         self._jitter = _Ring(_TIMING_WINDOW)
         self._work = _Ring(_TIMING_WINDOW)
         self._queue = _Ring(_TIMING_WINDOW)
+        self._encode = _Ring(_TIMING_WINDOW)  # s to check and encode one reply's frames (gRPC workers)
+        self._encode_lock = threading.Lock()  # workers, unlike the loop, may write concurrently
         self._timing_lock = threading.Lock()
         self._timing_at = -1.0
         self._timing: dict[str, float] = {}
@@ -450,7 +452,10 @@ class RobotServer:
         assert item.reply is not None
         if self.spec.cameras:
             try:
+                t0 = time.perf_counter()
                 item.reply.observation.images.extend(self._encode_images(item.images or {}))
+                with self._encode_lock:
+                    self._encode.append(time.perf_counter() - t0)
             except FrameError as e:
                 self.refusals.add("bad_frame")
                 log.warning("bad camera frame from the driver: %s", safe_text(str(e), 300))
@@ -602,14 +607,14 @@ class RobotServer:
         with self._lock:
             counters = dict(self.counters)
         return {"jitter": self._jitter.count, "work": self._work.count, "queue": self._queue.count,
-                "counters": counters, "refusals": self.refusals.snapshot()}
+                "encode": self._encode.count, "counters": counters, "refusals": self.refusals.snapshot()}
 
     def timing_since(self, mark: dict[str, Any]) -> dict[str, Any]:
         """Raw timing samples (s) and counter increments since ``mark``."""
         now = self.timing_mark()
         return {
             "jitter": self._jitter.since(mark["jitter"]), "work": self._work.since(mark["work"]),
-            "queue": self._queue.since(mark["queue"]),
+            "queue": self._queue.since(mark["queue"]), "encode": self._encode.since(mark["encode"]),
             "counters": {k: v - mark["counters"].get(k, 0) for k, v in now["counters"].items()},
             "refusals": {k: v - mark["refusals"].get(k, 0) for k, v in now["refusals"].items()
                          if v - mark["refusals"].get(k, 0)},
