@@ -9,6 +9,10 @@ client side are a ``CameraError`` naming the camera. The fault tests use a tiny 
 
 from __future__ import annotations
 
+import statistics
+import threading
+import time
+
 import numpy as np
 import pytest
 from robot_rl.envs.arm import ArmEnv
@@ -233,4 +237,75 @@ def test_without_cameras_replies_carry_no_image_bytes():
                                               stamp=o.stamp).ByteSize()
     finally:
         client.close()
+        server.stop()
+
+
+class NoiseRobot(PatternRobot):
+    """Two 192x256 cameras of incompressible noise: ~150 kB per frame, ~300 kB per reply."""
+
+    def __init__(self) -> None:
+        super().__init__(cameras=(("front", 192, 256), ("wrist", 192, 256)))
+        self._noise = np.random.default_rng(0).integers(0, 256, (4, 192, 256, 3), np.uint8)
+
+    def _obs(self) -> RobotObservation:
+        images = {c.name: self._noise[(self.ticks + i) % 4].copy() for i, c in enumerate(self.spec.cameras)}
+        return RobotObservation(np.zeros(3, np.float32), stamp=float(self.ticks), images=images)
+
+
+def test_frame_traffic_cannot_starve_the_estop():
+    server, client = _serve(NoiseRobot(), image_encoding="png", watchdog_s=2.0)
+    address = f"127.0.0.1:{server.port}"
+    stop = threading.Event()
+    frames = [0]
+
+    def stream() -> None:  # step as fast as the server answers; most get "busy", one per tick gets ~300 kB
+        c = RobotClient(address, TOKEN, step_timeout_s=2.0)
+        while not stop.is_set():
+            try:
+                c.step([0, 0, 0, 0])
+                frames[0] += 1
+            except Exception:
+                pass
+        c.close()
+
+    threads = [threading.Thread(target=stream, daemon=True) for _ in range(6)]
+    for t in threads:
+        t.start()
+    latencies = []
+    try:
+        while frames[0] < 5:
+            time.sleep(0.02)
+        for i in range(8):
+            t0 = time.perf_counter()
+            client.estop(f"probe {i}")
+            latencies.append(time.perf_counter() - t0)
+            client.clear_estop()
+            time.sleep(0.05)  # let frame traffic resume between probes
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5.0)
+        client.close()
+        server.stop()
+    assert frames[0] >= 5, frames
+    assert statistics.median(latencies) < 0.05, latencies
+    assert max(latencies) < 0.5, latencies  # a hypervisor stall, not starvation
+    assert server.status().estops == 8
+
+
+def test_batched_env_over_a_camera_robot_has_the_pixel_groups():
+    import torch
+    from robot_rl.real.client import make_env
+
+    server = RobotServer(PatternRobot(), ServerConfig(port=0, token=TOKEN, image_encoding="png"))
+    port = server.start()
+    env = make_env(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0, max_episode_steps=5)
+    try:
+        obs = env.reset()
+        assert obs["state"].shape == (1, 3) and obs["pixels/front"].shape == (1, 24, 32, 3)
+        assert obs["pixels/wrist"].dtype == torch.uint8
+        obs, *_ = env.step(torch.zeros(1, 4))
+        assert set(obs) >= {"state", "pixels/front", "pixels/wrist"}
+    finally:
+        env.close()
         server.stop()
