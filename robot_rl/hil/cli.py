@@ -305,6 +305,9 @@ def serve_robot(args: ServeRobotArgs) -> int:
     logging.getLogger("robot_rl.real").setLevel(logging.INFO)
 
     kwargs = dict(args.driver_args)
+    if args.pixels and args.driver != "sim_arm":
+        raise CommandError(f"pixels=true is the simulated arm's cameras; {args.driver} takes its cameras as "
+                           "driver_args.cameras (see docs/hardware.md, Cameras)")
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
                   "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), **kwargs}

@@ -250,3 +250,5 @@ def test_serve_robot_with_cameras_says_so_and_bad_keys_are_one_line(capsys, monk
     assert "sim_arm:reach-pixels" in out and "cameras front 32x40 wrist 32x40 (png)" in out
     assert main(["serve-robot", "port=0", "pixels=true", "image_encoding=webp"]) == 2
     assert "image_encoding must be one of jpeg, png" in capsys.readouterr().err
+    assert main(["serve-robot", "port=0", "driver=ur_rtde", "pixels=true"]) == 2
+    assert "driver_args.cameras" in capsys.readouterr().err
