@@ -422,15 +422,12 @@ class SyncBatchedEnv(BatchedEnv):
     def privileged_state(self) -> torch.Tensor:
         """``BatchedEnv.privileged_state``: each sub-env's ``unwrapped.privileged_state()`` (``ArmEnv`` has one)."""
         self._check_open()
+        getters = [getattr(env.unwrapped, "privileged_state", None) for env in self._envs]
+        if any(fn is None for fn in getters):
+            return super().privileged_state()
         if not self._has_reset:
             raise RuntimeError("call reset() before privileged_state()")
-        rows = []
-        for env in self._envs:
-            fn = getattr(env.unwrapped, "privileged_state", None)
-            if fn is None:
-                return super().privileged_state()
-            rows.append(np.asarray(fn(), dtype=np.float32))
-        return self._to_torch(np.stack(rows))
+        return self._to_torch(np.stack([np.asarray(fn(), dtype=np.float32) for fn in getters]))
 
     def render(self, index: int = 0) -> np.ndarray:
         """Frame of one sub-env; only available when the env was made with ``render=True``."""
