@@ -140,3 +140,7 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
     assert prior.obs["pixels/front"][: prior._size].float().mean() > 10  # real frames, not zeros
     result = trainer.run()
     assert trainer.method.updates == 9 and "best_eval_return" in result  # from step 32 on: one update per step
+    # the pixel checkpoint records in the same task (collect builds its agent with the env's cameras)
+    args = CollectArgs(env=CollectEnvArgs(spec=SPEC, num_envs=1, max_episode_steps=3, pixel_size=list(SIZE)),
+                       out=str(tmp_path / "sac"), episodes=1, policy=str(tmp_path / "run/checkpoints/latest.pt"))
+    assert collect(args, message=lambda m: None)["episodes"] == 1
