@@ -210,6 +210,18 @@ class BatchedEnv(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} must implement _step (or override step)")
 
+    def privileged_state(self) -> torch.Tensor:
+        """The simulator's full task state behind the current observation, float32 [N, D] on ``device``.
+
+        Not part of the contract's observation, and never to be given to a learner: it exists so that a
+        *privileged* scripted expert can act in a task whose observation hides the scene's state (``arm:...-pixels``:
+        proprioception and cameras only), the way SERL / HIL-SERL demonstrations come from an operator who sees the
+        scene. ``robot-rl collect policy=expert`` is its one user; what is recorded is still the observation.
+        Row i belongs to the obs last returned for sub-env i (after an autoreset: its new episode's first state).
+        Backends without such a state raise ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"{self.spec}: this env exposes no privileged state (only arm: envs do)")
+
     @abc.abstractmethod
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB uint8 frame (H, W, 3) of sub-env ``index``."""
@@ -406,6 +418,16 @@ class SyncBatchedEnv(BatchedEnv):
         return BackendStep(
             obs_out, to_torch(rewards), to_torch(terminated), to_torch(truncated), final_out, info
         )
+
+    def privileged_state(self) -> torch.Tensor:
+        """``BatchedEnv.privileged_state``: each sub-env's ``unwrapped.privileged_state()`` (``ArmEnv`` has one)."""
+        self._check_open()
+        getters = [getattr(env.unwrapped, "privileged_state", None) for env in self._envs]
+        if any(fn is None for fn in getters):
+            return super().privileged_state()
+        if not self._has_reset:
+            raise RuntimeError("call reset() before privileged_state()")
+        return self._to_torch(np.stack([np.asarray(fn(), dtype=np.float32) for fn in getters]))
 
     def render(self, index: int = 0) -> np.ndarray:
         """Frame of one sub-env; only available when the env was made with ``render=True``."""

@@ -541,6 +541,8 @@ def _collect_help() -> str:
         "  robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 out=data/push_demos",
         "  robot-rl collect env.spec=arm:push-sparse policy=expert noise=0.6 episodes=30 out=data/push_mixed append=true",
         "  robot-rl collect env.spec=arm:reach policy=runs/<run>/checkpoints/best.pt episodes=50 out=data/reach_sac",
+        "  robot-rl collect env.spec=arm:push-sparse-pixels policy=expert episodes=20 out=data/push_pixel_demos",
+        "    (cameras as videos; the expert steers by the simulator's state, the dataset holds only the observation)",
         "",
         "Keys (default):",
     ]
@@ -558,6 +560,8 @@ def _collect(args: list[str]) -> int:
         raise UserError("episodes and env.num_envs must be >= 1")
     if a.noise < 0:
         raise UserError("noise must be >= 0")
+    if len(a.env.pixel_size) != 2 or min(a.env.pixel_size) < 16:
+        raise UserError("env.pixel_size must be [height, width], each >= 16")
     if a.policy not in {"expert", "random"} and not Path(a.policy).is_file():
         raise UserError(f"policy must be expert, random or a checkpoint file; {a.policy} does not exist")
     result = collect(a)

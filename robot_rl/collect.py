@@ -3,6 +3,10 @@
 Episodes are written as they finish (LeRobotDataset v3 layout, see `robot_rl.datasets`), so an interrupted
 recording keeps every finished episode; `append=true` adds to an existing dataset, which is how a
 mixed-quality dataset is built (expert, noisy and failed episodes, one `collect` each).
+
+Camera tasks (`arm:<task>-pixels`) record `observation.state` (the observation's state group: proprioception only)
+and one video per camera (`pixels/<camera>` -> `observation.images.<camera>`). Their scripted expert is privileged:
+it steers by `env.privileged_state()`, the simulator's full state, which is never written to the dataset.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class CollectEnvArgs:
     spec: str = _help("arm:push", "environment spec to record in (as env.spec= of robot-rl train)")
     num_envs: int = _help(4, "parallel envs recording at once")
     max_episode_steps: int | None = _help(None, "time limit in env steps (default: the task's)")
+    pixel_size: list[int] = _help([84, 84], "camera observations' height and width (arm:<task>-pixels)")
 
 
 @dataclass
@@ -47,17 +52,24 @@ def checkpoint_policy(path: Path, env: envs.BatchedEnv, device: str = "cpu") -> 
     """The stochastic SAC policy of a training checkpoint (latest.pt, best.pt or pretrained.pt)."""
     from robot_rl import checkpoint
     from robot_rl.agents.sac import SAC, SACConfig
+    from robot_rl.agents.sac import camera_groups as cameras
 
     state = checkpoint.load(path)
     if "agent" not in state or "config" not in state:
         raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint (no agent/config in it)")
     (obs_dim,) = env.observation_spec["state"][0]
-    agent = SAC(obs_dim, env.action_dim, SACConfig(**state["config"]["agent"]), device=device)
+    agent = SAC(obs_dim, env.action_dim, SACConfig(**state["config"]["agent"]), device=device,
+                cameras=cameras(env.observation_spec))
     try:
         agent.load_state_dict(state["agent"])
     except RuntimeError as e:
         raise checkpoint.CheckpointError(f"{path} was trained on a different task than {env.spec} ({e})") from e
     return lambda obs: agent.act(obs).to(env.device)
+
+
+def camera_groups(env: envs.BatchedEnv) -> list[str]:
+    """The env's camera observation groups (``pixels``, ``pixels/<camera>``), recorded as videos."""
+    return [k for k in env.observation_spec if k == "pixels" or k.startswith("pixels/")]
 
 
 def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callable[[Tensor], None]]:
@@ -66,8 +78,13 @@ def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callab
     if args.policy == "expert":
         from robot_rl.envs.arm.experts import make_expert
 
-        expert = make_expert(args.env.spec, env.num_envs, noise=0.0, seed=args.seed, device=env.device)
-        base, reset = expert.act, expert.reset
+        # A camera task hides the scene's state from the observation: the expert is privileged and steers by the
+        # simulator's full state (env.privileged_state()); the recorder still writes only the observation.
+        privileged = bool(camera_groups(env))
+        expert = make_expert(args.env.spec, env.num_envs, noise=0.0, seed=args.seed, device=env.device,
+                             privileged=privileged)
+        reset = expert.reset
+        base = (lambda obs: expert.act(env.privileged_state())) if privileged else expert.act
     elif args.policy == "random":
         base = lambda obs: torch.rand(env.num_envs, env.action_dim, device=env.device) * 2 - 1  # noqa: E731
     else:
@@ -87,17 +104,21 @@ def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callab
 def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
     """Record `args.episodes` finished episodes into `args.out`; returns counts and the success rate."""
     from robot_rl.datasets import DatasetError, DatasetWriter, EpisodeRecorder, transition_features
+    from robot_rl.datasets.format import IMAGE_PREFIX, STATE, camera_feature
 
     task = args.task or args.env.spec.split(":", 1)[-1]
     if (Path(args.out) / "meta" / "info.json").is_file() and not args.append:
         raise DatasetError(f"{args.out}: a dataset already exists; pass append=true to add episodes to it, or choose "
                            f"another out=")
     env = envs.make(args.env.spec, num_envs=args.env.num_envs, seed=args.seed,
-                    max_episode_steps=args.env.max_episode_steps)
+                    max_episode_steps=args.env.max_episode_steps, pixel_size=tuple(args.env.pixel_size))
     try:
         policy, reset_policy = make_policy(args, env)
         (state_dim,) = env.observation_spec["state"][0]
-        images = {k: tuple(shape[:2]) for k, (shape, _) in env.observation_spec.items() if k != "state"}
+        # Camera group pixels/<camera> -> video feature observation.images.<camera>; other groups are not recorded.
+        cameras = {group: camera_feature(group) for group in camera_groups(env)}
+        images = {feature[len(IMAGE_PREFIX):]: tuple(env.observation_spec[group][0][:2])
+                  for group, feature in cameras.items()}
         fps = round(1.0 / env.control_dt) if getattr(env, "control_dt", None) else 20
         writer = DatasetWriter(
             Path(args.out), fps=fps, features=transition_features(state_dim, env.action_dim, images=images or None),
@@ -107,7 +128,7 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
         if others:
             message(f"warning: {args.out} already holds episodes of task(s) {', '.join(others)}; adding episodes of "
                     f"{task!r} (a learner reading the dataset mixes them)")
-        recorder = EpisodeRecorder(writer, env.num_envs, task=task)
+        recorder = EpisodeRecorder(writer, env.num_envs, task=task, obs_keys={"state": STATE, **cameras})
         obs = env.reset(seed=args.seed)
         reset_policy(torch.ones(env.num_envs, dtype=torch.bool, device=env.device))
         # Exactly `episodes` episodes: each env records only episodes that were assigned when they started.

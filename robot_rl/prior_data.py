@@ -3,11 +3,20 @@
 One dataset serves three recipes (see `docs/architecture.md`): RLPD mixes its replay buffer into every online
 batch (`data.mix_online`, `data.prior_fraction`); offline pretraining (Cal-QL, CQL or IQL, `robot_rl.offline`)
 samples it directly with its Monte-Carlo returns; the HIL learner and residual RL fill their prior buffers from it.
+
+Camera datasets (`robot-rl collect` in an `arm:<task>-pixels` task): `load(..., cameras=("pixels/front", ...))` also
+decodes each camera's video (`observation.images.<camera>`) into `frames`, and `to_replay` then builds a frame
+buffer (`ReplayBuffer(frames=...)`, each frame stored once) that `replay.sample_mixed` mixes as it mixes a state
+buffer. A dataset keeps no frame after an episode's last step, so the last step of an episode cut off by its time
+limit (truncated) has no next frame: it is left out of that buffer and the step before it, whose next frame is the
+episode's last recorded one, is marked truncated (bootstrapped, as the time limit's cut is). Every stored
+transition is then exact. Offline pretraining (`sample`) reads states only and refuses camera data.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -29,19 +38,34 @@ class OfflineData:
     mc_return: Tensor
     num_episodes: int
     success_rate: float | None
+    episode_index: Tensor | None = None  # int64 [M], on the CPU
+    # Camera group (``pixels/<camera>``) -> uint8 [M, H, W, 3] frames (the obs of each step), on the CPU: the
+    # replay buffer made from them holds the device copy.
+    frames: dict[str, Tensor] = field(default_factory=dict)
 
     @classmethod
     def load(
-        cls, path: str | Path, gamma: float, max_episodes: int | None = None, device: str | torch.device = "cpu"
+        cls, path: str | Path, gamma: float, max_episodes: int | None = None, device: str | torch.device = "cpu",
+        cameras: Sequence[str] = (),
     ) -> OfflineData:
+        """`cameras`: env camera groups whose videos (`observation.images.<camera>`) to decode into `frames`."""
         from robot_rl.datasets import DatasetError, monte_carlo_returns, read_dataset
+        from robot_rl.datasets.format import camera_feature, load_info
 
         if not Path(path).exists():
             raise DatasetError(
                 f"data.path={path} does not exist; record it first, e.g. "
                 f"robot-rl collect env.spec=<spec> policy=expert episodes=20 out={path}"
             )
-        t = read_dataset(path)
+        features = {group: camera_feature(group) for group in cameras}
+        if features:
+            have = load_info(Path(path))["features"]
+            missing = [f for f in features.values() if have.get(f, {}).get("dtype") != "video"]
+            if missing:
+                videos = sorted(k for k, v in have.items() if v.get("dtype") == "video") or "none"
+                raise DatasetError(f"{path} has no {', '.join(missing)} video (its videos: {videos}); the env learns "
+                                   f"from cameras {', '.join(cameras)}: record the dataset in the same -pixels task")
+        t = read_dataset(path, load_images=bool(features))
         keep = torch.ones_like(t.reward, dtype=torch.bool)
         if max_episodes is not None:
             episodes = torch.unique(t.episode_index)[:max_episodes]
@@ -67,12 +91,16 @@ class OfflineData:
             mc_return=mc.float().to(dev),
             num_episodes=num_episodes,
             success_rate=success_rate,
+            episode_index=episode_index.clone(),
+            frames={group: t.images[feature][keep] for group, feature in features.items()},
         )
 
     def __len__(self) -> int:
         return int(self.action.shape[0])
 
-    def check_fits(self, obs_dim: int, action_dim: int, where: str) -> None:
+    def check_fits(self, obs_dim: int, action_dim: int, where: str,
+                   cameras: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        """Raise `DatasetError` unless the state, action and (`cameras`: group -> (H, W, C)) frame shapes fit the env."""
         from robot_rl.datasets import DatasetError
 
         if self.obs.shape[1] != obs_dim or self.action.shape[1] != action_dim:
@@ -80,9 +108,17 @@ class OfflineData:
                 f"{where} has observations of size {self.obs.shape[1]} and actions of size {self.action.shape[1]}, "
                 f"but the env has {obs_dim} and {action_dim}: record the dataset on the same task"
             )
+        for group, shape in (cameras or {}).items():
+            have = tuple(self.frames[group].shape[1:]) if group in self.frames else None
+            if have != tuple(shape):
+                raise DatasetError(f"{where} has {group} frames of shape {have}, the env {tuple(shape)}: record the "
+                                   f"dataset with the same env.pixel_size")
 
     def sample(self, batch_size: int, gamma: float) -> tuple[Batch, Tensor]:
         """A uniform one-step batch and the Monte-Carlo returns of its transitions."""
+        if self.frames:
+            raise ValueError(f"offline pretraining reads states only; this data has camera frames "
+                             f"({', '.join(self.frames)}): use it as RLPD prior data (offline.steps=0)")
         i = torch.randint(len(self), (batch_size,), device=self.obs.device)
         batch = Batch(
             obs={"state": self.obs[i]},
@@ -94,7 +130,10 @@ class OfflineData:
         return batch, self.mc_return[i]
 
     def to_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:
-        """A single-env replay buffer holding exactly these transitions (n-step windows stop at episode ends)."""
+        """A single-env replay buffer holding exactly these transitions (n-step windows stop at episode ends); with
+        `frames`, a frame buffer (module docstring: a truncated episode's last step is left out)."""
+        if self.frames:
+            return self._frame_replay(gamma, n_step, device)
         buffer = ReplayBuffer(
             len(self), 1, {"state": ((self.obs.shape[1],), torch.float32)}, self.action.shape[1],
             device=device, gamma=gamma, n_step=n_step,
@@ -103,4 +142,45 @@ class OfflineData:
         buffer.extend(
             {"state": self.obs}, self.action, self.reward, {"state": self.next_obs}, self.terminated, self.truncated
         )
+        return buffer
+
+    def _frame_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:
+        """`to_replay` for camera data: the steps go in one by one through `ReplayBuffer.add`, which stores each frame
+        once and keeps truncated steps' next frames in its side ring."""
+        m = len(self)
+        episode = self.episode_index if self.episode_index is not None else torch.zeros(m, dtype=torch.long)
+        episode = episode.cpu()
+        last = torch.ones(m, dtype=torch.bool)
+        if m:
+            last[:-1] = episode[1:] != episode[:-1]
+        terminated = self.terminated.cpu() & last  # a terminated flag inside an episode cannot be: ignore it
+        # A truncated (or unflagged) episode end has no next frame: drop that step, end the episode one step earlier.
+        drop = last & ~terminated
+        keep = ~drop
+        truncated = torch.zeros(m, dtype=torch.bool)
+        truncated[:-1] = drop[1:] & keep[:-1] & ~last[:-1]
+        kept = keep.nonzero().flatten()
+        if kept.numel() == 0:
+            from robot_rl.datasets import DatasetError
+
+            raise DatasetError("the camera data has no transition with a next frame (only one-step truncated episodes)")
+        lengths = torch.unique_consecutive(episode[kept], return_counts=True)[1]
+        spec = {"state": ((self.obs.shape[1],), torch.float32),
+                **{g: (tuple(f.shape[1:]), torch.uint8) for g, f in self.frames.items()}}
+        buffer = ReplayBuffer(
+            int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
+            frames=tuple(self.frames), episode_steps=int(lengths.min()),
+        )
+        dev = buffer.device
+        state, next_state = self.obs.to(dev), self.next_obs.to(dev)
+        action, reward = self.action.to(dev), self.reward.to(dev)
+        frames = {g: f.to(dev) for g, f in self.frames.items()}
+        for i in kept.tolist():
+            nxt = i + 1 if not last[i] else i  # a terminal step's next frame is never read (discount 0)
+            buffer.add(
+                {"state": state[i : i + 1], **{g: f[i : i + 1] for g, f in frames.items()}},
+                action[i : i + 1], reward[i : i + 1],
+                {"state": next_state[i : i + 1], **{g: f[nxt : nxt + 1] for g, f in frames.items()}},
+                terminated[i : i + 1].to(dev), truncated[i : i + 1].to(dev),
+            )
         return buffer

@@ -62,9 +62,9 @@ class OnlineSAC(MethodDefaults):
         if "state" not in env.observation_spec:
             raise ValueError(f"{cfg.env.spec} has no 'state' observation group; SAC needs state observations")
         cameras = tuple(camera_groups(env.observation_spec))
-        if cameras and cfg.data.path:
-            raise ConfigError(f"data.path={cfg.data.path}: datasets hold state observations only and {cfg.env.spec} "
-                             f"learns from cameras ({', '.join(cameras)}); drop data.path or use the state task")
+        if cameras and cfg.data.path and (cfg.offline.steps > 0 or not cfg.data.mix_online):
+            raise ConfigError(f"data.path={cfg.data.path} with cameras ({', '.join(cameras)}): only RLPD reads camera "
+                              f"datasets (offline.steps=0, data.mix_online=true); offline pretraining reads states only")
         self.agent = build_agent(cfg, env)
         # Only the groups the agent reads are stored (`state` and the cameras); camera frames once per step, not
         # as obs and next_obs (ReplayBuffer's `frames`), which halves what an image costs.
@@ -85,8 +85,10 @@ class OnlineSAC(MethodDefaults):
         self.prior: OfflineData | None = None
         self.prior_replay: ReplayBuffer | None = None
         if cfg.data.path:
-            self.prior = OfflineData.load(cfg.data.path, cfg.agent.gamma, cfg.data.max_episodes, cfg.device)
-            self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}")
+            self.prior = OfflineData.load(cfg.data.path, cfg.agent.gamma, cfg.data.max_episodes, cfg.device,
+                                          cameras=cameras)
+            self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
+                                  camera_groups(env.observation_spec))
             self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
             if cfg.data.mix_online:
                 self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)

@@ -1,4 +1,9 @@
-"""Scripted experts for the ``arm:`` tasks, batched in torch and driven by the state observation only.
+"""Scripted experts for the ``arm:`` tasks, batched in torch and driven by the full task state.
+
+In the state tasks that state is the observation. In the ``-pixels`` tasks the observation hides it (proprioception
+and cameras only); there the expert is *privileged*: it acts on ``BatchedEnv.privileged_state()``, the simulator's
+full state, while the recorded demonstrations hold only the observation (``make_expert(..., privileged=True)``,
+``robot-rl collect``).
 
 ``ScriptedExpert(task, num_envs, noise=0.0, seed=None, device="cpu")`` keeps a small phase machine per env
 and maps a batch of observations (``{"state": [N, 29], ...}`` or the bare ``[N, 29]`` tensor, layout
@@ -216,16 +221,19 @@ def make_expert(
     noise: float = 0.0,
     seed: int | None = None,
     device: str | torch.device = "cpu",
+    *,
+    privileged: bool = False,
 ) -> ScriptedExpert:
     """``ScriptedExpert`` for an ``arm:`` spec (the ``-sparse`` suffix is ignored).
 
-    ``-pixels`` specs are refused: their state is proprioception only, and the expert steers by the cube and
-    target positions it would not find there.
+    A ``-pixels`` spec needs ``privileged=True``: its observed state is proprioception only, so the caller must feed
+    ``act`` the env's full task state, ``BatchedEnv.privileged_state()``, instead of the observation (a privileged
+    expert, as in SERL / HIL-SERL demos; ``robot-rl collect`` does this). Without it the spec is refused.
     """
     if not spec.startswith(PREFIX):
         raise ValueError(f"scripted experts exist only for {PREFIX!r} specs, got {spec!r}")
     task, _, pixels = parse(spec[len(PREFIX) :])
-    if pixels:
-        raise ValueError(f"no scripted expert for {spec!r}: a -pixels state has no cube or target position; "
-                         f"use {spec.removesuffix('-pixels')!r}")
+    if pixels and not privileged:
+        raise ValueError(f"no scripted expert for {spec!r} from its observation: a -pixels state has no cube or "
+                         f"target position; pass privileged=True and act on env.privileged_state()")
     return ScriptedExpert(task, num_envs, noise=noise, seed=seed, device=device)

@@ -163,6 +163,7 @@ class ArmEnv(gym.Env):
             raise ValueError(f"camera id {camera} out of range: the scene has {m.ncam} cameras")
         self._data = mujoco.MjData(m)  # filled from the physics for rendering
         self._data_fresh = False
+        self._full_state: np.ndarray | None = None  # of the latest observation (``privileged_state``)
         self._pixel_renderer: mujoco.Renderer | None = None
         self._pixel_cameras = {f"pixels/{name}": m.camera(name).id for name in PIXEL_CAMERAS}
         self._proprio = np.asarray(PROPRIO_INDEX)
@@ -240,6 +241,18 @@ class ArmEnv(gym.Env):
             self._data_fresh = True
         return self._data
 
+    def privileged_state(self) -> np.ndarray:
+        """The full task state (float32 [29], ``STATE_LAYOUT``) behind the current observation, also with ``pixels=True``.
+
+        Not part of the observation: it is the channel a privileged scripted expert steers by when demonstrations are
+        recorded in a ``-pixels`` task (as in SERL / HIL-SERL, whose demos come from an operator who sees the scene;
+        here a script that reads the simulator). ``robot-rl collect`` reads it through
+        ``BatchedEnv.privileged_state()``; learners, replay buffers and datasets never receive it.
+        """
+        if self._full_state is None:
+            raise RuntimeError("call reset() before privileged_state()")
+        return self._full_state.copy()
+
     def hold(self) -> None:
         """Freeze the servo targets on the measured pose (``ArmTask.hold``); time does not advance."""
         self.arm_task.hold(self.physics.state()[0])
@@ -264,6 +277,7 @@ class ArmEnv(gym.Env):
     def _observation(self, qpos: torch.Tensor, qvel: torch.Tensor) -> Any:
         self._data_fresh = False
         state = self.arm_task.observe(qpos, qvel)[0].numpy()
+        self._full_state = state
         if self._pixel_renderer is None:
             return state
         obs = {"state": state[self._proprio]}

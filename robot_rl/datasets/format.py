@@ -153,6 +153,19 @@ def transition_features(
     return feats
 
 
+CAMERA_GROUP_PREFIX = "pixels/"  # env camera groups: "pixels/<camera>" (arm -pixels), or one "pixels" group
+
+
+def camera_feature(group: str) -> str:
+    """The dataset feature of an env camera group: ``pixels/front`` -> ``observation.images.front`` (LeRobot's
+    naming; no slash in a video key, so each camera's videos sit in one directory), ``pixels`` ->
+    ``observation.images.pixels``."""
+    name = group[len(CAMERA_GROUP_PREFIX) :] if group.startswith(CAMERA_GROUP_PREFIX) else group
+    if not name or "/" in name:
+        raise ValueError(f"camera group {group!r} has no dataset feature name (use 'pixels/<camera>')")
+    return IMAGE_PREFIX + name
+
+
 def normalise_features(features: Mapping[str, Any], fps: int) -> dict[str, dict[str, Any]]:
     """Validate user features and return the full ``info.json`` feature dict (defaults appended)."""
     if not features:

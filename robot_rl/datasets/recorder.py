@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from robot_rl.datasets.format import IMAGE_PREFIX, NEXT_STATE, STATE
+from robot_rl.datasets.format import CAMERA_GROUP_PREFIX, IMAGE_PREFIX, NEXT_STATE, STATE
 from robot_rl.datasets.writer import DatasetWriter
 
 __all__ = ["EpisodeRecorder"]
@@ -35,7 +35,8 @@ class EpisodeRecorder:
     Call ``record`` once per env step with the observation the action was taken in (``obs``, the one
     returned by the *previous* ``step`` / ``reset``), the action and the step's results. ``obs_keys`` maps
     env observation groups to dataset features; by default ``"state"`` -> ``observation.state`` and, for each
-    declared ``observation.images.<name>`` feature, the group ``<name>`` (uint8 [N, H, W, 3]).
+    declared ``observation.images.<name>`` feature, the group ``<name>`` (uint8 [N, H, W, 3]), or where the
+    observation has none, the camera group ``pixels/<name>`` (the inverse of ``format.camera_feature``).
 
     Columns filled when the writer declares them: ``next.reward``, ``next.done`` (terminated or truncated),
     ``next.terminated``, ``next.truncated``, ``next.success`` (``info["success"]``, else False),
@@ -58,6 +59,7 @@ class EpisodeRecorder:
         self.num_envs = int(num_envs)
         self.task = task
         feats = writer.features
+        default_keys = obs_keys is None
         if obs_keys is None:
             obs_keys = {"state": STATE} if STATE in feats else {}
             obs_keys = {
@@ -68,6 +70,8 @@ class EpisodeRecorder:
         if unknown:
             raise ValueError(f"obs_keys map to undeclared feature(s) {unknown}")
         self.obs_keys = dict(obs_keys)
+        # Default camera groups are settled by the first observation: <name>, else pixels/<name>.
+        self._resolve_cameras = default_keys
         self._state_group = next((g for g, f in self.obs_keys.items() if f == STATE), None)
         if NEXT_STATE in feats and self._state_group is None:
             raise ValueError(f"{NEXT_STATE} is declared but no observation group maps to {STATE}")
@@ -101,6 +105,10 @@ class EpisodeRecorder:
         term = _np(terminated, n, bool, "terminated")
         trunc = _np(truncated, n, bool, "truncated")
         done = term | trunc
+        if self._resolve_cameras:
+            self._resolve_cameras = False
+            self.obs_keys = {(CAMERA_GROUP_PREFIX + g if f.startswith(IMAGE_PREFIX) and g not in obs
+                              and CAMERA_GROUP_PREFIX + g in obs else g): f for g, f in self.obs_keys.items()}
         groups = {g: _np(obs[g], n, None, f"obs[{g!r}]") for g in self.obs_keys}
         step = {
             "action": _np(action, n, np.float32, "action"),

@@ -219,9 +219,55 @@ def test_wrist_camera_moves_with_the_hand() -> None:
         env.close()
 
 
-def test_no_expert_for_pixel_specs() -> None:
-    with pytest.raises(ValueError, match="no scripted expert for 'arm:push-pixels'"):
+def test_no_expert_for_pixel_specs_from_the_observation() -> None:
+    with pytest.raises(ValueError, match="no scripted expert for 'arm:push-pixels' from its observation: .*"
+                                         "pass privileged=True and act on env.privileged_state"):
         make_expert("arm:push-pixels", 1)
+    assert make_expert("arm:push-pixels", 1, privileged=True).task == "push"
+
+
+def test_privileged_state_is_the_hidden_full_state(make) -> None:
+    """A -pixels env's observation carries proprioception only; `privileged_state()` is the full state behind it
+    (the state env's observation, bit for bit), rows following autoresets; envs without one say so in one line."""
+    pix = make("arm:push-pixels", num_envs=2, seed=3, max_episode_steps=2, pixel_size=(16, 16))
+    full = make("arm:push", num_envs=2, seed=3, max_episode_steps=2)
+    with pytest.raises(RuntimeError, match="call reset"):
+        pix.privileged_state()
+    obs, state_obs = pix.reset(), full.reset()
+    for _ in range(3):  # across an autoreset (time limit 2)
+        hidden = pix.privileged_state()
+        assert hidden.shape == (2, STATE_DIM) and hidden.dtype == torch.float32
+        assert torch.equal(hidden, state_obs["state"])
+        assert set(obs) == {"state", "pixels/front", "pixels/wrist"} and obs["state"].shape == (2, PROPRIO_DIM)
+        assert torch.equal(obs["state"], hidden[:, list(PROPRIO_INDEX)])
+        action = torch.full((2, 4), 0.5)
+        obs, *_ = pix.step(action)
+        state_obs, *_ = full.step(action)
+    with pytest.raises(NotImplementedError, match=r"^gym:Pendulum-v1: this env exposes no privileged state"):
+        make("gym:Pendulum-v1", num_envs=1).privileged_state()
+
+
+def test_privileged_expert_in_a_pixel_task_acts_as_in_the_state_task(make) -> None:
+    """Same seed, same starts: the privileged expert in push-sparse-pixels takes the state expert's actions and
+    succeeds as often (rendering changes nothing in the simulation)."""
+    pix = make("arm:push-sparse-pixels", num_envs=2, seed=7, pixel_size=(16, 16))
+    full = make("arm:push-sparse", num_envs=2, seed=7)
+    results = []
+    for env, privileged in ((full, False), (pix, True)):
+        expert = make_expert(env.spec, 2, seed=0, privileged=privileged)
+        obs, actions, successes, finished = env.reset(), [], [], 0
+        while finished < 4:
+            action = expert.act(env.privileged_state() if privileged else obs)
+            obs, _, terminated, truncated, info = env.step(action)
+            actions.append(action)
+            done = terminated | truncated
+            expert.reset(done)
+            successes += info["success"][done].tolist()
+            finished += int(done.sum())
+        results.append((torch.stack(actions), successes))
+    (state_actions, state_ok), (pixel_actions, pixel_ok) = results
+    assert torch.equal(state_actions, pixel_actions) and pixel_ok == state_ok
+    assert sum(pixel_ok) == len(pixel_ok) >= 4
 
 
 def test_render_frames(make) -> None:

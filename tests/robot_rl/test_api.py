@@ -20,7 +20,7 @@ def _examples() -> list[str]:
 
 def test_the_documented_examples_run(tmp_path: Path) -> None:
     examples = _examples()
-    assert len(examples) == 4
+    assert len(examples) == 5
     for code in examples:
         exec(compile(code, str(DOC), "exec"), {"RUN_DIR": str(tmp_path / "run")})
 

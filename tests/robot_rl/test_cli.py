@@ -290,6 +290,8 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
         (["eval", "policy=x", "env=arm:reach"], "the environment of eval is env.spec=<spec>"),
         (["eval", "policy=x"], "eval policy=<dir> needs env.spec=<spec>"),
         (["collect", "env.bogus=1"], "unknown key 'env.bogus' for collect; valid keys under env: spec"),
+        (["collect", "env.spec=arm:push-pixels", "out=x", "env.pixel_size=[8,8]"],
+         "env.pixel_size must be [height, width], each >= 16"),
         (["hil-train", "steps=-5"], "steps=-5: must be > 0"),
         (["teleop", "episodes=0"], "episodes=0: must be > 0"),
         (["train", "device=gpu"], "device=gpu: not a torch device; use cpu, cuda, cuda:<index> or mps"),

@@ -481,6 +481,26 @@ def test_recorder_accepts_next_obs_and_complains_without_final_obs(tmp_path: Pat
         rec.record(o2, torch.zeros(1, A), torch.zeros(1), done, ~done, {})
 
 
+def test_recorder_maps_camera_groups_to_image_features(tmp_path: Path) -> None:
+    """`observation.images.<name>` is filled from the group `<name>`, else from the camera group `pixels/<name>`
+    (what `format.camera_feature` names it); `collect` writes `pixels/front` as `observation.images.front`."""
+    from robot_rl.datasets.format import camera_feature
+
+    assert camera_feature("pixels/front") == "observation.images.front"
+    assert camera_feature("pixels") == "observation.images.pixels"
+    with pytest.raises(ValueError, match="no dataset feature name"):
+        camera_feature("pixels/a/b")
+    writer = DatasetWriter(tmp_path / "ds", fps=10, features=transition_features(D, A, images={"front": (16, 16)}),
+                           fsync=False)
+    rec = EpisodeRecorder(writer, num_envs=1)
+    frame = torch.full((1, 16, 16, 3), 7, dtype=torch.uint8)
+    o = {"state": torch.zeros(1, D), "pixels/front": frame}
+    done = torch.ones(1, dtype=torch.bool)
+    rec.record(o, torch.zeros(1, A), torch.zeros(1), done, ~done, {"final_obs": o})
+    assert rec.obs_keys == {"state": "observation.state", "pixels/front": "observation.images.front"}
+    assert rec.episodes_written == [0]
+
+
 # ------------------------------------------------------------------------------------------ videos
 
 

@@ -1,0 +1,146 @@
+"""Pixel demonstrations: `robot-rl collect` in an `arm:<task>-pixels` task (a privileged scripted expert, cameras
+recorded as videos, no privileged state in the dataset), read back as RLPD prior data into a frame replay buffer
+(`OfflineData.load(cameras=...)`, `to_replay`), and `robot-rl train ... data.path=` using it. Small frames (32x32)
+and short episodes keep the module at a few seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from robot_rl.envs.arm.constants import PROPRIO_INDEX
+
+from robot_rl import envs
+from robot_rl.collect import CollectArgs, CollectEnvArgs, collect
+from robot_rl.datasets import read_dataset
+from robot_rl.prior_data import OfflineData
+from robot_rl.replay import ReplayBuffer, sample_mixed
+
+SPEC = "arm:push-sparse-pixels"
+CAMERAS = ("pixels/front", "pixels/wrist")
+SIZE = (32, 32)
+LIMIT = 12  # steps: the expert's push takes ~19, so some episodes end truncated, some (seed 0) terminated
+
+
+def _collect(out, episodes: int = 3, **kw) -> dict:
+    args = CollectArgs(env=CollectEnvArgs(spec=SPEC, num_envs=1, max_episode_steps=LIMIT, pixel_size=list(SIZE)),
+                       out=str(out), episodes=episodes, policy="expert", seed=0, **kw)
+    return collect(args, message=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pixel_demos") / "push"
+    _collect(out)
+    return out
+
+
+def test_a_pixel_dataset_holds_the_observation_only(demos) -> None:
+    """observation.state is the 7 proprioception numbers (no cube or target), one video per camera under the
+    camera's name, and nothing else observed."""
+    features = json.loads((demos / "meta/info.json").read_text())["features"]
+    assert features["observation.state"]["shape"] == [7] and features["next.observation.state"]["shape"] == [7]
+    videos = {k: v["shape"] for k, v in features.items() if v["dtype"] == "video"}
+    assert videos == {"observation.images.front": [32, 32, 3], "observation.images.wrist": [32, 32, 3]}
+    assert {k for k in features if k.startswith("observation.")} == {"observation.state", *videos}
+    assert (demos / "videos/observation.images.front/chunk-000/file-000.mp4").is_file()
+    # One env recorded the episodes one after another: replaying their actions in a fresh env seeded alike gives
+    # every observation again. States and actions exactly; the decoded frames up to the codec's loss.
+    t = read_dataset(demos, load_images=True)
+    assert t.obs.shape[1] == 7 and len(t.episodes) == 3
+    with envs.make(SPEC, num_envs=1, seed=0, max_episode_steps=LIMIT, pixel_size=SIZE) as env:
+        obs = env.reset()
+        for i in range(len(t)):
+            assert torch.equal(t.obs[i], obs["state"][0])
+            assert torch.equal(t.obs[i], env.privileged_state()[0, list(PROPRIO_INDEX)])
+            for group in CAMERAS:
+                decoded = t.images["observation.images." + group.split("/")[1]][i]
+                assert (decoded.float() - obs[group][0].float()).abs().mean() < 12, (i, group)
+            obs, *_ = env.step(t.action[i : i + 1])
+
+
+def test_prior_buffer_from_pixel_demos(demos) -> None:
+    """The prior buffer holds the decoded frames of both cameras and the states; truncated episodes lose their last
+    step (no frame follows it) and end one step earlier; n-step sampling and sample_mixed work unchanged."""
+    data = OfflineData.load(demos, 0.99, cameras=CAMERAS)
+    data.check_fits(7, 4, "demos", {g: (*SIZE, 3) for g in CAMERAS})
+    t = read_dataset(demos, load_images=True)
+    assert torch.equal(data.obs, t.obs) and torch.equal(data.action, t.action)
+    assert torch.equal(data.frames["pixels/front"], t.images["observation.images.front"])
+    buf = data.to_replay(0.99, 3, "cpu")
+    truncated_episodes = int(t.truncated.sum())
+    assert truncated_episodes >= 1 and int(t.terminated.sum()) >= 1  # both kinds of episode end are covered
+    assert len(buf) == len(t) - truncated_episodes and buf.frames == CAMERAS
+    # every stored transition, against the dataset: obs frames, next frames and states exactly; 3-step windows
+    # stop at episode ends (a terminal step: discount 0; the new last step of a truncated episode: bootstrapped)
+    kept = [i for i in range(len(t)) if t.terminated[i] or not t.truncated[i]]
+    rows = torch.arange(len(kept))
+    env0 = torch.zeros_like(rows)
+    batch = buf._gather(rows, env0)
+    next_frames = buf._next_frames(rows, env0)
+    for r, i in enumerate(kept):
+        assert torch.equal(batch.obs["state"][r], t.obs[i]) and torch.equal(batch.action[r], t.action[i])
+        assert torch.equal(buf.next_obs["state"][r, 0], t.next_obs[i])
+        for group in CAMERAS:
+            assert torch.equal(batch.obs[group][r], data.frames[group][i])
+            if t.terminated[i]:
+                assert not next_frames[group][r].any()
+            else:
+                assert torch.equal(next_frames[group][r], data.frames[group][i + 1])
+        ahead = [j for j in kept[r : r + 3] if t.episode_index[j] == t.episode_index[i]]
+        ends_in_terminal = any(bool(t.terminated[j]) for j in ahead)
+        assert float(batch.discount[r]) == pytest.approx(0.0 if ends_in_terminal else 0.99 ** len(ahead))
+    # n-step windows stop at episode ends; sample_mixed mixes the prior with an online frame buffer as with states
+    spec = {"state": ((7,), torch.float32), **{g: ((*SIZE, 3), torch.uint8) for g in CAMERAS}}
+    online = ReplayBuffer(50, 1, spec, 4, frames=CAMERAS, episode_steps=LIMIT)
+    step = {k: torch.zeros((1, *s), dtype=d) for k, (s, d) in spec.items()}
+    for _ in range(5):
+        online.add(step, torch.zeros(1, 4), torch.zeros(1), step, torch.zeros(1, dtype=torch.bool),
+                   torch.zeros(1, dtype=torch.bool))
+    mixed = sample_mixed(online, buf, batch_size=8, utd=2, prior_fraction=0.5,
+                         generator=torch.Generator().manual_seed(0))
+    assert mixed.obs["pixels/wrist"].shape == (2, 8, *SIZE, 3) and mixed.next_obs["state"].shape == (2, 8, 7)
+    assert mixed.obs["pixels/front"][:, :4].float().mean() > 10 and not mixed.obs["pixels/front"][:, 4:].any()
+    with pytest.raises(ValueError, match="offline pretraining reads states only"):
+        data.sample(4, 0.99)
+
+
+def test_collect_appends_noisy_pixel_demos(demos, tmp_path) -> None:
+    """noise= and append= work in a pixel task; a camera the dataset lacks or another frame size is one line."""
+    import shutil
+
+    out = tmp_path / "mixed"
+    shutil.copytree(demos, out)
+    result = _collect(out, episodes=2, noise=0.5, append=True)
+    assert result["episodes"] == 2 and len(read_dataset(out).episodes) == 5
+    with pytest.raises(ValueError, match=r"has no observation.images.side video \(its videos: "
+                                         r"\['observation.images.front', 'observation.images.wrist'\]\)"):
+        OfflineData.load(out, 0.99, cameras=("pixels/side",))
+    with pytest.raises(ValueError, match=r"pixels/front frames of shape \(32, 32, 3\), the env \(48, 48, 3\)"):
+        OfflineData.load(out, 0.99, cameras=CAMERAS).check_fits(7, 4, "demos", {g: (48, 48, 3) for g in CAMERAS})
+
+
+def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
+    """`robot-rl train env.spec=arm:push-sparse-pixels data.path=<pixel demos>`: the prior buffer holds both
+    cameras' frames and the states, and the agent's updates mix it in."""
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    cfg = compose_train_config([
+        f"env.spec={SPEC}", f"data.path={demos}", "train.steps=40", "train.learning_starts=32", "agent=sac",
+        "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
+        "agent.encoder_feature_dim=8", "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}",
+        "env.num_eval_envs=1", "train.eval_every=40", "train.replay_capacity=200", "train.video=false",
+        "quiet=true", "threads=1"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    prior = trainer.prior_replay
+    assert prior is not None and prior.frames == CAMERAS and set(prior.obs) == {"state", *CAMERAS}
+    assert len(prior) == len(trainer.prior) - int((trainer.prior.truncated & ~trainer.prior.terminated).sum())
+    assert prior.obs["pixels/front"][: prior._size].float().mean() > 10  # real frames, not zeros
+    result = trainer.run()
+    assert trainer.method.updates == 9 and "best_eval_return" in result  # from step 32 on: one update per step
+    # the pixel checkpoint records in the same task (collect builds its agent with the env's cameras)
+    args = CollectArgs(env=CollectEnvArgs(spec=SPEC, num_envs=1, max_episode_steps=3, pixel_size=list(SIZE)),
+                       out=str(tmp_path / "sac"), episodes=1, policy=str(tmp_path / "run/checkpoints/latest.pt"))
+    assert collect(args, message=lambda m: None)["episodes"] == 1
