@@ -4,7 +4,9 @@ Runs store their results in several ways: `robot-rl train` (SAC, any agent prese
 inside training checkpoints, residual RL and DSRL keep only their SAC agent (the base policy is a separate
 directory named in the run's config), and BC, ReinFlow and DPPO write a policy directory. `policy_from_run`
 turns each into a `robot_rl.policies.io` policy whose `act` is the run's own evaluation policy, so deployment
-(`eval policy=`, `deploy`, `Agent.load`, onnxruntime) needs only the `policies` package.
+(`eval policy=`, `deploy`, `Agent.load`, onnxruntime) needs only the `policies` package. A SAC agent that learned
+from cameras exports with its encoder and state statistics (`ActorPolicy(cameras=...)`; the image sizes are read
+from the run's env at its `env.pixel_size`); `deploy` refuses it until the robot bridge carries camera frames.
 
 Which weights: a policy directory the run published (`<run>/policy`) first, else `checkpoints/best.pt`, else
 `checkpoints/latest.pt`; a checkpoint file can be named directly.
