@@ -13,9 +13,14 @@ Sizes are those of the shipped presets for the arm (29 state values, 4 actions, 
 SAC agent (hyperspherical actor, width 128), `agent=sac` (256 x 2 MLP), BC MLP (256 x 2), diffusion (256 x 3,
 10 DDIM steps), flow (256 x 3, 10 Euler steps), ReinFlow's flow (4 steps), DPPO's diffusion (10 steps),
 residual RL (flow base with 4 steps, 256 x 2 correction) and DSRL (flow base with 4 steps, 256 x 2 steering
-actor). Weights are random with fitted normalisers: latency does not depend on their values.
+actor). SAC from cameras (`robot-rl export` of a pixel run; the arm's 7 proprioceptive values plus the `front`
+and `wrist` cameras): DrQ's encoder at 84x84 (4 conv layers of 32 channels, 50 features per camera) under the
+256 x 2 actor of `agent=sac`, and the `experiment=reach_pixels` preset (48x48, 3 layers of 16 channels, 32
+features, LayerNorm actor); the graph takes each camera's uint8 image as the env gives it. Weights are random
+with fitted normalisers: latency does not depend on their values.
 
-Writes ``bench/results/<date>-export-latency.json``. ``--quick``: 200 calls (figures indicative only).
+Writes ``bench/results/<date>-export-latency.json``. ``--quick``: 200 calls (figures indicative only);
+``--only pixels``: the rows whose name contains ``pixels`` (a comma-separated list of substrings).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 from bench.common import cpu_fractions, cpu_times, machine_info, markdown_table, results_path, write_json
 
 OBS, A, H, EXECUTE = 29, 4, 8, 4
+PIXEL_STATE = 7  # arm:<task>-pixels: proprioception only, the rest is in the images
 
 
 def _fitted(policy):
@@ -73,6 +79,13 @@ def policies() -> dict[str, Callable[[], torch.nn.Module]]:
         policy.base.load_state_dict(base.state_dict())
         return policy
 
+    def pixels(size: int, feature_dim: int, channels: int, layers: int, layer_norm: bool) -> ActorPolicy:
+        cameras = {"pixels/front": [size, size, 3], "pixels/wrist": [size, size, 3]}
+        policy = ActorPolicy(**_actor(PIXEL_STATE, A), layer_norm=layer_norm, cameras=cameras,
+                             encoder_feature_dim=feature_dim, encoder_channels=channels, encoder_layers=layers)
+        policy.state_norm.update(torch.randn(256, PIXEL_STATE) * 2 + 0.5)
+        return policy
+
     return {
         "sac (default agent)": lambda: ActorPolicy(**_actor(OBS, A, "hyper")),
         "sac (agent=sac)": lambda: ActorPolicy(**_actor(OBS, A)),
@@ -83,6 +96,8 @@ def policies() -> dict[str, Callable[[], torch.nn.Module]]:
         "dppo (diffusion, 10 steps)": lambda: _fitted(DiffusionPolicy(OBS, A, H, EXECUTE, num_inference_steps=10)),
         "residual (flow base)": residual,
         "dsrl (flow base)": dsrl,
+        "sac pixels (2 cameras 84x84, DrQ encoder)": lambda: pixels(84, 50, 32, 4, False),
+        "sac pixels (2 cameras 48x48, reach_pixels preset)": lambda: pixels(48, 32, 16, 3, True),
     }
 
 
@@ -149,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--quick", action="store_true", help="200 calls: for development, figures indicative only")
     p.add_argument("--note", default="", help="a remark stored with the results (e.g. what else loaded the machine)")
     p.add_argument("--name", default="export-latency")
+    p.add_argument("--only", default="", help="comma-separated substrings: measure only the policies they name")
     args = p.parse_args(argv)
     calls = 200 if args.quick else args.calls
     torch.set_num_threads(1)
@@ -156,13 +172,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_before, cpu0 = os.getloadavg(), cpu_times()
     rows = []
     with tempfile.TemporaryDirectory() as folder:
+        only = [part for part in args.only.split(",") if part]
         for name, build in policies().items():
+            if only and not any(part in name for part in only):
+                continue
             rows.append(measure(name, build(), Path(folder), calls, args.warmup))
             r = rows[-1]
             print(f"  {name}: torch {r['torch_p50_ms']:.3f} ms, onnxruntime {r['onnx_p50_ms']:.3f} ms", flush=True)
     result = {
         "config": {"batch": 1, "torch_threads": 1, "onnxruntime_threads": 1, "calls": calls, "warmup": args.warmup,
-                   "obs_dim": OBS, "action_dim": A, "horizon": H, "execute": EXECUTE},
+                   "obs_dim": OBS, "action_dim": A, "horizon": H, "execute": EXECUTE,
+                   "pixel_state_dim": PIXEL_STATE, "only": args.only},
         "machine": {**machine_info(1, "cpu"), "onnxruntime": _version("onnxruntime"), "onnx": _version("onnx")},
         "note": args.note,
         # other processes on the machine lengthen the tails (p90) more than the medians

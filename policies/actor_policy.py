@@ -8,15 +8,22 @@ loads it like the behaviour-cloning policies: `load_policy` rebuilds it from thi
 The deterministic action is tanh(mean(obs)) (the SAC actor's mode after squashing); the actor's running
 observation normalisation (`obs_norm=True`, the default agent's) is a buffer of the actor, so it travels with
 the weights. One action per call: `reset` exists only so that every saved policy has the same interface.
+
+Cameras: the actor of a pixel SAC agent (DrQ) reads the proprioceptive `state`, normalised by the agent's running
+statistics (`obs_norm`), fused with one `ConvEncoder` per camera group (`cameras`: group -> [H, W, C]) by
+`CameraFusion`. Given `cameras`, the policy holds those modules too (`state_norm`, `encoder`; built by
+`encoders.conv_fusion`, as the agent builds them) and `act` takes `{"state": [N, S], "pixels/<camera>": uint8
+[N, H, W, C], ...}`, never augmenting the images: the action of `SAC.act(obs, deterministic=True)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from robot_rl.policies.actor import TanhGaussianActor
+from robot_rl.policies.encoders import CameraFusion, conv_fusion
 from robot_rl.policies.hyper import HyperActorTrunk
 from robot_rl.policies.normalize import RunningNorm
 from torch import Tensor, nn
@@ -54,17 +61,39 @@ def state_batch(obs: Obs, obs_dim: int, like: Tensor) -> Tensor:
     return x.to(like.device, torch.float32)
 
 
+def camera_batch(obs: Obs, cameras: Mapping[str, Sequence[int]], n: int, like: Tensor) -> list[Tensor]:
+    """The uint8 images [N, H, W, C] of each camera group in `cameras` (in its order) on the device of `like`; a
+    missing group, a wrong size or dtype is a ValueError naming the group and the expected shape."""
+    out = []
+    for group, shape in cameras.items():
+        expected = f"uint8 [N, {', '.join(str(int(v)) for v in shape)}]"
+        if not isinstance(obs, Mapping) or group not in obs:
+            has = sorted(obs) if isinstance(obs, Mapping) else "a bare state tensor"
+            raise ValueError(f"observation has no camera group {group!r} (expected {expected} images; got {has})")
+        x = obs[group]
+        if x.dtype != torch.uint8 or x.dim() != 4 or tuple(x.shape[1:]) != tuple(int(v) for v in shape) \
+                or x.shape[0] != n:
+            raise ValueError(f"camera group {group!r}: expected {expected} images with N={n} (the state's), got "
+                             f"{str(x.dtype).replace('torch.', '')} {list(x.shape)}")
+        out.append(x.to(like.device))
+    return out
+
+
 class ActorPolicy(nn.Module):
-    """A tanh-Gaussian actor that acts from raw observations; see the module docstring.
+    """A tanh-Gaussian actor that acts from raw observations, optionally with cameras; see the module docstring.
 
     Args:
         obs_dim, action_dim: sizes of the state and the action.
         network: "mlp" or "hyper" (the agent's `network`).
         hidden, layer_norm: network=mlp: hidden widths, LayerNorm after each hidden layer.
         width, blocks: network=hyper: actor width and residual blocks.
-        obs_norm: the actor normalises observations with running statistics (saved as buffers).
+        obs_norm: the state is normalised with running statistics (saved as buffers): inside the actor, or for a
+            camera policy before the fusion (`state_norm`), as the agent does.
         action_repeat: env steps each action is held for during training (metadata for the deployer; the
             policy itself returns one action per call).
+        cameras: camera group (`pixels`, `pixels/<camera>`) -> image shape [H, W, C]; none: a state-only actor.
+        encoder_feature_dim, encoder_channels, encoder_layers: each camera's `ConvEncoder` (the agent's
+            `encoder_*` fields).
     """
 
     def __init__(
@@ -78,14 +107,32 @@ class ActorPolicy(nn.Module):
         blocks: int = 1,
         obs_norm: bool = False,
         action_repeat: int = 1,
+        cameras: Mapping[str, Sequence[int]] | None = None,
+        encoder_feature_dim: int = 50,
+        encoder_channels: int = 32,
+        encoder_layers: int = 4,
     ) -> None:
         super().__init__()
         self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
         self.network, self.hidden, self.layer_norm = network, [int(h) for h in hidden], bool(layer_norm)
         self.width, self.blocks, self.action_repeat = int(width), int(blocks), int(action_repeat)
+        self.obs_norm = bool(obs_norm)
+        self.cameras = {k: [int(v) for v in shape] for k, shape in sorted((cameras or {}).items())}
+        self.encoder_feature_dim, self.encoder_channels = int(encoder_feature_dim), int(encoder_channels)
+        self.encoder_layers = int(encoder_layers)
+        self.state_norm: RunningNorm | None = None
+        self.encoder: CameraFusion | None = None
+        net_dim, net_norm = self.obs_dim, RunningNorm(self.obs_dim) if obs_norm else None
+        if self.cameras:
+            bad = [k for k, shape in self.cameras.items() if len(shape) != 3 or min(shape) < 1]
+            if bad:
+                raise ValueError(f"camera group {bad[0]!r}: image shape must be [H, W, C], got {self.cameras[bad[0]]}")
+            self.state_norm, net_norm = net_norm, None  # the state is normalised before the fusion
+            self.encoder = conv_fusion(self.cameras, self.obs_dim, self.encoder_feature_dim, self.encoder_channels,
+                                       self.encoder_layers)
+            net_dim = self.encoder.out_dim
         self.actor = make_actor(
-            self.obs_dim, self.action_dim, network, self.hidden, self.layer_norm, self.width, self.blocks,
-            RunningNorm(self.obs_dim) if obs_norm else None,
+            net_dim, self.action_dim, network, self.hidden, self.layer_norm, self.width, self.blocks, net_norm
         )
 
     @property
@@ -94,7 +141,7 @@ class ActorPolicy(nn.Module):
 
     def config(self) -> dict[str, Any]:
         """Constructor keyword arguments that rebuild this policy (JSON-serialisable)."""
-        return {
+        config = {
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
             "network": self.network,
@@ -102,23 +149,39 @@ class ActorPolicy(nn.Module):
             "layer_norm": self.layer_norm,
             "width": self.width,
             "blocks": self.blocks,
-            "obs_norm": self.actor.obs_norm is not None,
+            "obs_norm": self.obs_norm,
             "action_repeat": self.action_repeat,
         }
+        if self.cameras:  # state-only policies keep the config they always had
+            config.update(cameras=self.cameras, encoder_feature_dim=self.encoder_feature_dim,
+                          encoder_channels=self.encoder_channels, encoder_layers=self.encoder_layers)
+        return config
 
-    def forward(self, obs: Tensor) -> Tensor:
-        """The deterministic action tanh(mean) [N, A] of raw observations [N, O] (the exported graph)."""
-        mean, _ = self.actor.distribution_params(obs)
+    def features(self, state: Tensor, images: Sequence[Tensor] = ()) -> Tensor:
+        """What the actor reads: the raw state, or for a camera policy the normalised state fused with the cameras'
+        features (`images` uint8 [N, H, W, C] in the order of `cameras`; no augmentation)."""
+        if self.encoder is None:
+            return state
+        if self.state_norm is not None:
+            state = self.state_norm(state)
+        return self.encoder({"state": state, **dict(zip(self.cameras, images, strict=True))})
+
+    def forward(self, obs: Tensor, *images: Tensor) -> Tensor:
+        """The deterministic action tanh(mean) [N, A] of raw states [N, O] and, for a camera policy, the images of
+        each camera group in the order of `cameras` (the exported graph)."""
+        mean, _ = self.actor.distribution_params(self.features(obs, images))
         return torch.tanh(mean)
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False, noise: Tensor | None = None) -> Tensor:
         """The action [N, A] in [-1, 1]: tanh(mean), or a sample of the actor's Gaussian. `noise` [N, A] is the
-        sample's standard-normal draw (default: fresh), so a given noise makes the sample reproducible."""
+        sample's standard-normal draw (default: fresh), so a given noise makes the sample reproducible. A camera
+        policy takes a dict with `state` and every camera group (ValueError naming a missing or misshapen one)."""
         state = state_batch(obs, self.obs_dim, self._anchor)
+        images = camera_batch(obs, self.cameras, state.shape[0], self._anchor) if self.cameras else []
         if deterministic:
-            return self(state)
-        mean, log_std = self.actor.distribution_params(state)
+            return self(state, *images)
+        mean, log_std = self.actor.distribution_params(self.features(state, images))
         eps = torch.randn_like(mean) if noise is None else noise.to(mean)
         return torch.tanh(mean + log_std.exp() * eps)
 

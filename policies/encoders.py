@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone", "SpatialLearnedEmbeddings",
-    "load_backbone", "random_shift",
+    "conv_fusion", "load_backbone", "random_shift",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -223,3 +223,13 @@ class CameraFusion(nn.Module):
             raise KeyError(f"observation has no camera group {missing[0]!r} (has {sorted(obs)})")
         feats = [self.encoders[k.replace("/", "__")](obs[k], augment) for k in self.keys]
         return torch.cat([obs["state"].float(), *feats], dim=1)
+
+
+def conv_fusion(
+    cameras: Mapping[str, Sequence[int]], state_dim: int, feature_dim: int = 50, channels: int = 32, layers: int = 4,
+    shift_pad: int = 4,
+) -> CameraFusion:
+    """One ``ConvEncoder`` per camera group (group -> image shape (H, W, C)) fused with a ``state_dim`` state: the
+    one constructor for the pixel SAC learner and for the policy exported from it, so its weights always load."""
+    return CameraFusion({k: ConvEncoder(shape, feature_dim, channels, layers, shift_pad) for k, shape in cameras.items()},
+                        state_dim)

@@ -4,6 +4,11 @@ Why stateless: a runtime without Python (onnxruntime in C++, on a robot computer
 queues and random draws that `act` keeps, so everything that varies between calls is an input:
 
 - `obs` float32 [N, O]: the raw observation (the env's `state` group); normalisation is inside the graph.
+- A camera policy (`ActorPolicy` with `cameras`, a pixel SAC agent's) takes the observation groups by name
+  instead: `state` float32 [N, S] and one uint8 [N, H, W, C] input per camera group (`pixels/front`, ...), the
+  images exactly as the env gives them (0-255, channels last, in `cameras` order); the conversion to float, the
+  state's normalisation and the encoders are inside the graph. uint8 rather than float: a quarter of the bytes
+  per call, and no scaling convention for the caller to get wrong.
 - `noise` float32 [N, H, A], for policies that sample (diffusion, flow, DSRL): the latent of one chunk, a
   standard normal draw (the initial x_T of a diffusion policy, x_0 of a flow policy, the Gaussian draw of a
   DSRL steering actor). Zeros give the deterministic chunk that `act(obs, deterministic=True)` plays.
@@ -11,7 +16,7 @@ queues and random draws that `act` keeps, so everything that varies between call
 
 Outputs, by kind (`describe` writes the same into the policy's config.json, under metadata.onnx):
 
-- `ActorPolicy` (SAC): `action` [N, A] = tanh(mean).
+- `ActorPolicy` (SAC, also from cameras): `action` [N, A] = tanh(mean).
 - `MLPPolicy`, `DiffusionPolicy`, `FlowPolicy` (BC, ReinFlow, DPPO), `NoiseSteeredPolicy` (DSRL):
   `action_chunk` [N, H, A]; play its first `execute` actions, then call again.
 - `ResidualPolicy`: the correction needs the base action of every step, which comes from a chunk planned
@@ -68,6 +73,11 @@ def graph(policy: nn.Module) -> tuple[_Graph, list[dict[str, Any]], list[dict[st
     obs = _io("obs", ["N", policy.obs_dim], "raw observation (the env's state group)")
     if isinstance(policy, ActorPolicy):
         out = [_io("action", ["N", policy.action_dim], "deterministic action tanh(mean) in [-1, 1]")]
+        if policy.cameras:  # inputs named as the observation's groups
+            state = _io("state", ["N", policy.obs_dim], "raw proprioceptive state (the env's state group)")
+            images = [_io(k, ["N", *shape], "camera image as the env gives it: 0-255, channels last", "uint8")
+                      for k, shape in policy.cameras.items()]
+            return _Graph(policy, lambda p, s, *ims: p(s, *ims)), [state, *images], out
         return _Graph(policy, lambda p, o: p(o)), [obs], out
     chunk_shape = ["N", policy.horizon, policy.action_dim]
     chunk = _io("action_chunk", chunk_shape, f"actions in [-1, 1]; play the first {policy.execute}, then call again")
@@ -95,13 +105,16 @@ def graph(policy: nn.Module) -> tuple[_Graph, list[dict[str, Any]], list[dict[st
 
 
 def example_inputs(inputs: list[dict[str, Any]], batch: int = 2, seed: int = 0) -> list[Tensor]:
-    """Random inputs of the graph's shapes; int64 inputs (`pos`) at their `reset_value`, as at a first call."""
+    """Random inputs of the graph's shapes; int64 inputs (`pos`) at their `reset_value`, as at a first call; uint8
+    inputs (images) uniform in 0-255."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for spec in inputs:
         shape = [batch if d == "N" else int(d) for d in spec["shape"]]
         if spec["dtype"] == "int64":
             out.append(torch.full(shape, int(spec.get("reset_value", 0)), dtype=torch.long))
+        elif spec["dtype"] == "uint8":
+            out.append(torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8))
         else:
             out.append(torch.randn(shape, generator=gen))
     return out

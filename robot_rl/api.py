@@ -10,8 +10,10 @@
 Actions come back in the units of the environment the policy was trained on: robot_rl learns in [-1, 1]
 (`robot_rl.envs.wrappers.NormalizedAction`), and `predict` maps back with the bounds of the run's env spec, or
 of the `action_space` given to `load` (needed for a policy directory, which records no env). Observations go in
-as the env gives them: a flat vector, a batch of them, or a dict with a `state` entry. Observation
-normalisation travels inside the checkpoint or policy directory.
+as the env gives them: a flat vector, a batch of them, or a dict with a `state` entry; a policy that learned from
+cameras (`agent.cameras`: group -> [H, W, C]) takes the dict with `state` and its camera groups' uint8 images
+(`arm:<task>-pixels`: `pixels/front`, `pixels/wrist`). Observation normalisation travels inside the checkpoint or
+policy directory.
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ class Agent:
 
     def __init__(
         self,
-        act: Callable[[torch.Tensor, bool], torch.Tensor],
+        act: Callable[[dict[str, torch.Tensor], bool], torch.Tensor],
         obs_dim: int,
         action_dim: int,
         action_space: gym.spaces.Box | None = None,
         spec: str | None = None,
         reset: Callable[[], None] | None = None,
+        cameras: dict[str, list[int]] | None = None,
     ) -> None:
         self._act, self._reset = act, reset
         self.obs_dim, self.action_dim, self.spec = obs_dim, action_dim, spec
+        self.cameras = dict(cameras or {})  # camera group -> [H, W, C] the policy reads besides `state`
         self.action_space = action_space
         if action_space is not None:
             if action_space.shape != (action_dim,):
@@ -90,22 +94,30 @@ class Agent:
     ) -> Agent:
         """An agent over any saved-policy kind (`robot_rl.policies.io.POLICY_CLASSES`)."""
 
-        def act(obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
-            return policy.act({"state": obs.to(device)}, deterministic=deterministic)
+        def act(obs: dict[str, torch.Tensor], deterministic: bool) -> torch.Tensor:
+            return policy.act({k: v.to(device) for k, v in obs.items()}, deterministic=deterministic)
 
-        return cls(act, policy.obs_dim, policy.action_dim, action_space, spec, reset=policy.reset)
+        return cls(act, policy.obs_dim, policy.action_dim, action_space, spec, reset=policy.reset,
+                   cameras=getattr(policy, "cameras", None))
 
     @torch.no_grad()
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         """Action(s) for one observation or a batch: float64 in the env's units where its bounds are known,
-        else float32 in [-1, 1]."""
-        if isinstance(obs, dict):
-            obs = obs["state"]
-        x = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        else float32 in [-1, 1]. A camera policy takes a dict with `state` and each camera group (uint8 images,
+        [H, W, C] for one observation, [N, H, W, C] for a batch)."""
+        groups = obs if isinstance(obs, dict) else {"state": obs}
+        x = torch.as_tensor(np.asarray(groups["state"]), dtype=torch.float32)
         single = x.dim() == 1
         if x.shape[-1] != self.obs_dim:
             raise ValueError(f"observation of size {x.shape[-1]}; this policy takes {self.obs_dim}")
-        action = self._act(x[None] if single else x, deterministic).cpu().numpy()
+        batch = {"state": x[None] if single else x}
+        for group, shape in self.cameras.items():
+            if group not in groups:
+                raise ValueError(f"observation has no camera group {group!r}; this policy reads it as uint8 "
+                                 f"{list(shape)} images besides 'state' (got {sorted(groups)})")
+            image = torch.as_tensor(np.asarray(groups[group]))
+            batch[group] = image[None] if single else image
+        action = self._act(batch, deterministic).cpu().numpy()
         if self.action_space is not None:
             action = self._low + (action.astype(np.float64) + 1.0) * 0.5 * (self._high - self._low)
         return action[0] if single else action

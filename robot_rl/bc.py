@@ -266,13 +266,19 @@ def evaluate_policy(
 ) -> dict[str, float | None]:
     """`episodes` episodes (default: one in each env) in `num_envs` envs of `spec`, in rounds if there are more
     episodes than envs: mean return, mean length and success rate (None where the task defines no success). The
-    policy's action queue is reset for every env that finishes."""
+    policy's action queue is reset for every env that finishes. A camera policy (`cameras`: an exported pixel SAC
+    agent) gets the env's camera observations at its own image size."""
     from robot_rl import envs
     from robot_rl.evaluation import evaluate
 
-    env = envs.make(spec, num_envs=num_envs, seed=seed, max_episode_steps=max_episode_steps)
+    cameras = getattr(policy, "cameras", None) or {}
+    sizes = sorted({tuple(shape[:2]) for shape in cameras.values()})
+    if len(sizes) > 1:
+        raise BCError(f"the policy's cameras have different image sizes {sizes}; an env renders one pixel_size")
+    env = envs.make(spec, num_envs=num_envs, seed=seed, max_episode_steps=max_episode_steps,
+                    pixel_size=sizes[0] if sizes else None)
     try:
-        _check_dims(env, spec, policy.obs_dim, policy.action_dim)
+        _check_dims(env, spec, policy.obs_dim, policy.action_dim, cameras)
         policy.reset()
         result = evaluate(
             lambda obs: policy.act(obs, deterministic=deterministic).to(env.device),
@@ -303,9 +309,15 @@ def check_env(spec: str, obs_dim: int, action_dim: int) -> None:
         env.close()
 
 
-def _check_dims(env, spec: str, obs_dim: int, action_dim: int) -> None:
+def _check_dims(env, spec: str, obs_dim: int, action_dim: int, cameras: dict | None = None) -> None:
     if "state" not in env.observation_spec:
         raise BCError(f"{spec} has no state observations; BC policies take the state group")
+    for group, shape in (cameras or {}).items():
+        got = env.observation_spec.get(group)
+        if got is None or list(got[0]) != list(shape):
+            has = f"has {group!r} of {list(got[0])}" if got is not None else f"has no camera group {group!r}"
+            raise BCError(f"{spec} {has}; the policy reads {group!r} as uint8 {list(shape)} (a camera policy: "
+                          "evaluate it on a -pixels env spec)")
     (env_obs_dim,) = env.observation_spec["state"][0]
     if (env_obs_dim, env.action_dim) != (obs_dim, action_dim):
         raise BCError(

@@ -4,7 +4,9 @@ Runs store their results in several ways: `robot-rl train` (SAC, any agent prese
 inside training checkpoints, residual RL and DSRL keep only their SAC agent (the base policy is a separate
 directory named in the run's config), and BC, ReinFlow and DPPO write a policy directory. `policy_from_run`
 turns each into a `robot_rl.policies.io` policy whose `act` is the run's own evaluation policy, so deployment
-(`eval policy=`, `deploy`, `Agent.load`, onnxruntime) needs only the `policies` package.
+(`eval policy=`, `deploy`, `Agent.load`, onnxruntime) needs only the `policies` package. A SAC agent that learned
+from cameras exports with its encoder and state statistics (`ActorPolicy(cameras=...)`; the image sizes are read
+from the run's env at its `env.pixel_size`); `deploy` refuses it until the robot bridge carries camera frames.
 
 Which weights: a policy directory the run published (`<run>/policy`) first, else `checkpoints/best.pt`, else
 `checkpoints/latest.pt`; a checkpoint file can be named directly.
@@ -69,24 +71,31 @@ def policy_from_checkpoint(path: Path, state: dict, device: str = "cpu") -> tupl
 
 
 def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[SavedPolicy, dict[str, Any]]:
-    """The actor of a `robot-rl train` checkpoint or a hil-train `learner.pt`."""
-    from robot_rl.agents.sac import SACConfig, actor_policy_kwargs
+    """The actor of a `robot-rl train` checkpoint or a hil-train `learner.pt`; for a pixel (camera) agent with
+    its encoder and state statistics, reading the camera groups' image sizes from the run's env."""
+    from robot_rl.agents.sac import SACConfig, actor_policy_kwargs, policy_state_dict
     from robot_rl.policies.actor_policy import ActorPolicy
 
     if "agent" not in state or not ({"agent", "sac"} & config.keys()):
         raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
-    if "encoder" in state["agent"]:  # a pixel agent: its actor reads camera features, not observations
-        raise ExportError(f"{path} is a camera (pixel) agent: eval run= evaluates it, but export, deploy and "
-                          "Agent.load take state-only policies for now")
     sac = SACConfig(**config.get("agent", config.get("sac")))
     env = config.get("env") or {}
     spec = env.get("spec")
-    if "obs_dim" in config:  # hil-train's learner config
+    pixels = "encoder" in state["agent"]
+    cameras: dict[str, tuple[int, ...]] = {}
+    if "obs_dim" in config:  # hil-train's learner config (state observations only)
+        if pixels:
+            raise ExportError(f"{path}: a learner.pt with a camera encoder names no image sizes; export its run")
         obs_dim, action_dim = int(config["obs_dim"]), int(config["action_dim"])
     else:
-        obs_dim, action_dim = _env_dims(spec, path)
-    policy = ActorPolicy(**actor_policy_kwargs(obs_dim, action_dim, sac, int(env.get("action_repeat", 1))))
-    _load(policy.actor, state["agent"]["actor"], path)
+        pixel_size = tuple(env["pixel_size"]) if pixels and env.get("pixel_size") else None
+        obs_dim, action_dim, cameras = _env_dims(spec, path, pixel_size)
+        if pixels and not cameras:
+            raise ExportError(f"{path}: a camera agent, but its env {spec!r} has no camera groups")
+    kwargs = actor_policy_kwargs(obs_dim, action_dim, sac, int(env.get("action_repeat", 1)),
+                                 cameras if pixels else None)
+    policy = ActorPolicy(**kwargs)
+    _load(policy, policy_state_dict(state["agent"]), path)
     return policy.to(device).eval(), {"kind": "sac", "env_spec": spec}
 
 
@@ -130,13 +139,17 @@ def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tupl
     return chain.base_policy().requires_grad_(False).to(device).eval(), meta
 
 
-def _env_dims(spec: str, path: Path) -> tuple[int, int]:
-    """(obs_dim, action_dim) of the run's env (one env built to read them)."""
+def _env_dims(spec: str, path: Path, pixel_size: tuple[int, ...] | None = None
+              ) -> tuple[int, int, dict[str, tuple[int, ...]]]:
+    """(obs_dim, action_dim, camera groups -> (H, W, C)) of the run's env (one env built to read them, with the
+    run's `pixel_size` for a camera agent)."""
     from robot_rl import envs
+    from robot_rl.agents.sac import camera_groups
 
     try:
-        with envs.make(spec, num_envs=1) as env:
-            return int(env.observation_spec["state"][0][0]), int(env.action_dim)
+        with envs.make(spec, num_envs=1, pixel_size=pixel_size) as env:
+            spec_ = env.observation_spec
+            return int(spec_["state"][0][0]), int(env.action_dim), camera_groups(spec_)
     except Exception as e:
         raise checkpoint.CheckpointError(
             f"{path}: cannot build its env {spec!r} to read the policy's sizes ({type(e).__name__}: {e})"

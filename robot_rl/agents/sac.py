@@ -52,7 +52,7 @@ from torch import Tensor
 from robot_rl.fields import help_field as _help
 from robot_rl.policies import QEnsemble, TanhGaussianActor
 from robot_rl.policies.actor_policy import make_actor
-from robot_rl.policies.encoders import CameraFusion, ConvEncoder
+from robot_rl.policies.encoders import CameraFusion, conv_fusion
 from robot_rl.policies.hyper import HyperQEnsemble, project_
 from robot_rl.policies.normalize import RunningNorm
 from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
@@ -236,14 +236,31 @@ def build_actor(
                       cfg.actor_blocks, obs_norm)
 
 
-def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_repeat: int = 1) -> dict:
+def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_repeat: int = 1,
+                        cameras: dict[str, tuple[int, ...]] | None = None) -> dict:
     """`robot_rl.policies.actor_policy.ActorPolicy` keyword arguments of the actor `cfg` describes: what an
-    exported policy directory stores so that `build_actor`'s network is rebuilt without this config."""
-    return {
+    exported policy directory stores so that `build_actor`'s network is rebuilt without this config. With
+    `cameras` (a pixel agent's, group -> (H, W, C)) also the agent's encoder, as `SAC.__init__` builds it."""
+    kwargs = {
         "obs_dim": obs_dim, "action_dim": action_dim, "network": cfg.network, "hidden": list(cfg.hidden_dims),
         "layer_norm": cfg.actor_layer_norm, "width": cfg.actor_width, "blocks": cfg.actor_blocks,
         "obs_norm": cfg.obs_norm, "action_repeat": action_repeat,
     }
+    if cameras:
+        kwargs.update(cameras={k: list(shape) for k, shape in cameras.items()},
+                      encoder_feature_dim=cfg.encoder_feature_dim, encoder_channels=cfg.encoder_channels,
+                      encoder_layers=cfg.encoder_layers)
+    return kwargs
+
+
+def policy_state_dict(state: dict) -> dict[str, Tensor]:
+    """The `ActorPolicy` weights in an agent's `state_dict()` (a checkpoint's `agent`): the actor, and for a pixel
+    agent its encoder and the state's running statistics (which live outside its actor)."""
+    weights = {f"actor.{k}": v for k, v in state["actor"].items()}
+    if "encoder" in state:
+        weights.update({f"encoder.{k}": v for k, v in state["encoder"].items()})
+        weights.update({f"state_norm.{k}": v for k, v in state.get("obs_norm", {}).items()})
+    return weights
 
 
 def camera_groups(obs_spec: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, tuple[int, ...]]:
@@ -267,9 +284,8 @@ class SAC:
         self.encoder: CameraFusion | None = None
         net_dim, net_norm = obs_dim, self.obs_norm
         if cameras:
-            self.encoder = CameraFusion({k: ConvEncoder(shape, cfg.encoder_feature_dim, cfg.encoder_channels,
-                                                        cfg.encoder_layers, cfg.image_shift)
-                                         for k, shape in cameras.items()}, obs_dim).to(self.device)
+            self.encoder = conv_fusion(cameras, obs_dim, cfg.encoder_feature_dim, cfg.encoder_channels,
+                                       cfg.encoder_layers, cfg.image_shift).to(self.device)
             self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
             # The statistics normalise `state` before the fusion (features of a changing encoder have none).
             net_dim, net_norm = self.encoder.out_dim, None

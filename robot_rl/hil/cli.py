@@ -522,6 +522,10 @@ def deploy(args: DeployArgs) -> int:
     # Any run, checkpoint or policy directory, through the one loader (`robot_rl.export`); actions stay in the
     # bridge's [-1, 1] whatever env the run was trained on.
     agent = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32))
+    if agent.cameras:  # the bridge's observations are the state vector; camera frames are not on it yet
+        groups = ", ".join(f"{k} {v}" for k, v in agent.cameras.items())
+        raise CommandError(f"{path} reads cameras ({groups}) besides the state; the robot bridge sends state "
+                           "observations only, so deploy takes state-only policies (eval policy= runs it in sim)")
     if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
         raise CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
                            f"{spec.state_dim} and {spec.action_dim}")

@@ -92,6 +92,55 @@ def test_actor_policy_is_tanh_of_the_actor_mean():
         policy.act(torch.randn(3, 4))
 
 
+def camera_actor() -> ActorPolicy:
+    """A SAC actor from cameras (the pixel agent's export): state statistics, one small encoder per camera."""
+    return ActorPolicy(**actor(OBS, A, cameras={"pixels/wrist": [20, 16, 3], "pixels/front": [20, 16, 3]},
+                               encoder_feature_dim=6, encoder_channels=4, encoder_layers=2))
+
+
+def camera_obs(n: int, size: tuple[int, int] = (20, 16)) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(n)
+    return {"state": torch.randn(n, OBS, generator=g) * 2,
+            **{k: torch.randint(0, 256, (n, *size, 3), generator=g, dtype=torch.uint8)
+               for k in ("pixels/front", "pixels/wrist")}}
+
+
+def test_camera_actor_round_trip_acts_the_same(tmp_path):
+    torch.manual_seed(0)
+    policy = camera_actor().eval()
+    stats_of(policy)
+    assert policy.actor.obs_norm is None and policy.state_norm is not None  # normalised before the fusion
+    assert list(policy.cameras) == ["pixels/front", "pixels/wrist"]  # sorted, as CameraFusion orders them
+    save_policy(policy, tmp_path / "p")
+    loaded = load_policy(tmp_path / "p")
+    assert loaded.config() == policy.config() and loaded.config()["cameras"]["pixels/front"] == [20, 16, 3]
+    obs, noise = camera_obs(4), torch.randn(4, A)
+    expected = policy.act(obs, deterministic=True)
+    torch.testing.assert_close(loaded.act(obs, deterministic=True), expected, rtol=0, atol=0)
+    torch.testing.assert_close(loaded.act(obs, noise=noise), policy.act(obs, noise=noise), rtol=0, atol=0)
+    other = {**obs, "pixels/wrist": obs["pixels/wrist"].flip(2)}
+    assert not torch.equal(policy.act(other, deterministic=True), expected)  # each camera is read
+    assert "cameras" not in ActorPolicy(**actor(OBS, A)).config()  # state-only configs are as they were
+
+
+def test_camera_actor_names_a_missing_or_misshapen_camera():
+    policy = camera_actor().eval()
+    obs = camera_obs(3)
+    with pytest.raises(ValueError, match=r"no camera group 'pixels/wrist' \(expected uint8 \[N, 20, 16, 3\] images"):
+        policy.act({k: v for k, v in obs.items() if k != "pixels/wrist"})
+    with pytest.raises(ValueError, match=r"no camera group 'pixels/front' \(expected uint8 \[N, 20, 16, 3\]"):
+        policy.act(obs["state"])
+    with pytest.raises(ValueError, match=r"'pixels/front': expected uint8 \[N, 20, 16, 3\] images with N=3 "
+                                         r"\(the state's\), got uint8 \[3, 16, 20, 3\]"):
+        policy.act(camera_obs(3, size=(16, 20)))
+    with pytest.raises(ValueError, match=r"'pixels/front': expected uint8 .* got float32 \[3, 20, 16, 3\]"):
+        policy.act({**obs, "pixels/front": obs["pixels/front"].float()})
+    with pytest.raises(ValueError, match=r"image shape must be \[H, W, C\], got \[20, 16\]"):
+        ActorPolicy(OBS, A, cameras={"pixels/front": [20, 16]})
+    with pytest.raises(ValueError, match="camera groups are 'pixels' or 'pixels/<camera>'"):
+        ActorPolicy(OBS, A, cameras={"front": [20, 16, 3]})
+
+
 def test_residual_action_is_the_clipped_scaled_sum():
     base, r = torch.tensor([[0.5, -0.95]]), torch.tensor([[1.0, -1.0]])
     torch.testing.assert_close(residual_action(base, r, 0.2), torch.tensor([[0.7, -1.0]]))

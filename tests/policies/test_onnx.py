@@ -67,9 +67,18 @@ def dsrl():
     return policy.eval()
 
 
+def sac_pixels() -> ActorPolicy:
+    """A SAC actor from two cameras (an exported pixel agent), its state statistics fitted."""
+    policy = ActorPolicy(**actor(OBS, A), cameras={"pixels/front": [20, 16, 3], "pixels/wrist": [20, 16, 3]},
+                         encoder_feature_dim=6, encoder_channels=4, encoder_layers=2)
+    policy.state_norm.update(torch.randn(100, OBS) * 2 + 0.5)
+    return policy.eval()
+
+
 KINDS = {
     "sac_mlp": lambda: with_obs_stats(ActorPolicy(**actor(OBS, A)), OBS),
     "sac_default_agent": lambda: with_obs_stats(ActorPolicy(**actor(OBS, A, "hyper")), OBS),
+    "sac_pixels": sac_pixels,
     "bc_mlp": lambda: fitted(MLPPolicy(OBS, A, H, execute=2, hidden=[32])),
     "diffusion": diffusion,
     "flow": flow,
@@ -77,7 +86,7 @@ KINDS = {
     "dsrl": dsrl,
 }
 INPUTS = {
-    "sac_mlp": ["obs"], "sac_default_agent": ["obs"], "bc_mlp": ["obs"], "diffusion": ["obs", "noise"],
+    "sac_mlp": ["obs"], "sac_default_agent": ["obs"], "sac_pixels": ["state", "pixels/front", "pixels/wrist"], "bc_mlp": ["obs"], "diffusion": ["obs", "noise"],
     "flow": ["obs", "noise"], "residual": ["obs", "queue", "pos"], "dsrl": ["obs", "noise"],
 }
 

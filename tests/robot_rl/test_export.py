@@ -321,16 +321,96 @@ def test_a_residual_policy_whose_base_samples_has_a_directory_but_no_graph(tmp_p
     assert isinstance(load_policy(tmp_path / "o"), ResidualPolicy)
 
 
-def test_a_camera_agent_is_refused_with_one_line(tmp_path):
-    """A pixel agent's actor reads encoder features: exporting its actor alone would give a policy that cannot
-    act, so export says so (before, the weights failed to load with a shape error)."""
-    from robot_rl.export import ExportError, policy_from_checkpoint
+# -- SAC from cameras: encoder, state statistics and actor in one policy ------------------------------------------
+CAMERAS = {"pixels/front": [24, 24, 3], "pixels/wrist": [24, 24, 3]}
 
-    cfg = compose_train_config(["env.spec=arm:reach-pixels", "agent=sac", "agent.hidden_dims=[16]",
-                                "agent.encoder_feature_dim=8", "agent.encoder_channels=4"])
-    agent = SAC(7, 4, cfg.agent, cameras={"pixels/front": (16, 16, 3)})
-    state = {"format": 1, "config": asdict(cfg), "agent": agent.state_dict()}
-    path = tmp_path / "best.pt"
-    checkpoint.atomic_save(state, path)
-    with pytest.raises(ExportError, match="camera .pixel. agent: eval run= evaluates it"):
-        policy_from_checkpoint(path, checkpoint.load(path))
+
+@pytest.fixture(scope="module")
+def pixel_run(tmp_path_factory) -> Path:
+    """A tiny `robot-rl train env.spec=arm:reach-pixels` run (24x24 frames, small encoder, obs_norm on): 20
+    updates after 100 random steps, one evaluation, best.pt (a few seconds on one thread)."""
+    run = tmp_path_factory.mktemp("pixels") / "run"
+    before = torch.get_num_threads()
+    try:
+        assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[24,24]", "agent=sac",
+                     "agent.obs_norm=true", "agent.hidden_dims=[32,32]", "agent.batch_size=16",
+                     "agent.encoder_channels=4", "agent.encoder_layers=2", "agent.encoder_feature_dim=8",
+                     "train.steps=120", "train.learning_starts=100", "train.eval_every=120", "env.num_eval_envs=1",
+                     "train.replay_capacity=500", "train.video=false", "quiet=true", "threads=1",
+                     f"run_dir={run}"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    return run
+
+
+def _run_agent_and_frames(run: Path) -> tuple[SAC, dict[str, torch.Tensor]]:
+    """The run's agent as `eval run=` builds it, and camera observations of 3 envs after a random step."""
+    from robot_rl.config import load_run_config
+    from robot_rl.trainer import build_agent, make_env
+
+    cfg = load_run_config(run)
+    with make_env(cfg, 3) as env:
+        agent = build_agent(cfg, env)
+        agent.load_state_dict(checkpoint.load(run / "checkpoints" / "best.pt")["agent"])
+        env.reset(seed=0)
+        obs, *_ = env.step(torch.rand(3, env.action_dim, generator=torch.Generator().manual_seed(0)) * 2 - 1)
+    return agent, obs
+
+
+def test_a_pixel_run_exports_a_policy_that_acts_as_the_run(pixel_run, tmp_path, capsys):
+    out = tmp_path / "exported"
+    assert main(["export", f"run={pixel_run}", f"out={out}", "format=onnx"]) == 0
+    policy = load_policy(out)
+    assert isinstance(policy, ActorPolicy) and policy.cameras == CAMERAS and policy.state_norm is not None
+    assert float(policy.state_norm.count) > 0  # the run's state statistics came along
+    agent, obs = _run_agent_and_frames(pixel_run)
+    expected = agent.act(obs, deterministic=True)
+    torch.testing.assert_close(policy.act(obs, deterministic=True), expected, rtol=0, atol=0)
+    flipped = {**obs, "pixels/front": obs["pixels/front"].flip(1)}  # the images matter
+    assert not torch.equal(policy.act(flipped, deterministic=True), expected)
+
+    # ONNX: the observation groups by name, images as the env gives them (uint8)
+    onnx = read_metadata(out)["onnx"]
+    assert [(s["name"], s["dtype"], s["shape"]) for s in onnx["inputs"]] == [
+        ("state", "float32", ["N", 7]), ("pixels/front", "uint8", ["N", 24, 24, 3]),
+        ("pixels/wrist", "uint8", ["N", 24, 24, 3])]
+    (got,) = onnx_session(out).run(None, {s["name"]: obs[s["name"]].numpy() for s in onnx["inputs"]})
+    np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-5)
+
+    # a policy directory re-exports as itself; Agent.load takes the directory and the run, one dict observation
+    again = export(out, tmp_path / "again")
+    torch.testing.assert_close(load_policy(again).act(obs, deterministic=True), expected, rtol=0, atol=0)
+    single = {k: v[0].numpy() for k, v in obs.items()}
+    for source in (out, pixel_run):
+        loaded = Agent.load(source)
+        assert loaded.cameras == CAMERAS
+        np.testing.assert_allclose(loaded.predict(single), expected[0].numpy(), rtol=0, atol=1e-6)
+    batch = Agent.load(out).predict({k: v.numpy() for k, v in obs.items()})
+    np.testing.assert_allclose(batch, expected.numpy(), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"no camera group 'pixels/wrist'; this policy reads it as uint8 \[24, 24, 3\]"):
+        Agent.load(out).predict({k: v for k, v in single.items() if k != "pixels/wrist"})
+
+    # eval policy= renders the env at the policy's image size (the spec's default is 84x84)
+    capsys.readouterr()
+    assert main(["eval", f"policy={out}", "env.spec=arm:reach-pixels", "episodes=1"]) == 0
+    assert "arm:reach-pixels" in capsys.readouterr().out
+    err = _error_of(capsys, ["eval", f"policy={out}", "env.spec=arm:reach", "episodes=1"])
+    assert "arm:reach has no camera group 'pixels/front'" in err and "-pixels env spec" in err
+
+
+def _error_of(capsys, args: list[str]) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_pixel_learner_checkpoint_without_image_sizes_is_one_line(tmp_path, capsys):
+    """hil-train's learner.pt names state sizes only; a camera encoder in it cannot be rebuilt from it."""
+    cfg = SACConfig(hidden_dims=[16], encoder_feature_dim=8, encoder_channels=4, encoder_layers=1)
+    agent = SAC(7, 4, cfg, cameras={"pixels/front": (16, 16, 3)})
+    path = tmp_path / "learner.pt"
+    checkpoint.atomic_save({"format": 1, "config": {"sac": asdict(cfg), "obs_dim": 7, "action_dim": 4},
+                            "agent": agent.state_dict()}, path)
+    assert "names no image sizes" in _error(capsys, [f"run={path}", f"out={tmp_path / 'o'}"])
+    assert not (tmp_path / "o").exists()

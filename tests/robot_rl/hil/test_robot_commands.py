@@ -223,6 +223,24 @@ def test_deploy_runs_a_saved_bc_policy_directory(robot_server, tmp_path, capsys,
     assert "done: 2 episodes" in capsys.readouterr().out
 
 
+def test_deploy_refuses_a_camera_policy_with_one_line(robot_server, tmp_path, capsys, monkeypatch):
+    """An exported pixel SAC policy reads camera frames, which the bridge does not carry (yet): one line, no
+    episode started."""
+    from robot_rl.envs.arm import PROPRIO_DIM
+    from robot_rl.policies.actor_policy import ActorPolicy
+    from robot_rl.policies.io import save_policy
+
+    policy = ActorPolicy(PROPRIO_DIM, 4, hidden=[16], cameras={"pixels/front": [24, 24, 3]}, encoder_feature_dim=4,
+                         encoder_channels=2, encoder_layers=1)
+    save_policy(policy, tmp_path / "pixels")
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    capsys.readouterr()
+    assert main(["deploy", f"robot={robot_server}", "step_timeout_s=5", f"checkpoint={tmp_path / 'pixels'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "reads cameras (pixels/front [24, 24, 3])" in err and "state observations only" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_hil_train_picks_up_a_learner_saved_by_the_old_hil_train(robot_server, tmp_path, capsys):
     """Before hil-train ran in the Runner it saved `<run_dir>/learner.pt` (the bare learner state); the same
     command must still continue from such a run rather than start over."""
