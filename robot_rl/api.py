@@ -115,7 +115,7 @@ class Agent:
             if group not in groups:
                 raise ValueError(f"observation has no camera group {group!r}; this policy reads it as uint8 "
                                  f"{list(shape)} images besides 'state' (got {sorted(groups)})")
-            image = torch.as_tensor(np.asarray(groups[group]))
+            image = torch.tensor(np.asarray(groups[group]))  # a copy: decoded frames may be read-only arrays
             batch[group] = image[None] if single else image
         action = self._act(batch, deterministic).cpu().numpy()
         if self.action_space is not None:

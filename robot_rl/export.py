@@ -6,7 +6,7 @@ directory named in the run's config), and BC, ReinFlow and DPPO write a policy d
 turns each into a `robot_rl.policies.io` policy whose `act` is the run's own evaluation policy, so deployment
 (`eval policy=`, `deploy`, `Agent.load`, onnxruntime) needs only the `policies` package. A SAC agent that learned
 from cameras exports with its encoder and state statistics (`ActorPolicy(cameras=...)`; the image sizes are read
-from the run's env at its `env.pixel_size`); `deploy` refuses it until the robot bridge carries camera frames.
+from the run's env at its `env.pixel_size`); `deploy` runs it on a robot that serves those cameras at that size.
 
 Which weights: a policy directory the run published (`<run>/policy`) first, else `checkpoints/best.pt`, else
 `checkpoints/latest.pt`; a checkpoint file can be named directly.

@@ -505,6 +505,22 @@ def _stop_ray_learner(link: Any, handle: Any) -> None:
 
 
 # -- deploy ---------------------------------------------------------------------------------------------------
+def _check_cameras(path: Path, cameras: dict[str, Any], spec: Any) -> None:
+    """A camera policy needs each of its camera groups from the robot at the size it was trained at (the
+    Session hands it `RobotObservation.as_dict()`); a robot's extra cameras are ignored. One line otherwise."""
+    served = {c.group: (c.height, c.width) for c in spec.cameras}
+    for group, shape in cameras.items():
+        want = tuple(int(v) for v in shape[:2])
+        if group not in served:
+            have = ", ".join(f"{g} {h}x{w}" for g, (h, w) in served.items()) or "none"
+            raise CommandError(f"{path} reads {group} ({want[0]}x{want[1]}) besides the state; {spec.name} serves "
+                               f"cameras: {have} (simulated arm: serve-robot pixels=true pixel_size=[{want[0]},"
+                               f"{want[1]}])")
+        if served[group] != want:
+            raise CommandError(f"{path} reads {group} at {want[0]}x{want[1]}; {spec.name} serves it at "
+                               f"{served[group][0]}x{served[group][1]} (serve-robot pixel_size=[{want[0]},{want[1]}])")
+
+
 def deploy(args: DeployArgs) -> int:
     """Run a trained policy on the robot with every safety on and no learning."""
     if not args.checkpoint:
@@ -522,10 +538,7 @@ def deploy(args: DeployArgs) -> int:
     # Any run, checkpoint or policy directory, through the one loader (`robot_rl.export`); actions stay in the
     # bridge's [-1, 1] whatever env the run was trained on.
     agent = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32))
-    if agent.cameras:  # the bridge's observations are the state vector; camera frames are not on it yet
-        groups = ", ".join(f"{k} {v}" for k, v in agent.cameras.items())
-        raise CommandError(f"{path} reads cameras ({groups}) besides the state; the robot bridge sends state "
-                           "observations only, so deploy takes state-only policies (eval policy= runs it in sim)")
+    _check_cameras(path, agent.cameras, spec)
     if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
         raise CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
                            f"{spec.state_dim} and {spec.action_dim}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -20,12 +21,12 @@ TOKEN = "cli-test-token"
 CLI = [sys.executable, "-c", "import sys; from robot_rl.cli import main; sys.exit(main())"]
 
 
-@pytest.fixture
-def robot_server():
-    """``robot-rl serve-robot`` (simulated reach at 50 Hz) in a subprocess; yields its address."""
+@contextlib.contextmanager
+def served_robot(*extra: str):
+    """``robot-rl serve-robot`` (simulated reach at 50 Hz, plus `extra` keys) in a subprocess; yields its address."""
     env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
     proc = subprocess.Popen(
-        [*CLI, "serve-robot", "port=0", "task=reach", "control_hz=50", "status_every=0"],
+        [*CLI, "serve-robot", "port=0", "task=reach", "control_hz=50", "status_every=0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
@@ -39,6 +40,12 @@ def robot_server():
         proc.terminate()
         out, _ = proc.communicate(timeout=20)
         assert "server stopped; robot held" in out, out
+
+
+@pytest.fixture
+def robot_server():
+    with served_robot() as address:
+        yield address
 
 
 def test_serve_robot_refuses_to_start_without_a_token(capsys, monkeypatch):
@@ -223,22 +230,39 @@ def test_deploy_runs_a_saved_bc_policy_directory(robot_server, tmp_path, capsys,
     assert "done: 2 episodes" in capsys.readouterr().out
 
 
-def test_deploy_refuses_a_camera_policy_with_one_line(robot_server, tmp_path, capsys, monkeypatch):
-    """An exported pixel SAC policy reads camera frames, which the bridge does not carry (yet): one line, no
-    episode started."""
+def _camera_policy(directory):
     from robot_rl.envs.arm import PROPRIO_DIM
     from robot_rl.policies.actor_policy import ActorPolicy
     from robot_rl.policies.io import save_policy
 
     policy = ActorPolicy(PROPRIO_DIM, 4, hidden=[16], cameras={"pixels/front": [24, 24, 3]}, encoder_feature_dim=4,
                          encoder_channels=2, encoder_layers=1)
-    save_policy(policy, tmp_path / "pixels")
+    save_policy(policy, directory)
+    return directory
+
+
+def test_deploy_runs_a_camera_policy_on_a_robot_serving_its_cameras(tmp_path, capsys, monkeypatch):
+    """An exported pixel policy runs on a robot that serves its camera at its size (the wrist camera it does
+    not read is ignored), through the bridge's frames."""
+    policy = _camera_policy(tmp_path / "pixels")
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
-    capsys.readouterr()
-    assert main(["deploy", f"robot={robot_server}", "step_timeout_s=5", f"checkpoint={tmp_path / 'pixels'}"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "reads cameras (pixels/front [24, 24, 3])" in err and "state observations only" in err
-    assert len(err.splitlines()) == 1
+    with served_robot("pixels=true", "pixel_size=[24,24]") as address:
+        capsys.readouterr()
+        assert main(["deploy", f"robot={address}", "step_timeout_s=5", f"checkpoint={policy}", "episodes=1"]) == 0
+    assert "done: 1 episodes" in capsys.readouterr().out
+
+
+def test_deploy_refuses_a_camera_policy_the_robot_cannot_feed_with_one_line(tmp_path, capsys, monkeypatch):
+    """No such camera, or another size: one line naming both and the serve-robot keys, no episode started."""
+    policy = _camera_policy(tmp_path / "pixels")
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    for extra, expected in [((), "serves cameras: none"), (("pixels=true", "pixel_size=[32,32]"), "at 32x32")]:
+        with served_robot(*extra) as address:
+            capsys.readouterr()
+            assert main(["deploy", f"robot={address}", "step_timeout_s=5", f"checkpoint={policy}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "pixels/front" in err and expected in err and "pixel_size=[24,24]" in err, err
+        assert len(err.splitlines()) == 1
 
 
 def test_hil_train_picks_up_a_learner_saved_by_the_old_hil_train(robot_server, tmp_path, capsys):
