@@ -200,7 +200,8 @@ def load_classifier(path: str | os.PathLike[str], device: str | torch.device = "
         state = load_file(str(Path(path) / WEIGHTS), device="cpu")
         model.load_state_dict(state, strict=True)
     except Exception as e:  # safetensors' own errors for damaged files; RuntimeError for misfitting weights
-        raise ClassifierError(f"{path}: weights unreadable or do not fit the config ({str(e).splitlines()[0]})") from None
+        first = str(e).splitlines()[0]
+        raise ClassifierError(f"{path}: weights unreadable or do not fit the config ({first})") from None
     model.metrics = dict(config.get("metrics", {}))
     model.metadata = dict(config.get("metadata", {}))
     return model.to(device).eval()

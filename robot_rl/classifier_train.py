@@ -172,7 +172,8 @@ def train_classifier(
                 f"{len(torch.unique(frames.episode[train]))} episodes; {int(held.sum())} held-out frames from "
                 f"{len(torch.unique(frames.episode[held]))} episodes")
         for step in range(1, s.steps + 1):
-            idx = torch.cat([pos[torch.randint(len(pos), (half,))], neg[torch.randint(len(neg), (s.batch_size - half,))]])
+            idx = torch.cat([pos[torch.randint(len(pos), (half,))],
+                             neg[torch.randint(len(neg), (s.batch_size - half,))]])
             batch = {k: frames.obs[k][idx].to(device) for k in keys}
             loss = F.binary_cross_entropy_with_logits(model(batch, augment=True), target)
             opt.zero_grad(set_to_none=True)

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from robot_rl.envs import BatchedEnv
 
+from robot_rl import envs
 from robot_rl.classifier import ClassifierError, SuccessClassifier, load_classifier, save_classifier
+from robot_rl.classifier_reward import ClassifierReward
 from robot_rl.classifier_train import (
     TrainSettings,
     frame_labels,
@@ -18,6 +22,7 @@ from robot_rl.classifier_train import (
     split_episodes,
     train_classifier,
 )
+from robot_rl.cli import main
 from robot_rl.datasets import DatasetWriter, EpisodeRecorder, read_dataset, transition_features
 
 SIZE = 32
@@ -164,3 +169,121 @@ def test_no_success_frames_is_a_clear_error(tmp_path: Path) -> None:
     frames.label[:] = False
     with pytest.raises(ClassifierError, match="no success frames"):
         train_classifier(frames, TrainSettings(steps=1, **FAST), message=lambda s: None)
+
+
+# -- the reward wrapper ----------------------------------------------------------------------------------------
+PATTERN = [0, 1, 0, 1, 1, 1, 1, 1, 1]  # the marker in the observation after reset (0) and after each step
+
+
+class MarkerEnv(gym.Env):
+    """Two cameras (`front` shows the marker on the steps PATTERN says, `wrist` is noise), no own success."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        image = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+        self.observation_space = gym.spaces.Dict(
+            {"state": gym.spaces.Box(-1, 1, (1,), np.float32), "front": image, "wrist": image})
+        self.action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        self.rng, self.t = np.random.default_rng(0), 0
+
+    def _obs(self) -> dict:
+        shown = bool(PATTERN[min(self.t, len(PATTERN) - 1)])
+        front = frame(self.rng, shown) if self.size == SIZE else np.zeros((self.size, self.size, 3), np.uint8)
+        return {"state": np.zeros(1, np.float32), "front": front,
+                "wrist": self.rng.integers(0, 255, (self.size, self.size, 3)).astype(np.uint8)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), -5.0, False, False, {}
+
+
+def marker_env(num_envs: int = 1, size: int = SIZE) -> BatchedEnv:
+    return envs.from_gymnasium(lambda: MarkerEnv(size), num_envs, seed=0, max_episode_steps=len(PATTERN) - 1)
+
+
+def roll(env: BatchedEnv, steps: int) -> list[tuple]:
+    env.reset(seed=0)
+    out = []
+    for _ in range(steps):
+        _, reward, terminated, truncated, info = env.step(torch.zeros(env.num_envs, 1))
+        out.append((reward.clone(), terminated.clone(), truncated.clone(), info))
+    return out
+
+
+def test_reward_is_the_classifiers_verdict_on_the_frame_the_action_led_to(trained) -> None:
+    env = ClassifierReward(marker_env(2), trained[2], threshold=0.5, consecutive=1, terminate=False)
+    steps = roll(env, len(PATTERN) - 1)
+    prob = torch.stack([info["classifier_prob"] for *_, info in steps])
+    reward = torch.stack([r for r, *_ in steps])
+    assert torch.equal(reward, (prob >= 0.5).float())
+    assert torch.equal(reward[:, 0], torch.tensor(PATTERN[1:], dtype=torch.float32))  # the classifier is right
+    assert all(torch.equal(info["success"], r.bool()) for r, *_, info in steps)
+    assert not any(bool(t.any()) for _, t, _, _ in steps) and bool(steps[-1][2].all())  # time limit only
+    assert torch.equal(steps[-1][3]["episode_return"], torch.full((2,), float(sum(PATTERN[1:]))))
+    env.close()
+
+
+def test_consecutive_steps_and_termination(trained) -> None:
+    env = ClassifierReward(marker_env(), trained[2], threshold=0.5, consecutive=2, terminate=False)
+    assert [float(r) for r, *_ in roll(env, len(PATTERN) - 1)] == [0, 0, 0, 1, 1, 1, 1, 1]
+    env = ClassifierReward(marker_env(), trained[2], threshold=0.5, consecutive=2, terminate=True)
+    steps = roll(env, 6)
+    assert [float(r) for r, *_ in steps] == [0, 0, 0, 1, 0, 0]  # ends at the 2nd marker in a row, starts over
+    assert [bool(t) for _, t, _, _ in steps] == [False, False, False, True, False, False]
+    assert float(steps[3][3]["episode_return"]) == 1.0 and float(steps[3][3]["episode_length"]) == 4
+    env.close()
+
+
+def test_threshold_above_every_probability_never_rewards(trained) -> None:
+    env = ClassifierReward(marker_env(), trained[2], threshold=1.0, consecutive=1, terminate=False)
+    steps = roll(env, 4)
+    assert all(float(r) == float(info["classifier_prob"] >= 1.0) for r, *_, info in steps)
+    env.close()
+
+
+def test_mismatched_or_missing_classifier_is_one_clear_error(trained, tmp_path: Path) -> None:
+    with pytest.raises(ClassifierError, match=r"trained on pixels/front frames of \[32, 32, 3\], the env gives \[16"):
+        ClassifierReward(marker_env(size=16), trained[2])
+    with pytest.raises(ClassifierError, match="reads camera 'pixels/front', the env has none"):
+        ClassifierReward(envs.make("gym:Pendulum-v1"), trained[2])
+    with pytest.raises(ClassifierError, match="no such classifier directory"):
+        ClassifierReward(marker_env(), tmp_path / "missing")
+
+
+def test_train_cli_names_the_key_of_a_bad_classifier(capsys, tmp_path: Path, trained) -> None:
+    for value, expected in [(tmp_path / "missing", "no such classifier directory"),
+                            (trained[2], "the classifier reads camera 'pixels/front', the env has none")]:
+        code = main(["train", "env.spec=gym:Pendulum-v1", f"env.reward_classifier={value}", "train.steps=10",
+                     f"run_dir={tmp_path / 'run'}", "logger=none", "quiet=true"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.startswith("robot-rl: error: env.reward_classifier: ") and expected in err, err
+        assert len(err.splitlines()) == 1
+
+
+# -- the classifier command ------------------------------------------------------------------------------------
+def test_classifier_cli_trains_saves_and_reports(capsys, dataset, tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    code = main(["classifier", f"dataset={dataset[0]}", f"out={out}", "steps=20", "seed=1", "holdout=0.25",
+                 "channels=8", "layers=3", "feature_dim=16", "batch_size=16"])
+    text = capsys.readouterr().out
+    assert code == 0 and "[classifier] step 20/20" in text and "done: held-out precision " in text, text
+    assert "recall" in text.splitlines()[-1] and load_classifier(out).metrics["steps"] == 20
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["dataset=/nonexistent", "out=x"], "dataset /nonexistent does not exist"),
+    (["out=x"], "classifier needs dataset=<dataset dir> and out=<dir>"),
+    (["dataset=.", "out=x", "holdout=1.5"], "holdout must be in (0, 1), not 1.5"),
+    (["dataset=.", "out=x", "stepz=3"], "unknown key 'stepz' for classifier"),
+])
+def test_classifier_cli_errors_are_one_line(capsys, args, expected) -> None:
+    code = main(["classifier", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and expected in err and len(err.splitlines()) == 1, err
