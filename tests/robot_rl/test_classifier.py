@@ -287,3 +287,21 @@ def test_classifier_cli_errors_are_one_line(capsys, args, expected) -> None:
     code = main(["classifier", *args])
     err = capsys.readouterr().err.strip()
     assert code == 2 and expected in err and len(err.splitlines()) == 1, err
+
+
+def test_train_learns_from_the_classifier_reward_end_to_end(tmp_path: Path, trained) -> None:
+    """`robot-rl train env.reward_classifier=<dir>`: the training envs' rewards are the classifier's (the marker shows
+    after the first step, so every training episode is one rewarded step); evaluation keeps the env's own -5."""
+    from robot_rl import checkpoint
+
+    if "robot_rl_test/Marker-v0" not in gym.registry:
+        gym.register("robot_rl_test/Marker-v0", entry_point=MarkerEnv, max_episode_steps=len(PATTERN) - 1)
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=gym:robot_rl_test/Marker-v0", f"env.reward_classifier={trained[2]}",
+                 "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.hidden_dims=[16,16]",
+                 "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
+                 "agent.encoder_feature_dim=8", "env.num_eval_envs=1", "train.eval_every=40",
+                 "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    state = checkpoint.load(run / "checkpoints" / "latest.pt")
+    replay = state["method"]["replay"] if "method" in state else state["replay"]
+    assert torch.equal(replay["reward"], torch.ones(40, 1)) and bool(replay["terminated"].all())
