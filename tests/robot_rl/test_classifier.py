@@ -305,3 +305,15 @@ def test_train_learns_from_the_classifier_reward_end_to_end(tmp_path: Path, trai
     state = checkpoint.load(run / "checkpoints" / "latest.pt")
     replay = state["method"]["replay"] if "method" in state else state["replay"]
     assert torch.equal(replay["reward"], torch.ones(40, 1)) and bool(replay["terminated"].all())
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["train", "env.reward_classifier_threshold=0"], "env.reward_classifier_threshold must be in (0, 1]"),
+    (["train", "env.reward_classifier_consecutive=0"], "env.reward_classifier_consecutive must be >= 1"),
+    (["finetune", "method=dsrl", "base_policy=x", "env.spec=arm:push", "env.reward_classifier=x"],
+     "env.reward_classifier is read by robot-rl train (and finetune from data), not by method= fine-tuning"),
+])
+def test_reward_classifier_keys_are_checked(capsys, args, expected) -> None:
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and expected in err and len(err.splitlines()) == 1, err
