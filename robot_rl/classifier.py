@@ -118,7 +118,7 @@ class SuccessClassifier(nn.Module):
 
     @torch.no_grad()
     def probability(self, obs: Mapping[str, Tensor], batch_size: int = 256) -> Tensor:
-        """sigmoid(logit) [B] in eval mode, `batch_size` rows at a time (a whole dataset fits this way)."""
+        """sigmoid(logit) [B] without gradients, `batch_size` rows at a time (a whole dataset fits this way)."""
         keys = [*self.cameras, *(["state"] if self.state_dim else [])]
         n = obs[keys[0]].shape[0]
         out = [
