@@ -429,6 +429,19 @@ class SyncBatchedEnv(BatchedEnv):
             raise RuntimeError("call reset() before privileged_state()")
         return self._to_torch(np.stack([np.asarray(fn(), dtype=np.float32) for fn in getters]))
 
+    def reset_envs(self, mask: torch.Tensor) -> Obs:
+        """Start a new episode in the sub-envs where ``mask`` (bool [N]) is True, as autoreset does (``seed=None``),
+        for a wrapper that ends episodes the sub-envs did not end themselves (``robot_rl.classifier_reward``).
+        Returns those sub-envs' first observations, rows in index order; their episode statistics restart."""
+        self._check_open()
+        if not self._has_reset:
+            raise RuntimeError("call reset() before reset_envs()")
+        index = torch.nonzero(torch.as_tensor(mask).cpu()).flatten().tolist()
+        rows = [self._envs[i].reset()[0] for i in index]
+        self._ep_return[index] = 0.0
+        self._ep_length[index] = 0
+        return self._batch_obs(rows)
+
     def render(self, index: int = 0) -> np.ndarray:
         """Frame of one sub-env; only available when the env was made with ``render=True``."""
         self._check_render(index)

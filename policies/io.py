@@ -61,8 +61,6 @@ def save_policy(
     `extra_files` {name: file} are moved into the directory with it (e.g. `policy.onnx`), inside the same atomic
     replacement, so an exported graph never sits beside weights it was not made from.
     """
-    from safetensors.torch import save_file
-
     name = type(policy).__name__
     if POLICY_CLASSES.get(name) is not type(policy):
         raise TypeError(
@@ -81,6 +79,20 @@ def save_policy(
     text = json.dumps(config, indent=2)  # fails here, before anything is written, if not serialisable
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in policy.state_dict().items()}
 
+    return write_directory(path, tensors, text, {"format": FORMAT, "class": name}, extra_files)
+
+
+def write_directory(
+    path: Path,
+    tensors: dict[str, torch.Tensor],
+    config_text: str,
+    weights_metadata: dict[str, str],
+    extra_files: dict[str, str | os.PathLike[str]] | None = None,
+) -> Path:
+    """Write `model.safetensors` (`tensors`) and `config.json` (`config_text`) as the directory `path`, atomically
+    (module docstring); shared by saved policies and reward classifiers (`robot_rl.classifier`)."""
+    from safetensors.torch import save_file
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     old = path.parent / f".{path.name}.old-{os.getpid()}"
@@ -89,11 +101,11 @@ def save_policy(
     tmp.mkdir()
     moved_aside = False
     try:
-        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT, "class": name})
-        (tmp / CONFIG).write_text(text + "\n", encoding="utf-8")
-        for name, source in (extra_files or {}).items():
-            os.replace(source, tmp / name)
-        for f in (tmp / WEIGHTS, tmp / CONFIG, *(tmp / name for name in extra_files or {}), tmp):
+        save_file(tensors, str(tmp / WEIGHTS), metadata=weights_metadata)
+        (tmp / CONFIG).write_text(config_text + "\n", encoding="utf-8")
+        for extra, source in (extra_files or {}).items():
+            os.replace(source, tmp / extra)
+        for f in (tmp / WEIGHTS, tmp / CONFIG, *(tmp / extra for extra in extra_files or {}), tmp):
             _fsync(f)
         if path.exists():
             os.replace(path, old)

@@ -1,4 +1,4 @@
-"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, `export`, and the robot commands
+"""`robot-rl` command line: `train`, `finetune`, `eval`, `collect`, `bc`, `export`, `classifier`, and the robot commands
 (`serve-robot`, `teleop`, `hil-train`, `deploy`, in `robot_rl.hil.cli`).
 
 Every command takes `key=value` settings (`train` and `finetune` also `group=preset`: Hydra overrides), and
@@ -35,6 +35,7 @@ Commands:
   bc        behaviour cloning from data:  robot-rl bc dataset=data/push policy=mlp|diffusion|flow [env.spec=arm:push]
   aggregate statistics over seeds:       robot-rl aggregate runs/a runs/b ... [out=runs/a_b] [metric=eval_return_mean]
   export    any run as a policy dir:     robot-rl export run=runs/<run dir> out=exported/<name> [format=onnx]
+  classifier learned success reward:     robot-rl classifier dataset=data/push_cams out=classifiers/push [steps=2000]
 
 Several seeds: `robot-rl train|finetune ... seed=0,1,2,3,4 jobs=2` trains each seed in <run_dir>/seed_<s>, then
 writes the mean and IQM over seeds with 95% bootstrap intervals (seeds.json) and curves with bands (curves.png).
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return _robot_command(command, args)
     commands = {
         "train": _train, "finetune": _finetune, "eval": _eval, "collect": _collect, "bc": _bc, "aggregate": _aggregate,
-        "export": _export,
+        "export": _export, "classifier": _classifier,
     }
     helps = {
         "train": _train_help,
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "bc": _bc_help,
         "aggregate": lambda: USAGE,
         "export": _export_help,
+        "classifier": _classifier_help,
     }
     if command not in commands:
         everything = [*commands, *ROBOT_COMMANDS]
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from robot_rl.bc import BCError
     from robot_rl.checkpoint import CheckpointError
+    from robot_rl.classifier import ClassifierError
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
     from robot_rl.device import DeviceError, check_torch_device
@@ -138,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         ReplayMemoryError,
         DeviceError,
         ExportError,
+        ClassifierError,
     ) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
@@ -870,6 +874,81 @@ def _export(args: list[str]) -> int:
     what = "policy directory and policy.onnx" if a.format == "onnx" else "policy directory"
     print(f"exported {a.run} -> {out} ({what})", flush=True)
     return 0
+
+
+# -- classifier ---------------------------------------------------------------------------------------------
+@dataclass
+class ClassifierArgs:
+    dataset: str = _help("", "required: a dataset with camera features and next.success flags (LeRobot v3 layout)")
+    out: str = _help("", "required: the classifier directory to write (an existing classifier is replaced)")
+    steps: int = _help(2000, "gradient steps (Adam, class-balanced batches)")
+    seed: int = _help(0, "seed of the episode split, the initialisation, the batches and the augmentation")
+    holdout: float = _help(0.2, "fraction of the episodes held out (whole episodes) for precision and recall")
+    threshold: float = _help(0.5, "probability at or above which a frame counts as success in the reported figures")
+    batch_size: int = _help(64, "frames per step, half of them success frames")
+    lr: float = _help(3e-4, "Adam learning rate")
+    cameras: list[str] = _help([], "dataset cameras to read (e.g. [front]); default: all of them")
+    state: bool = _help(False, "also read the proprioceptive observation.state (default: images only, as HIL-SERL)")
+    feature_dim: int = _help(50, "features per camera (DrQ conv encoder)")
+    channels: int = _help(32, "conv channels per layer")
+    layers: int = _help(4, "conv layers (the first with stride 2)")
+    device: str = _help("cpu", "torch device to train on")
+
+
+def _classifier_help() -> str:
+    from robot_rl.config import describe, key_lines
+
+    lines = [
+        "usage: robot-rl classifier dataset=<dataset dir> out=<dir> [steps=2000] [seed=0] [holdout=0.2] [key=...]",
+        "",
+        "Trains a binary success classifier on a dataset's camera frames (HIL-SERL's learned reward). Frame t is a",
+        "success when row t-1 of its episode has next.success (the observation its action led to). Whole episodes",
+        "are held out; precision and recall on them are printed and saved in <out>/config.json beside the weights",
+        "(model.safetensors). Use it as the reward of robot-rl train with env.reward_classifier=<out>.",
+        "",
+        "Examples:",
+        "  robot-rl classifier dataset=data/push_cams out=classifiers/push",
+        "  robot-rl classifier dataset=data/push_cams out=classifiers/push_front cameras=[front] steps=4000 seed=1",
+        "",
+        "Keys (default):",
+    ]
+    lines += key_lines(describe(ClassifierArgs))
+    return "\n".join(lines) + "\n"
+
+
+def _classifier(args: list[str]) -> int:
+    from robot_rl.classifier import save_classifier
+    from robot_rl.classifier_train import TrainSettings, load_labelled_frames, train_classifier
+
+    a: ClassifierArgs = _parse_args(ClassifierArgs, args, "classifier")
+    if not a.dataset or not a.out:
+        raise UserError("classifier needs dataset=<dataset dir> and out=<dir>")
+    if not Path(a.dataset).is_dir():
+        raise UserError(f"dataset {a.dataset} does not exist (record one with robot-rl collect or teleop)")
+    for key, ok in (("steps", a.steps >= 1), ("holdout", 0.0 < a.holdout < 1.0), ("threshold", 0.0 < a.threshold < 1.0),
+                    ("batch_size", a.batch_size >= 2), ("lr", a.lr > 0), ("feature_dim", a.feature_dim >= 1),
+                    ("channels", a.channels >= 1), ("layers", a.layers >= 1)):
+        if not ok:
+            rule = "in (0, 1)" if key in {"holdout", "threshold"} else ">= 2" if key == "batch_size" else "> 0"
+            raise UserError(f"{key} must be {rule}, not {getattr(a, key)}")
+    frames = load_labelled_frames(a.dataset, a.cameras)
+    settings = TrainSettings(
+        steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, holdout=a.holdout, threshold=a.threshold,
+        use_state=a.state, feature_dim=a.feature_dim, channels=a.channels, layers=a.layers, device=a.device,
+    )
+    model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True))
+    metadata = {"dataset": str(Path(a.dataset).resolve()), "args": dataclasses.asdict(a)}
+    out = save_classifier(model, a.out, metrics, metadata)
+    print("[classifier] held-out precision/recall by threshold: " + ", ".join(
+        f"{t}: {_share(m['precision'])}/{_share(m['recall'])}" for t, m in metrics["by_threshold"].items()), flush=True)
+    print(f"done: held-out precision {_share(metrics['precision'])}, recall {_share(metrics['recall'])} at threshold "
+          f"{metrics['threshold']:g} ({len(metrics['heldout_episodes'])} episodes, {metrics['heldout_frames']} frames, "
+          f"{metrics['heldout_positives']} success) | classifier in {out}", flush=True)
+    return 0
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
 
 
 if __name__ == "__main__":

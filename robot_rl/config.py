@@ -34,6 +34,12 @@ class EnvConfig:
     action_repeat: int = _help(1, "repeat each action this many times (dm_control convention: 2-8)")
     max_episode_steps: int | None = _help(None, "time limit in agent steps (default: the task's own)")
     pixel_size: list[int] = _help([84, 84], "camera observations' height and width (arm:<task>-pixels)")
+    reward_classifier: str | None = _help(
+        None, "a success classifier directory (robot-rl classifier): the training envs' reward becomes 1 when it sees "
+        "success, 0 otherwise, and episodes end there; evaluation keeps the task's own reward and success"
+    )
+    reward_classifier_threshold: float = _help(0.5, "classifier probability at or above which a frame is a success")
+    reward_classifier_consecutive: int = _help(1, "success needs this many steps in a row above the threshold")
 
 
 @dataclass
@@ -130,6 +136,8 @@ class TrainConfig:
              "env.max_episode_steps must be >= 1 or null"),
             (len(self.env.pixel_size) == 2 and min(self.env.pixel_size) >= 16,
              "env.pixel_size must be [height, width], each >= 16"),
+            (0.0 < self.env.reward_classifier_threshold <= 1.0, "env.reward_classifier_threshold must be in (0, 1]"),
+            (self.env.reward_classifier_consecutive >= 1, "env.reward_classifier_consecutive must be >= 1"),
             (self.train.steps >= 1, "train.steps must be >= 1"),
             (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
             (self.train.eval_every >= 1, "train.eval_every must be >= 1"),

@@ -30,8 +30,10 @@ from robot_rl.runner import EVAL_SEED_OFFSET, MethodDefaults, Runner, RunSetting
 __all__ = ["EVAL_SEED_OFFSET", "OnlineSAC", "Trainer", "build_agent", "make_env"]
 
 
-def make_env(cfg: TrainConfig, num_envs: int, **options) -> envs.BatchedEnv:
-    return envs.make(
+def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **options) -> envs.BatchedEnv:
+    """The env of `cfg.env`; with `learned_reward` (the training envs) and `env.reward_classifier` set, its reward
+    and success come from that classifier (`robot_rl.classifier_reward`); evaluation envs keep the task's own."""
+    env = envs.make(
         cfg.env.spec,
         num_envs=num_envs,
         device=cfg.device,  # GPU backends (mjx:, warp:, isaaclab:) then simulate where the learner is
@@ -40,6 +42,12 @@ def make_env(cfg: TrainConfig, num_envs: int, **options) -> envs.BatchedEnv:
         pixel_size=tuple(cfg.env.pixel_size),
         **options,
     )
+    if not learned_reward or not cfg.env.reward_classifier:
+        return env
+    from robot_rl.classifier_reward import wrap_if_configured
+
+    return wrap_if_configured(env, cfg.env.reward_classifier, cfg.env.reward_classifier_threshold,
+                              cfg.env.reward_classifier_consecutive)
 
 
 def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
@@ -202,7 +210,7 @@ class Trainer(Runner):
     def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False) -> None:
         prepare(cfg)
         self.cfg = cfg
-        env = make_env(cfg, cfg.env.num_envs)
+        env = make_env(cfg, cfg.env.num_envs, learned_reward=True)
         eval_env = make_env(cfg, cfg.env.num_eval_envs) if cfg.env.num_eval_envs > 0 else None
         method = OnlineSAC(cfg, env)
         if not resume and cfg.offline.init:

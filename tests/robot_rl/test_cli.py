@@ -185,7 +185,7 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
     assert (run / "checkpoints" / "best.pt").is_file()
 
 
-# -- one dialect for all ten commands ----------------------------------------------------------------------
+# -- one dialect for all eleven commands ----------------------------------------------------------------------
 @pytest.mark.parametrize(
     "command, rows",
     [
@@ -200,6 +200,7 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
                        "agent.batch_size=256 ", "agent.utd=1 ", "record=True "]),
         ("deploy", ["teleop=None ", "checkpoint= ", "stochastic=False ", "step_timeout_s=0.5 "]),
         ("export", ["run= ", "out= ", "format=policy "]),
+        ("classifier", ["dataset= ", "out= ", "steps=2000 ", "holdout=0.2 ", "cameras=[] ", "device=cpu "]),
     ],
 )
 def test_every_command_help_lists_its_keys_with_defaults(capsys, command, rows):
@@ -211,11 +212,11 @@ def test_every_command_help_lists_its_keys_with_defaults(capsys, command, rows):
     assert keys and all(line.startswith("  ") and "=" in line for line in keys if not line.startswith("   ")), keys
 
 
-def test_usage_lists_ten_commands_in_one_dialect(capsys):
+def test_usage_lists_eleven_commands_in_one_dialect(capsys):
     code, out, _ = _run(capsys, "--help")
     assert code == 0
-    for command in ["train", "finetune", "eval", "collect", "bc", "export", "serve-robot", "teleop", "hil-train",
-                    "deploy"]:
+    for command in ["train", "finetune", "eval", "collect", "bc", "export", "classifier", "serve-robot", "teleop",
+                    "hil-train", "deploy"]:
         assert f"  {command} " in out, command
     assert " --" not in out.replace("--help", "").replace("--version", ""), out  # no --flags left
 

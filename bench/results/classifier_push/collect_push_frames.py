@@ -1,0 +1,52 @@
+"""Usage: python collect_push_frames.py <out dir> <episodes> [first episode index (appends)]
+
+Roll out arm push with pixels (64x64, front + wrist) under the scripted push expert acting from the env's internal
+full state (noisy; some episodes very noisy so they fail), going on up to 20 steps after the first success, and
+record the episodes with robot_rl's EpisodeRecorder (next.success = success of the observation the action led to)."""
+import sys
+import time
+
+import numpy as np
+import torch
+from robot_rl.envs.arm import ArmEnv
+from robot_rl.envs.arm.experts import ScriptedExpert
+
+from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
+
+out, episodes = sys.argv[1], int(sys.argv[2])
+start = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+size = 64
+env = ArmEnv("push", "sparse", pixels=True, pixel_size=(size, size))
+writer = DatasetWriter(out, fps=20, features=transition_features(7, 4, images={"front": (size, size), "wrist": (size, size)}),
+                       task="push", fsync=False, resume=start > 0)
+rec = EpisodeRecorder(writer, 1, obs_keys={"state": "observation.state", "pixels/front": "observation.images.front",
+                                           "pixels/wrist": "observation.images.wrist"})
+t0 = time.time()
+
+
+def tens(o: dict) -> dict:
+    return {k: torch.from_numpy(np.asarray(v))[None] for k, v in o.items()}
+
+
+for e in range(start, start + episodes):
+    noise = [0.1, 0.3, 1.0][e % 3]
+    expert = ScriptedExpert("push", 1, noise=noise, seed=1000 + e)
+    obs, _ = env.reset(seed=e)
+    first, n_succ = None, 0
+    for t in range(100):
+        full = env.arm_task.observe(*env.physics.state())[0][None]
+        action = expert.act(full)[0].numpy()
+        nxt, r, term, trunc, info = env.step(action)
+        if info["success"] and first is None:
+            first = t
+        n_succ += info["success"]
+        last = t == 99 or (first is not None and t >= first + 20)
+        rec.record(tens(obs), torch.from_numpy(action)[None], torch.tensor([r]), torch.tensor([False]),
+                   torch.tensor([last]), {"success": torch.tensor([info["success"]]), "final_obs": tens(nxt)})
+        obs = nxt
+        if last:
+            break
+    print(f"episode {e} noise {noise} steps {t + 1} first success {first} success steps {n_succ} | {time.time() - t0:.0f}s", flush=True)
+rec.close()
+writer.close()
+env.close()

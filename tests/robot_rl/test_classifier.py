@@ -1,0 +1,319 @@
+"""Reward classifier: frame labels from next.success, training with held-out episodes, save/load, the env reward
+wrapper, the CLI and its errors. The dataset is written through EpisodeRecorder and DatasetWriter from a toy
+loop that follows the env contract (info["success"] describes the observation the action led to)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from robot_rl.envs import BatchedEnv
+
+from robot_rl import envs
+from robot_rl.classifier import ClassifierError, SuccessClassifier, load_classifier, save_classifier
+from robot_rl.classifier_reward import ClassifierReward
+from robot_rl.classifier_train import (
+    TrainSettings,
+    frame_labels,
+    load_labelled_frames,
+    split_episodes,
+    train_classifier,
+)
+from robot_rl.cli import main
+from robot_rl.datasets import DatasetWriter, EpisodeRecorder, read_dataset, transition_features
+
+SIZE = 32
+LENGTH = 10
+EPISODES = 16
+FAST = dict(feature_dim=16, channels=8, layers=3, hidden=32, batch_size=32)
+
+
+def frame(rng: np.random.Generator, success: bool) -> np.ndarray:
+    """Dark noisy background, a green distractor square anywhere, and a red marker square when successful."""
+    img = rng.integers(0, 40, size=(SIZE, SIZE, 3)).astype(np.uint8)
+    y, x = rng.integers(0, SIZE - 8, size=2)
+    img[y : y + 8, x : x + 8] = (0, 200, 0)
+    if success:
+        y, x = rng.integers(0, SIZE - 8, size=2)
+        img[y : y + 8, x : x + 8] = (230, 20, 20)
+    return img
+
+
+def record(root: Path, episodes: int = EPISODES, seed: int = 0) -> list[list[bool]]:
+    """Write `episodes` episodes of LENGTH steps; returns, per episode, whether each stored frame shows success.
+
+    Every other episode succeeds from a random step on and stays successful until the time limit. The state is
+    [t, success] of the observation, so a test can also check the rows' alignment."""
+    rng = np.random.default_rng(seed)
+    writer = DatasetWriter(root, fps=10, features=transition_features(2, 1, images={"front": (SIZE, SIZE)}),
+                           task="mark", fsync=False)
+    recorder = EpisodeRecorder(writer, 1, obs_keys={"state": "observation.state", "pixels/front":
+                                                    "observation.images.front"})
+    shown: list[list[bool]] = []
+    for e in range(episodes):
+        onset = int(rng.integers(2, LENGTH)) if e % 2 == 0 else LENGTH + 1  # step whose observation succeeds
+
+        def obs(t: int, onset: int = onset) -> dict[str, torch.Tensor]:
+            ok = t >= onset
+            return {"state": torch.tensor([[t, float(ok)]]), "pixels/front": torch.from_numpy(frame(rng, ok))[None]}
+
+        current, flags = obs(0), []
+        for t in range(LENGTH):
+            flags.append(bool(current["state"][0, 1]))
+            nxt = obs(t + 1)
+            last = t == LENGTH - 1
+            info = {"success": nxt["state"][:, 1].bool(), "final_obs": nxt}
+            recorder.record(current, torch.zeros(1, 1), torch.zeros(1), torch.tensor([False]), torch.tensor([last]),
+                            info)
+            current = nxt
+        shown.append(flags)
+    recorder.close()
+    writer.close()
+    return shown
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[bool]]]:
+    root = tmp_path_factory.mktemp("clf") / "data"
+    return root, record(root)
+
+
+@pytest.fixture(scope="module")
+def trained(dataset, tmp_path_factory: pytest.TempPathFactory):
+    root, _ = dataset
+    frames = load_labelled_frames(root)
+    model, metrics = train_classifier(frames, TrainSettings(steps=300, seed=0, holdout=0.25, **FAST),
+                                      message=lambda s: None)
+    out = tmp_path_factory.mktemp("clf") / "classifier"
+    save_classifier(model, out, metrics, {"dataset": str(root)})
+    return model, metrics, out
+
+
+def test_frame_labels_shift_next_success_by_one_within_episodes() -> None:
+    next_success = torch.tensor([0, 1, 1, 0, 0, 1, 1], dtype=torch.bool)
+    episode = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    assert frame_labels(next_success, episode).tolist() == [False, False, True, False, False, False, True]
+
+
+def test_labels_match_what_the_stored_frames_show(dataset) -> None:
+    root, shown = dataset
+    frames = load_labelled_frames(root)
+    assert frames.label.tolist() == [f for ep in shown for f in ep]
+    assert torch.equal(frames.label, frames.obs["state"][:, 1].bool())  # the row's own observation
+    data = read_dataset(root)
+    assert not torch.equal(data.success, frames.label)  # next.success is one step ahead
+    assert frames.obs["pixels/front"].shape == (EPISODES * LENGTH, SIZE, SIZE, 3)
+
+
+def test_split_holds_out_whole_episodes() -> None:
+    episode = torch.arange(10).repeat_interleave(5)
+    train, held = split_episodes(episode, 0.3, seed=1)
+    assert set(episode[held].tolist()).isdisjoint(episode[train].tolist())
+    assert len(set(episode[held].tolist())) == 3 and bool((train ^ held).all())
+    assert torch.equal(held, split_episodes(episode, 0.3, seed=1)[1])
+
+
+def test_training_reaches_high_precision_and_recall_on_held_out_episodes(trained) -> None:
+    _, metrics, _ = trained
+    assert metrics["heldout_positives"] > 0 and len(metrics["heldout_episodes"]) == EPISODES // 4
+    assert metrics["precision"] >= 0.9 and metrics["recall"] >= 0.9, metrics
+    assert metrics["threshold"] == 0.5 and set(metrics["by_threshold"]) == {"0.1", "0.3", "0.5", "0.7", "0.9"}
+
+
+def test_training_is_seeded(dataset) -> None:
+    frames = load_labelled_frames(dataset[0])
+    settings = TrainSettings(steps=5, seed=3, **FAST)
+    a, _ = train_classifier(frames, settings, message=lambda s: None)
+    b, _ = train_classifier(frames, settings, message=lambda s: None)
+    for (k, v), w in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(v, w), k
+
+
+def test_save_load_round_trip_gives_identical_logits(trained, dataset) -> None:
+    model, metrics, out = trained
+    loaded = load_classifier(out)
+    frames = load_labelled_frames(dataset[0])
+    obs = {"pixels/front": frames.obs["pixels/front"][:40]}
+    assert torch.equal(model(obs), loaded(obs))
+    assert loaded.metrics == metrics and loaded.metadata["dataset"] == str(dataset[0])
+
+
+def test_state_input_round_trips(tmp_path: Path) -> None:
+    model = SuccessClassifier({"pixels": [SIZE, SIZE, 3]}, state_dim=2, **{k: v for k, v in FAST.items()
+                                                                           if k != "batch_size"})
+    model.state_mean.fill_(1.0)
+    save_classifier(model, tmp_path / "c")
+    obs = {"pixels": torch.randint(0, 255, (3, SIZE, SIZE, 3), dtype=torch.uint8), "state": torch.randn(3, 2)}
+    assert torch.equal(model.eval()(obs), load_classifier(tmp_path / "c")(obs))
+
+
+def test_loading_a_missing_or_foreign_directory_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ClassifierError, match="no such classifier directory"):
+        load_classifier(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ClassifierError, match="not a saved classifier"):
+        load_classifier(tmp_path / "empty")
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "config.json").write_text('{"format": "robot_rl.policy"}')
+    (tmp_path / "policy" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ClassifierError, match="a saved policy"):
+        load_classifier(tmp_path / "policy")
+
+
+def test_no_success_frames_is_a_clear_error(tmp_path: Path) -> None:
+    record(tmp_path / "d", episodes=2, seed=0)  # episode 0 succeeds, episode 1 never: one of them is held out
+    frames = load_labelled_frames(tmp_path / "d")
+    frames.label[:] = False
+    with pytest.raises(ClassifierError, match="no success frames"):
+        train_classifier(frames, TrainSettings(steps=1, **FAST), message=lambda s: None)
+
+
+# -- the reward wrapper ----------------------------------------------------------------------------------------
+PATTERN = [0, 1, 0, 1, 1, 1, 1, 1, 1]  # the marker in the observation after reset (0) and after each step
+
+
+class MarkerEnv(gym.Env):
+    """Two cameras (`front` shows the marker on the steps PATTERN says, `wrist` is noise), no own success."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        image = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+        self.observation_space = gym.spaces.Dict(
+            {"state": gym.spaces.Box(-1, 1, (1,), np.float32), "front": image, "wrist": image})
+        self.action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        self.rng, self.t = np.random.default_rng(0), 0
+
+    def _obs(self) -> dict:
+        shown = bool(PATTERN[min(self.t, len(PATTERN) - 1)])
+        front = frame(self.rng, shown) if self.size == SIZE else np.zeros((self.size, self.size, 3), np.uint8)
+        return {"state": np.zeros(1, np.float32), "front": front,
+                "wrist": self.rng.integers(0, 255, (self.size, self.size, 3)).astype(np.uint8)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), -5.0, False, False, {}
+
+
+def marker_env(num_envs: int = 1, size: int = SIZE) -> BatchedEnv:
+    return envs.from_gymnasium(lambda: MarkerEnv(size), num_envs, seed=0, max_episode_steps=len(PATTERN) - 1)
+
+
+def roll(env: BatchedEnv, steps: int) -> list[tuple]:
+    env.reset(seed=0)
+    out = []
+    for _ in range(steps):
+        _, reward, terminated, truncated, info = env.step(torch.zeros(env.num_envs, 1))
+        out.append((reward.clone(), terminated.clone(), truncated.clone(), info))
+    return out
+
+
+def test_reward_is_the_classifiers_verdict_on_the_frame_the_action_led_to(trained) -> None:
+    env = ClassifierReward(marker_env(2), trained[2], threshold=0.5, consecutive=1, terminate=False)
+    steps = roll(env, len(PATTERN) - 1)
+    prob = torch.stack([info["classifier_prob"] for *_, info in steps])
+    reward = torch.stack([r for r, *_ in steps])
+    assert torch.equal(reward, (prob >= 0.5).float())
+    assert torch.equal(reward[:, 0], torch.tensor(PATTERN[1:], dtype=torch.float32))  # the classifier is right
+    assert all(torch.equal(info["success"], r.bool()) for r, *_, info in steps)
+    assert not any(bool(t.any()) for _, t, _, _ in steps) and bool(steps[-1][2].all())  # time limit only
+    assert torch.equal(steps[-1][3]["episode_return"], torch.full((2,), float(sum(PATTERN[1:]))))
+    env.close()
+
+
+def test_consecutive_steps_and_termination(trained) -> None:
+    env = ClassifierReward(marker_env(), trained[2], threshold=0.5, consecutive=2, terminate=False)
+    assert [float(r) for r, *_ in roll(env, len(PATTERN) - 1)] == [0, 0, 0, 1, 1, 1, 1, 1]
+    env = ClassifierReward(marker_env(), trained[2], threshold=0.5, consecutive=2, terminate=True)
+    steps = roll(env, 6)
+    assert [float(r) for r, *_ in steps] == [0, 0, 0, 1, 0, 0]  # ends at the 2nd marker in a row, starts over
+    assert [bool(t) for _, t, _, _ in steps] == [False, False, False, True, False, False]
+    assert float(steps[3][3]["episode_return"]) == 1.0 and float(steps[3][3]["episode_length"]) == 4
+    env.close()
+
+
+def test_threshold_above_every_probability_never_rewards(trained) -> None:
+    env = ClassifierReward(marker_env(), trained[2], threshold=1.0, consecutive=1, terminate=False)
+    steps = roll(env, 4)
+    assert all(float(r) == float(info["classifier_prob"] >= 1.0) for r, *_, info in steps)
+    env.close()
+
+
+def test_mismatched_or_missing_classifier_is_one_clear_error(trained, tmp_path: Path) -> None:
+    with pytest.raises(ClassifierError, match=r"trained on pixels/front frames of \[32, 32, 3\], the env gives \[16"):
+        ClassifierReward(marker_env(size=16), trained[2])
+    with pytest.raises(ClassifierError, match="reads camera 'pixels/front', the env has none"):
+        ClassifierReward(envs.make("gym:Pendulum-v1"), trained[2])
+    with pytest.raises(ClassifierError, match="no such classifier directory"):
+        ClassifierReward(marker_env(), tmp_path / "missing")
+
+
+def test_train_cli_names_the_key_of_a_bad_classifier(capsys, tmp_path: Path, trained) -> None:
+    for value, expected in [(tmp_path / "missing", "no such classifier directory"),
+                            (trained[2], "the classifier reads camera 'pixels/front', the env has none")]:
+        code = main(["train", "env.spec=gym:Pendulum-v1", f"env.reward_classifier={value}", "train.steps=10",
+                     f"run_dir={tmp_path / 'run'}", "logger=none", "quiet=true"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.startswith("robot-rl: error: env.reward_classifier: ") and expected in err, err
+        assert len(err.splitlines()) == 1
+
+
+# -- the classifier command ------------------------------------------------------------------------------------
+def test_classifier_cli_trains_saves_and_reports(capsys, dataset, tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    code = main(["classifier", f"dataset={dataset[0]}", f"out={out}", "steps=20", "seed=1", "holdout=0.25",
+                 "channels=8", "layers=3", "feature_dim=16", "batch_size=16"])
+    text = capsys.readouterr().out
+    assert code == 0 and "[classifier] step 20/20" in text and "done: held-out precision " in text, text
+    assert "recall" in text.splitlines()[-1] and load_classifier(out).metrics["steps"] == 20
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["dataset=/nonexistent", "out=x"], "dataset /nonexistent does not exist"),
+    (["out=x"], "classifier needs dataset=<dataset dir> and out=<dir>"),
+    (["dataset=.", "out=x", "holdout=1.5"], "holdout must be in (0, 1), not 1.5"),
+    (["dataset=.", "out=x", "stepz=3"], "unknown key 'stepz' for classifier"),
+])
+def test_classifier_cli_errors_are_one_line(capsys, args, expected) -> None:
+    code = main(["classifier", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and expected in err and len(err.splitlines()) == 1, err
+
+
+def test_train_learns_from_the_classifier_reward_end_to_end(tmp_path: Path, trained) -> None:
+    """`robot-rl train env.reward_classifier=<dir>`: the training envs' rewards are the classifier's (the marker shows
+    after the first step, so every training episode is one rewarded step); evaluation keeps the env's own -5."""
+    from robot_rl import checkpoint
+
+    if "robot_rl_test/Marker-v0" not in gym.registry:
+        gym.register("robot_rl_test/Marker-v0", entry_point=MarkerEnv, max_episode_steps=len(PATTERN) - 1)
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=gym:robot_rl_test/Marker-v0", f"env.reward_classifier={trained[2]}",
+                 "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.hidden_dims=[16,16]",
+                 "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
+                 "agent.encoder_feature_dim=8", "env.num_eval_envs=1", "train.eval_every=40",
+                 "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    state = checkpoint.load(run / "checkpoints" / "latest.pt")
+    replay = state["method"]["replay"] if "method" in state else state["replay"]
+    assert torch.equal(replay["reward"], torch.ones(40, 1)) and bool(replay["terminated"].all())
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["train", "env.reward_classifier_threshold=0"], "env.reward_classifier_threshold must be in (0, 1]"),
+    (["train", "env.reward_classifier_consecutive=0"], "env.reward_classifier_consecutive must be >= 1"),
+    (["finetune", "method=dsrl", "base_policy=x", "env.spec=arm:push", "env.reward_classifier=x"],
+     "env.reward_classifier is read by robot-rl train (and finetune from data), not by method= fine-tuning"),
+])
+def test_reward_classifier_keys_are_checked(capsys, args, expected) -> None:
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and expected in err and len(err.splitlines()) == 1, err
