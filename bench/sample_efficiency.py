@@ -100,7 +100,7 @@ def _drop_partial_run(path: Path) -> None:
     """An unfinished robot_rl run without its checkpoint (checkpoints are not committed: a fresh clone has only the
     metrics of a run interrupted in an earlier session) starts again: its partial files would refuse a new run."""
     if path.is_dir() and not (path / "checkpoints" / "latest.pt").is_file():
-        for name in ("metrics.csv", "config.yaml", "learning_curve.png"):
+        for name in ("metrics.csv", "config.yaml", "learning_curve.png", "output.log"):
             (path / name).unlink(missing_ok=True)
         shutil.rmtree(path / "tensorboard", ignore_errors=True)
 
