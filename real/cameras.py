@@ -19,6 +19,7 @@ into a tuple of cameras.
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,16 +32,18 @@ from .robot import CameraSpec
 INSTALL_HINT = "OpenCVCamera needs OpenCV: pip install opencv-python-headless"
 
 
-class Camera:
-    """The interface: ``spec``, ``open()``, ``read()`` (latest frame, a fresh array every call), ``close()``."""
+class Camera(abc.ABC):
+    """The interface: ``spec``, ``open()``, ``read()`` (latest frame, a fresh array every call), ``close()``.
+    A camera implements ``read``; ``open`` and ``close`` default to nothing."""
 
     spec: CameraSpec
 
     def open(self) -> None:
         return None
 
+    @abc.abstractmethod
     def read(self) -> np.ndarray:
-        raise NotImplementedError
+        """The latest frame, uint8 (height, width, 3) RGB."""
 
     def close(self) -> None:
         return None
