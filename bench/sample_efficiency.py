@@ -340,10 +340,21 @@ def update_readme(text: str) -> None:
         print(f"bench/README.md has no {start} ... {end} block; table not written", file=sys.stderr)
 
 
+def selection(tasks: str, libs: str) -> tuple[list[str], list[str]]:
+    """The task and library names of `--tasks`/`--libs` (comma-separated; `both` means every library)."""
+    task_names = [t for t in tasks.split(",") if t]
+    lib_names = list(LIBRARIES) if libs == "both" else [lib for lib in libs.split(",") if lib]
+    bad = [t for t in task_names if t not in TASKS] + [lib for lib in lib_names if lib not in LIBRARIES]
+    if bad:
+        raise ValueError(f"unknown task or library {bad[0]!r}; tasks: {', '.join(TASKS)}; "
+                         f"libraries: {', '.join(LIBRARIES)} or both")
+    return task_names, lib_names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of: {', '.join(TASKS)}")
-    p.add_argument("--libs", default=",".join(LIBRARIES), help="ours, sb3 or both")
+    p.add_argument("--libs", default="both", help=f"comma-separated, of: {', '.join(LIBRARIES)}; or both (default)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per task (default: 5 on Hopper/Walker2d, 3 else)")
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the run directories go")
@@ -355,11 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sb3_run:
         sb3_run(args.sb3_run[0], int(args.sb3_run[1]), Path(args.sb3_run[2]))
         return 0
-    tasks = [t for t in args.tasks.split(",") if t]
-    libs = [lib for lib in args.libs.split(",") if lib]
-    bad = [t for t in tasks if t not in TASKS] + [lib for lib in libs if lib not in LIBRARIES]
-    if bad:
-        p.error(f"unknown task or library {bad[0]!r}; tasks: {', '.join(TASKS)}; libraries: {', '.join(LIBRARIES)}")
+    try:
+        tasks, libs = selection(args.tasks, args.libs)
+    except ValueError as e:
+        p.error(str(e))
     seeds = {t: args.seeds or TASKS[t].seeds for t in tasks}
     if not args.report:
         run_all(tasks, libs, seeds, args.jobs, args.out_dir, args.ours.split())
