@@ -10,9 +10,10 @@ observation normalisation (`obs_norm=True`, the default agent's) is a buffer of 
 the weights. One action per call: `reset` exists only so that every saved policy has the same interface.
 
 Cameras: the actor of a pixel SAC agent (DrQ) reads the proprioceptive `state`, normalised by the agent's running
-statistics (`obs_norm`), fused with one `ConvEncoder` per camera group (`cameras`: group -> [H, W, C]) by
-`CameraFusion`. Given `cameras`, the policy holds those modules too (`state_norm`, `encoder`; built by
-`encoders.conv_fusion`, as the agent builds them) and `act` takes `{"state": [N, S], "pixels/<camera>": uint8
+statistics (`obs_norm`), fused with one encoder per camera group (`cameras`: group -> [H, W, C]; a `ConvEncoder`,
+or a `PretrainedEncoder` on a frozen ResNet whose weights travel in the policy's weights file) by `CameraFusion`.
+Given `cameras`, the policy holds those modules too (`state_norm`, `encoder`; built by `encoders.camera_fusion`,
+as the agent builds them) and `act` takes `{"state": [N, S], "pixels/<camera>": uint8
 [N, H, W, C], ...}`, never augmenting the images: the action of `SAC.act(obs, deterministic=True)`.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 
 import torch
 from robot_rl.policies.actor import TanhGaussianActor
-from robot_rl.policies.encoders import CameraFusion, conv_fusion
+from robot_rl.policies.encoders import ENCODERS, CameraFusion, camera_fusion
 from robot_rl.policies.hyper import HyperActorTrunk
 from robot_rl.policies.normalize import RunningNorm
 from torch import Tensor, nn
@@ -92,8 +93,8 @@ class ActorPolicy(nn.Module):
         action_repeat: env steps each action is held for during training (metadata for the deployer; the
             policy itself returns one action per call).
         cameras: camera group (`pixels`, `pixels/<camera>`) -> image shape [H, W, C]; none: a state-only actor.
-        encoder_feature_dim, encoder_channels, encoder_layers: each camera's `ConvEncoder` (the agent's
-            `encoder_*` fields).
+        encoder_feature_dim, encoder_channels, encoder_layers, encoder, encoder_backbone, encoder_spatial_features:
+            each camera's encoder (the agent's `encoder*` fields; `encoder` is conv or pretrained).
     """
 
     def __init__(
@@ -111,6 +112,9 @@ class ActorPolicy(nn.Module):
         encoder_feature_dim: int = 50,
         encoder_channels: int = 32,
         encoder_layers: int = 4,
+        encoder: str = "conv",
+        encoder_backbone: str = "resnet10",
+        encoder_spatial_features: int = 8,
     ) -> None:
         super().__init__()
         self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
@@ -120,6 +124,8 @@ class ActorPolicy(nn.Module):
         self.cameras = {k: [int(v) for v in shape] for k, shape in sorted((cameras or {}).items())}
         self.encoder_feature_dim, self.encoder_channels = int(encoder_feature_dim), int(encoder_channels)
         self.encoder_layers = int(encoder_layers)
+        self.encoder_kind, self.encoder_backbone = str(encoder), str(encoder_backbone)
+        self.encoder_spatial_features = int(encoder_spatial_features)
         self.state_norm: RunningNorm | None = None
         self.encoder: CameraFusion | None = None
         net_dim, net_norm = self.obs_dim, RunningNorm(self.obs_dim) if obs_norm else None
@@ -128,8 +134,14 @@ class ActorPolicy(nn.Module):
             if bad:
                 raise ValueError(f"camera group {bad[0]!r}: image shape must be [H, W, C], got {self.cameras[bad[0]]}")
             self.state_norm, net_norm = net_norm, None  # the state is normalised before the fusion
-            self.encoder = conv_fusion(self.cameras, self.obs_dim, self.encoder_feature_dim, self.encoder_channels,
-                                       self.encoder_layers)
+            if self.encoder_kind not in ENCODERS:
+                raise ValueError(f"unknown encoder {self.encoder_kind!r}; choose one of {', '.join(ENCODERS)}")
+            # a pretrained backbone is built empty here: the policy's weights file carries it
+            self.encoder = camera_fusion(
+                self.cameras, self.obs_dim, encoder=self.encoder_kind, feature_dim=self.encoder_feature_dim,
+                channels=self.encoder_channels, layers=self.encoder_layers, backbone=self.encoder_backbone,
+                spatial_features=self.encoder_spatial_features,
+            )
             net_dim = self.encoder.out_dim
         self.actor = make_actor(
             net_dim, self.action_dim, network, self.hidden, self.layer_norm, self.width, self.blocks, net_norm
@@ -155,6 +167,9 @@ class ActorPolicy(nn.Module):
         if self.cameras:  # state-only policies keep the config they always had
             config.update(cameras=self.cameras, encoder_feature_dim=self.encoder_feature_dim,
                           encoder_channels=self.encoder_channels, encoder_layers=self.encoder_layers)
+            if self.encoder_kind != "conv":  # conv policies keep the config they had before pretrained encoders
+                config.update(encoder=self.encoder_kind, encoder_backbone=self.encoder_backbone,
+                              encoder_spatial_features=self.encoder_spatial_features)
         return config
 
     def features(self, state: Tensor, images: Sequence[Tensor] = ()) -> Tensor:

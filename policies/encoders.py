@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
-    "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone", "SpatialLearnedEmbeddings",
-    "conv_fusion", "load_backbone", "random_shift",
+    "ENCODERS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone", "SpatialLearnedEmbeddings",
+    "camera_fusion", "load_backbone", "random_shift",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -125,32 +125,39 @@ class ResNetBackbone(nn.Module):
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 
 
+class BackboneWeightsError(ValueError):
+    """A backbone weights file that is missing, unreadable or not the architecture asked for."""
+
+
 def load_backbone(path: str | Path, arch: str = "resnet18") -> ResNetBackbone:
     """A frozen backbone (eval mode, no gradients) from a local weights file: a torchvision-style state dict in
     ``.pth``/``.pt`` (``torch.load(weights_only=True)``) or ``.safetensors``. Classifier keys (``fc.*``) are ignored;
-    a missing or misshapen backbone weight is a ValueError naming it."""
+    a missing or misshapen backbone weight is a `BackboneWeightsError` naming it."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"backbone weights {path}: no such file (robot_rl never downloads weights; give a local "
-                         f"{arch} state dict, e.g. torchvision's, saved with torch.save or safetensors)")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+        raise BackboneWeightsError(f"backbone weights {path}: no such file (robot_rl never downloads weights; give "
+                                   f"a local {arch} state dict, e.g. torchvision's, saved with torch.save or safetensors)")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        state = load_file(str(path))
-    else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle and safetensors raise their own types for garbled files
+        raise BackboneWeightsError(f"backbone weights {path}: unreadable ({type(e).__name__}: {e})") from None
     if not isinstance(state, Mapping):
-        raise ValueError(f"backbone weights {path}: expected a state dict, got {type(state).__name__}")
+        raise BackboneWeightsError(f"backbone weights {path}: expected a state dict, got {type(state).__name__}")
     backbone = ResNetBackbone(arch)
     wanted = backbone.state_dict()
     missing = [k for k in wanted if k not in state]
     if missing:
-        raise ValueError(f"backbone weights {path}: not a {arch} state dict (missing {missing[0]!r} and "
-                         f"{len(missing) - 1} more)")
+        raise BackboneWeightsError(f"backbone weights {path}: not a {arch} state dict (missing {missing[0]!r} and "
+                                   f"{len(missing) - 1} more)")
     wrong = [k for k in wanted if tuple(state[k].shape) != tuple(wanted[k].shape)]
     if wrong:
-        raise ValueError(f"backbone weights {path}: {wrong[0]!r} has shape {tuple(state[wrong[0]].shape)}, "
-                         f"{arch} needs {tuple(wanted[wrong[0]].shape)}")
+        raise BackboneWeightsError(f"backbone weights {path}: {wrong[0]!r} has shape "
+                                   f"{tuple(state[wrong[0]].shape)}, {arch} needs {tuple(wanted[wrong[0]].shape)}")
     backbone.load_state_dict({k: state[k] for k in wanted})
     return backbone.eval().requires_grad_(False)
 
@@ -225,11 +232,29 @@ class CameraFusion(nn.Module):
         return torch.cat([obs["state"].float(), *feats], dim=1)
 
 
-def conv_fusion(
-    cameras: Mapping[str, Sequence[int]], state_dim: int, feature_dim: int = 50, channels: int = 32, layers: int = 4,
-    shift_pad: int = 4,
+ENCODERS = ("conv", "pretrained")
+
+
+def camera_fusion(
+    cameras: Mapping[str, Sequence[int]], state_dim: int, *, encoder: str = "conv", feature_dim: int = 50,
+    channels: int = 32, layers: int = 4, shift_pad: int = 4, backbone: str = "resnet10", spatial_features: int = 8,
+    weights: str | Path | None = None,
 ) -> CameraFusion:
-    """One ``ConvEncoder`` per camera group (group -> image shape (H, W, C)) fused with a ``state_dim`` state: the
-    one constructor for the pixel SAC learner and for the policy exported from it, so its weights always load."""
-    return CameraFusion({k: ConvEncoder(shape, feature_dim, channels, layers, shift_pad) for k, shape in cameras.items()},
-                        state_dim)
+    """One encoder per camera group (group -> image shape (H, W, C)) fused with a ``state_dim`` state: the one
+    constructor for the pixel SAC learner and for the policy exported from it, so its weights always load.
+
+    ``encoder="conv"``: a ``ConvEncoder`` (``channels``, ``layers``) per camera, trained end to end.
+    ``encoder="pretrained"``: a ``PretrainedEncoder`` per camera on *one* frozen ``backbone`` shared by all cameras
+    (frozen, so sharing changes nothing but memory and load time), with its own pooling (``spatial_features``) and
+    projection. ``weights`` is the user's local backbone file (``load_backbone``); without it the backbone is built
+    uninitialised, for a saved policy whose state dict carries the backbone's weights.
+    """
+    if encoder == "conv":
+        encoders = {k: ConvEncoder(shape, feature_dim, channels, layers, shift_pad) for k, shape in cameras.items()}
+    elif encoder == "pretrained":
+        frozen = load_backbone(weights, backbone) if weights else ResNetBackbone(backbone).eval().requires_grad_(False)
+        encoders = {k: PretrainedEncoder(frozen, shape, feature_dim, spatial_features, shift_pad)
+                    for k, shape in cameras.items()}
+    else:
+        raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
+    return CameraFusion(encoders, state_dim)

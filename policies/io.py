@@ -77,9 +77,25 @@ def save_policy(
         "metadata": metadata or {},
     }
     text = json.dumps(config, indent=2)  # fails here, before anything is written, if not serialisable
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in policy.state_dict().items()}
+    aliases = _aliases(policy.state_dict())
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in policy.state_dict().items() if k not in aliases}
 
     return write_directory(path, tensors, text, {"format": FORMAT, "class": name}, extra_files)
+
+
+def _aliases(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """{name: first name} for the entries of a state dict that are another entry's tensor (a module used in two
+    places, as one frozen backbone under several cameras): stored once, as safetensors requires, and restored from
+    that one at load."""
+    first: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    aliases = {}
+    for name, t in state.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if key in first:
+            aliases[name] = first[key]
+        else:
+            first[key] = name
+    return aliases
 
 
 def write_directory(
@@ -162,6 +178,7 @@ def load_policy(path: str | os.PathLike[str], device: str | torch.device = "cpu"
         state = load_file(str(weights_path), device="cpu")
     except Exception as e:  # safetensors raises its own error types for truncated or garbled files
         raise PolicyFormatError(f"{weights_path}: unreadable weights ({e}); the policy is damaged") from None
+    state.update({alias: state[name] for alias, name in _aliases(policy.state_dict()).items() if name in state})
     try:
         policy.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -23,6 +23,7 @@ from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.evaluation import record_video
 from robot_rl.logger import Episodes
 from robot_rl.offline import pretrain
+from robot_rl.policies.encoders import BackboneWeightsError
 from robot_rl.prior_data import OfflineData
 from robot_rl.replay import ReplayBuffer
 from robot_rl.runner import EVAL_SEED_OFFSET, MethodDefaults, Runner, RunSettings, prepare
@@ -53,7 +54,10 @@ def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **op
 def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
     """SAC for `env`: a pixel agent (DrQ encoders) when the env has camera groups."""
     (obs_dim,) = env.observation_spec["state"][0]
-    return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device, cameras=camera_groups(env.observation_spec))
+    try:
+        return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device, cameras=camera_groups(env.observation_spec))
+    except BackboneWeightsError as e:
+        raise ConfigError(f"agent.encoder_weights: {e}") from None
 
 
 def stored_groups(env: envs.BatchedEnv) -> tuple[str, ...]:

@@ -31,7 +31,9 @@ randomly shifted (`random_shift`, +-`image_shift` pixels) in every encoder pass 
 loss trains the encoder (it is in the critic optimiser); the actor sees the critic update's features detached, as
 in DrQ and SAC-AE, where actor gradients through the encoder made learning unstable. The target critics have
 their own encoder copy, Polyak-averaged with them (rate `tau`). State-only agents build none of this and run
-exactly the code they ran before.
+exactly the code they ran before. `encoder=pretrained` (HIL-SERL) swaps each `ConvEncoder` for a `PretrainedEncoder`:
+one frozen ResNet from the user's `encoder_weights` file, shared by the cameras and by the target encoder, under a
+learned spatial pooling and projection per camera, which are all the critic loss trains.
 
 `update` takes a batch with a leading `utd` dimension and returns metrics as tensors: nothing in it reads a
 value back to the host, so the learner never waits on the device. `observe` is called once per environment
@@ -52,7 +54,7 @@ from torch import Tensor
 from robot_rl.fields import help_field as _help
 from robot_rl.policies import QEnsemble, TanhGaussianActor
 from robot_rl.policies.actor_policy import make_actor
-from robot_rl.policies.encoders import CameraFusion, conv_fusion
+from robot_rl.policies.encoders import ENCODERS, RESNET_BLOCKS, CameraFusion, ResNetBackbone, camera_fusion
 from robot_rl.policies.hyper import HyperQEnsemble, project_
 from robot_rl.policies.normalize import RunningNorm
 from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
@@ -99,7 +101,13 @@ class SACConfig:
     noise_repeat_exponent: float = _help(2.0, "P(hold k steps) ~ k^-exponent for k = 1..noise_repeat_max")
     compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
     bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32)")
-    encoder_feature_dim: int = _help(50, "camera tasks: features per camera from its ConvEncoder (DrQ: 50)")
+    encoder: str = _help("conv", "camera tasks: conv (DrQ's, trained end to end) or pretrained (a frozen ResNet "
+                                 "from encoder_weights with learned pooling, as HIL-SERL)")
+    encoder_weights: str | None = _help(None, "encoder=pretrained: the backbone's local weights file (a torchvision "
+                                              "state dict, .pth or .safetensors; nothing is downloaded)")
+    encoder_backbone: str = _help("resnet10", "encoder=pretrained: resnet10 (HIL-SERL's) or resnet18")
+    encoder_spatial_features: int = _help(8, "encoder=pretrained: learned poolings per feature-map channel")
+    encoder_feature_dim: int = _help(50, "camera tasks: features per camera from its encoder (DrQ: 50)")
     encoder_channels: int = _help(32, "camera tasks: channels of every conv layer (DrQ: 32)")
     encoder_layers: int = _help(4, "camera tasks: 3x3 conv layers, the first with stride 2 (DrQ: 4)")
     image_shift: int = _help(4, "camera tasks: random-shift augmentation of sampled frames, in pixels (0: none)")
@@ -128,6 +136,11 @@ class SACConfig:
              "agent.hidden_dims must be a non-empty list of positive widths"),
             (self.noise_repeat_max >= 1, "agent.noise_repeat_max must be >= 1"),
             (self.noise_repeat_exponent > 0, "agent.noise_repeat_exponent must be > 0"),
+            (self.encoder in ENCODERS, f"agent.encoder must be one of {', '.join(ENCODERS)}"),
+            (self.encoder != "pretrained" or bool(self.encoder_weights),
+             "agent.encoder=pretrained needs agent.encoder_weights=<local backbone weights file>"),
+            (self.encoder_backbone in RESNET_BLOCKS, f"agent.encoder_backbone must be one of {', '.join(RESNET_BLOCKS)}"),
+            (self.encoder_spatial_features >= 1, "agent.encoder_spatial_features must be >= 1"),
             (self.encoder_feature_dim >= 1, "agent.encoder_feature_dim must be >= 1"),
             (self.encoder_channels >= 1, "agent.encoder_channels must be >= 1"),
             (self.encoder_layers >= 1, "agent.encoder_layers must be >= 1"),
@@ -250,6 +263,9 @@ def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_re
         kwargs.update(cameras={k: list(shape) for k, shape in cameras.items()},
                       encoder_feature_dim=cfg.encoder_feature_dim, encoder_channels=cfg.encoder_channels,
                       encoder_layers=cfg.encoder_layers)
+        if cfg.encoder != "conv":  # conv policies keep the config they had before pretrained encoders
+            kwargs.update(encoder=cfg.encoder, encoder_backbone=cfg.encoder_backbone,
+                          encoder_spatial_features=cfg.encoder_spatial_features)
     return kwargs
 
 
@@ -284,9 +300,14 @@ class SAC:
         self.encoder: CameraFusion | None = None
         net_dim, net_norm = obs_dim, self.obs_norm
         if cameras:
-            self.encoder = conv_fusion(cameras, obs_dim, cfg.encoder_feature_dim, cfg.encoder_channels,
-                                       cfg.encoder_layers, cfg.image_shift).to(self.device)
-            self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
+            self.encoder = camera_fusion(
+                cameras, obs_dim, encoder=cfg.encoder, feature_dim=cfg.encoder_feature_dim,
+                channels=cfg.encoder_channels, layers=cfg.encoder_layers, shift_pad=cfg.image_shift,
+                backbone=cfg.encoder_backbone, spatial_features=cfg.encoder_spatial_features,
+                weights=cfg.encoder_weights,
+            ).to(self.device)
+            frozen = {id(m): m for m in self.encoder.modules() if isinstance(m, ResNetBackbone)}
+            self.encoder_target = copy.deepcopy(self.encoder, memo=frozen).requires_grad_(False)
             # The statistics normalise `state` before the fusion (features of a changing encoder have none).
             net_dim, net_norm = self.encoder.out_dim, None
         # A pixel agent's actor gets no normaliser of its own: `features` has normalised the state already.
@@ -315,7 +336,7 @@ class SAC:
         # A pixel agent's encoder learns from the critic loss alone: it is in the critic optimiser only.
         critic_params = list(self.critic.parameters())
         if self.encoder is not None:
-            critic_params += list(self.encoder.parameters())
+            critic_params += [p for p in self.encoder.parameters() if p.requires_grad]
         self.critic_opt = torch.optim.AdamW(
             critic_params, lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay, fused=True
         )
@@ -323,8 +344,11 @@ class SAC:
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
         if self.encoder is not None:  # the target encoder follows the encoder at the target critics' rate
-            self._critic_params += list(self.encoder.parameters())
-            self._target_params += list(self.encoder_target.parameters())
+            # (a frozen backbone is the same in both: averaging its millions of weights would change nothing)
+            pairs = [(p, t) for p, t in zip(self.encoder.parameters(), self.encoder_target.parameters(), strict=True)
+                     if p.requires_grad]
+            self._critic_params += [p for p, _ in pairs]
+            self._target_params += [t for _, t in pairs]
         self._actor_features: Tensor | None = None  # a pixel agent's last critic batch, encoded (detached)
         # time-correlated exploration: the held noise and the steps left to hold it, per env (sized on first use)
         self._held_noise: Tensor | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from robot_rl.policies.encoders import (
+    BackboneWeightsError,
     CameraFusion,
     ConvEncoder,
     PretrainedEncoder,
@@ -95,3 +96,9 @@ def test_cameras_fuse_with_the_state() -> None:
         fusion({"state": obs["state"], "pixels/front": obs["pixels/front"]})
     with pytest.raises(ValueError, match="camera groups"):
         CameraFusion({"front": ConvEncoder((32, 32, 3), 16)}, state_dim=7)
+
+
+def test_a_garbled_weights_file_is_named(tmp_path) -> None:
+    (tmp_path / "r10.pt").write_bytes(b"not a pickle")
+    with pytest.raises(BackboneWeightsError, match=r"r10.pt: unreadable"):
+        load_backbone(tmp_path / "r10.pt", "resnet10")

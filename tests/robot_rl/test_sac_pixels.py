@@ -153,3 +153,79 @@ def test_offline_pretraining_on_camera_data_is_a_one_line_error(tmp_path, capsys
     err = capsys.readouterr().err
     assert f"data.path={tmp_path} with cameras (pixels/front, pixels/wrist): only RLPD reads camera" in err
     assert len(err.strip().splitlines()) == 1
+
+
+# -- a frozen pretrained backbone (HIL-SERL) --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def resnet10_weights(tmp_path_factory):
+    """A resnet10 weights file as a user would give one (torchvision names, a classifier the encoder ignores),
+    made here: nothing is downloaded."""
+    from robot_rl.policies.encoders import ResNetBackbone
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet10.pt"
+    torch.save({**ResNetBackbone("resnet10").state_dict(), "fc.weight": torch.zeros(10, 512)}, path)
+    return path
+
+
+def test_a_pretrained_encoder_trains_its_pooling_and_never_its_backbone(resnet10_weights) -> None:
+    agent = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2)
+    backbones = {id(enc.backbone) for enc in agent.encoder.encoders.values()}
+    target_backbones = {id(enc.backbone) for enc in agent.encoder_target.encoders.values()}
+    assert len(backbones) == 1 and target_backbones == backbones  # one frozen network for cameras and target
+    frozen, trained = _params(agent.encoder.encoders["pixels__front"].backbone), _params(agent.encoder)
+    target = [p.detach().clone() for p in agent.encoder_target.parameters() if p.requires_grad is False]
+    agent.learn(_replay(), generator=torch.Generator().manual_seed(2))
+    assert all(torch.equal(a, b) for a, b in zip(frozen, agent.encoder.encoders["pixels__front"].backbone.parameters(),
+                                                  strict=True))
+    moved = [n for (n, p), old in zip(agent.encoder.named_parameters(), trained, strict=True) if not torch.equal(p, old)]
+    assert moved and all(".pool." in n or ".head." in n for n in moved)
+    assert not all(torch.equal(a, b) for a, b in zip(target, agent.encoder_target.parameters(), strict=False))
+    # the checkpoint round trip restores pooling, projection and the backbone
+    other = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2)
+    other.load_state_dict(agent.state_dict())
+    obs = {k: v[:3] for k, v in _replay().sample(3).obs.items()}
+    torch.testing.assert_close(other.act(obs, deterministic=True), agent.act(obs, deterministic=True))
+
+
+def test_pretrained_encoder_config_errors_are_one_line(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"^agent.encoder=pretrained needs agent.encoder_weights=<local backbone"):
+        SACConfig(encoder="pretrained").validate()
+    with pytest.raises(ValueError, match="^agent.encoder must be one of conv, pretrained$"):
+        SACConfig(encoder="vit").validate()
+    with pytest.raises(ValueError, match="^agent.encoder_backbone must be one of resnet10, resnet18$"):
+        SACConfig(encoder_backbone="resnet50").validate()
+    with pytest.raises(ValueError, match="no such file .*never downloads"):
+        _agent(encoder="pretrained", encoder_weights=str(tmp_path / "missing.pt"))
+
+
+def test_train_with_a_pretrained_encoder_exports_a_self_contained_policy(resnet10_weights, tmp_path, capsys) -> None:
+    """`robot-rl train agent.encoder=pretrained agent.encoder_weights=...` end to end; the exported policy carries
+    the backbone, so it loads and acts where the weights file is not."""
+    import shutil
+
+    from robot_rl.policies import ActorPolicy, load_policy
+
+    weights = tmp_path / "resnet10.pt"
+    shutil.copy(resnet10_weights, weights)
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[32,32]", "agent=sac",
+                 "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder=pretrained",
+                 f"agent.encoder_weights={weights}", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
+                 "train.steps=60", "train.learning_starts=50", "train.eval_every=60", "env.num_eval_envs=1",
+                 "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    weights.unlink()
+    assert main(["export", f"run={run}", f"out={tmp_path / 'policy'}"]) == 0
+    policy = load_policy(tmp_path / "policy")
+    assert isinstance(policy, ActorPolicy) and policy.config()["encoder"] == "pretrained"
+    obs = {"state": torch.zeros(2, 7), **{k: torch.full((2, 32, 32, 3), 128, dtype=torch.uint8) for k in CAMS}}
+    assert policy.act(obs, deterministic=True).shape == (2, 4)
+    capsys.readouterr()
+    # a missing weights file is one line that says nothing is downloaded
+    assert main(["train", "env.spec=arm:reach-pixels", "agent.encoder=pretrained", f"agent.encoder_weights={weights}",
+                 "quiet=true", f"run_dir={tmp_path / 'run2'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no such file" in err and len(err.splitlines()) == 1, err
+
+
+CAMS = ("pixels/front", "pixels/wrist")
