@@ -7,7 +7,8 @@ it. The setting is `experiment=reach_pixels` (`arm:reach-pixels`: two cameras pl
 * `conv 3x16` (the preset's CPU-sized DrQ encoder), `conv 4x32` (DrQ's own size, 50 features), both trained by
   the critic loss with random shifts;
 * `pretrained resnet10`: HIL-SERL's frozen ResNet-10 under a learned pooling (`agent.encoder=pretrained`; random
-  weights in a file made here, the cost does not depend on their values).
+  weights in a file made here, the cost does not depend on their values), with random shifts, and with
+  `agent.cache_embeddings=true` (no shifts; the replay holds the backbone's features, so updates skip it).
 
 The peer is SB3's SAC with `MultiInputPolicy` at its defaults (a NatureCNN per camera, separate feature extractors
 for actor and critic), given the same batch size and 48x48 frames; its replay stores each frame twice (obs and
@@ -41,6 +42,8 @@ VARIANTS = {
     "conv 3x16 (reach_pixels)": [],
     "conv 4x32 (DrQ size)": ["agent.encoder_channels=32", "agent.encoder_layers=4", "agent.encoder_feature_dim=50"],
     "pretrained resnet10 (frozen)": ["agent.encoder=pretrained", "agent.encoder_weights={weights}"],
+    "pretrained resnet10, cached embeddings": ["agent.encoder=pretrained", "agent.encoder_weights={weights}",
+                                               "agent.image_shift=0", "agent.cache_embeddings=true"],
 }
 
 
@@ -48,14 +51,16 @@ def obs_spec(size: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     return {"state": ((STATE,), torch.float32), **{k: ((size, size, 3), torch.uint8) for k in CAMERAS}}
 
 
-def random_replay(size: int, transitions: int = 2_000, envs: int = 10) -> ReplayBuffer:
-    spec = obs_spec(size)
+def random_replay(agent: SAC, size: int, transitions: int = 2_000, envs: int = 10) -> ReplayBuffer:
+    """Random frames and states, stored as `agent` stores them (frames, or cached backbone features)."""
+    spec = agent.replay_spec(obs_spec(size))
     replay = ReplayBuffer(transitions, envs, spec, ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
     g = torch.Generator().manual_seed(0)
 
     def frame() -> dict[str, torch.Tensor]:
-        return {"state": torch.randn(envs, STATE, generator=g),
-                **{k: torch.randint(0, 256, (envs, size, size, 3), generator=g, dtype=torch.uint8) for k in CAMERAS}}
+        return agent.for_replay({
+            "state": torch.randn(envs, STATE, generator=g),
+            **{k: torch.randint(0, 256, (envs, size, size, 3), generator=g, dtype=torch.uint8) for k in CAMERAS}})
 
     obs = frame()
     for t in range(transitions // envs):
@@ -66,11 +71,22 @@ def random_replay(size: int, transitions: int = 2_000, envs: int = 10) -> Replay
     return replay
 
 
-def ours_update(overrides: list[str], size: int, replay: ReplayBuffer) -> tuple[Any, int]:
-    """(one update, the batch size) of the reach_pixels agent with `overrides`."""
+def _embedding_cost(overrides: list[str], weights: Path, size: int, calls: int = 20) -> float:
+    """ms to cache one env step's frames (both cameras, one env): the trainer stores obs and next obs per step."""
+    cfg = compose_train_config(["experiment=reach_pixels", f"env.pixel_size=[{size},{size}]",
+                                *(o.format(weights=weights) for o in overrides)]).agent
+    agent = SAC(STATE, ACTIONS, cfg, cameras={k: (size, size, 3) for k in CAMERAS})
+    obs = {"state": torch.zeros(1, STATE), **{k: torch.zeros(1, size, size, 3, dtype=torch.uint8) for k in CAMERAS}}
+    return common.median(common.time_per_call(lambda: agent.for_replay(obs), calls, 1, "cpu", warmup=2)) * 1e3
+
+
+def ours_update(overrides: list[str], size: int) -> tuple[Any, int, int]:
+    """(one update, the batch size, replay bytes per transition) of the reach_pixels agent with `overrides`."""
     cfg = compose_train_config(["experiment=reach_pixels", f"env.pixel_size=[{size},{size}]", *overrides]).agent
     agent = SAC(STATE, ACTIONS, cfg, cameras={k: (size, size, 3) for k in CAMERAS})
-    return (lambda: agent.learn(replay)), cfg.batch_size
+    replay = random_replay(agent, size)
+    stored = bytes_per_transition(agent.replay_spec(obs_spec(size)), ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
+    return (lambda: agent.learn(replay)), cfg.batch_size, stored
 
 
 def sb3_update(size: int, batch: int) -> tuple[Any, float]:
@@ -119,15 +135,15 @@ def _silent_logger() -> Any:
 
 
 def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
-    replay = random_replay(size)
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "resnet10.pt"
         torch.save(ResNetBackbone("resnet10").state_dict(), weights)
-        steps, batch = {}, 0
+        steps, batch, stored, embed = {}, 0, {}, None
         for name, overrides in VARIANTS.items():
-            steps[name], batch = ours_update([o.format(weights=weights) for o in overrides], size, replay)
-    steps["sb3"], sb3_bytes = sb3_update(size, batch)
-    ours_bytes = bytes_per_transition(obs_spec(size), ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
+            steps[name], batch, stored[name] = ours_update([o.format(weights=weights) for o in overrides], size)
+            if "cached" in name:  # what caching costs instead: the backbone on each env step's frames
+                embed = _embedding_cost(overrides, weights, size)
+    steps["sb3"], stored["sb3"] = sb3_update(size, batch)
     for fn in steps.values():
         fn()  # first calls: allocation
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -143,9 +159,14 @@ def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
         per_round = [a / b for a, b in zip(times[name], times["sb3"], strict=True)]
         rows.append(common.row(f"pixel update, 2 cameras {size}x{size}, batch {batch}", f"ms, robot_rl {name}", ms,
                                sb3_ms, ratio_value=common.median(per_round),
-                               note=f"{1e3 / ms:.1f} updates/s vs SB3 {1e3 / sb3_ms:.1f}"))
-    rows.append(common.row(f"replay, 2 cameras {size}x{size}", "bytes per transition", ours_bytes, sb3_bytes,
-                           note="robot_rl stores a frame once (plus each episode's last); SB3 stores obs and next_obs"))
+                               note=f"{1e3 / ms:.1f} updates/s vs SB3 {1e3 / sb3_ms:.1f}" + (
+                                   f"; caching costs {2 * embed:.1f} ms per env step (obs and next obs frames)"
+                                   if "cached" in name and embed is not None else "")))
+    for name in ("conv 3x16 (reach_pixels)", "pretrained resnet10, cached embeddings"):
+        rows.append(common.row(f"replay, 2 cameras {size}x{size}", f"bytes per transition, robot_rl {name}",
+                               stored[name], stored["sb3"],
+                               note="robot_rl stores a frame (or its features) once, plus each episode's last; SB3 "
+                                    "stores obs and next_obs"))
     return {
         "config": {"image": [size, size, 3], "cameras": list(CAMERAS), "state_dim": STATE, "action_dim": ACTIONS,
                    "batch": batch, "rounds": rounds, "calls_per_round": calls,
@@ -153,7 +174,8 @@ def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
                    "sb3": "SAC('MultiInputPolicy') defaults (NatureCNN per camera), batch as ours, "
                           "model.train(gradient_steps=1)"},
         "ms_per_update": {n: [t * 1e3 for t in ts] for n, ts in times.items()},
-        "replay_bytes_per_transition": {"robot_rl": ours_bytes, "sb3": sb3_bytes},
+        "replay_bytes_per_transition": stored,
+        "cache_ms_per_frame_pair": embed,
         "rows": rows,
     }
 

@@ -190,6 +190,7 @@ class PretrainedEncoder(nn.Module):
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
         with torch.no_grad():
             _, c, fh, fw = self.backbone(torch.zeros(1, 3, h, w)).shape
+        self.backbone_shape = (int(c), int(fh), int(fw))  # what `backbone_features` gives per image
         self.pool = SpatialLearnedEmbeddings(c, fh, fw, num_features)
         self.head = nn.Sequential(nn.Linear(c * num_features, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
         self.feature_dim, self.shift_pad = feature_dim, shift_pad
@@ -208,7 +209,10 @@ class PretrainedEncoder(nn.Module):
             return self.backbone((x - self.mean) / self.std)
 
     def forward(self, pixels: Tensor, augment: bool = False) -> Tensor:
-        return self.head(self.pool(self.backbone_features(pixels, augment)))
+        """uint8 frames ``[B, H, W, 3]``, or their cached ``backbone_features`` ``[B, *backbone_shape]`` (any float
+        type; what a replay that caches embeddings hands back, already augmented or not)."""
+        features = pixels.float() if pixels.is_floating_point() else self.backbone_features(pixels, augment)
+        return self.head(self.pool(features))
 
 
 class CameraFusion(nn.Module):
@@ -223,6 +227,16 @@ class CameraFusion(nn.Module):
         self.keys = sorted(encoders)
         self.encoders = nn.ModuleDict({k.replace("/", "__"): encoders[k] for k in self.keys})
         self.out_dim = state_dim + sum(int(m.feature_dim) for m in encoders.values())
+
+    def frozen_features(self, group: str, pixels: Tensor) -> Tensor:
+        """The frozen backbone's features of a camera group's uint8 frames, in float16 (half the bytes; feature
+        values stay far inside its range): what a replay caching embeddings stores in place of the frames, and what
+        `forward` accepts for that group. Only for `PretrainedEncoder` groups."""
+        encoder = self.encoders[group.replace("/", "__")]
+        if not isinstance(encoder, PretrainedEncoder):
+            raise TypeError(f"camera group {group!r} has a {type(encoder).__name__}: only a frozen pretrained "
+                            "backbone's features can be cached")
+        return encoder.backbone_features(pixels).half()
 
     def forward(self, obs: Mapping[str, Tensor], augment: bool = False) -> Tensor:
         missing = [k for k in self.keys if k not in obs]

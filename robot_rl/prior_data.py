@@ -40,7 +40,8 @@ class OfflineData:
     success_rate: float | None
     episode_index: Tensor | None = None  # int64 [M], on the CPU
     # Camera group (``pixels/<camera>``) -> uint8 [M, H, W, 3] frames (the obs of each step), on the CPU: the
-    # replay buffer made from them holds the device copy.
+    # replay buffer made from them holds the device copy. With cached embeddings the trainer replaces them by the
+    # frozen backbone's features (`trainer.replay_frames`).
     frames: dict[str, Tensor] = field(default_factory=dict)
 
     @classmethod
@@ -166,7 +167,7 @@ class OfflineData:
             raise DatasetError("the camera data has no transition with a next frame (only one-step truncated episodes)")
         lengths = torch.unique_consecutive(episode[kept], return_counts=True)[1]
         spec = {"state": ((self.obs.shape[1],), torch.float32),
-                **{g: (tuple(f.shape[1:]), torch.uint8) for g, f in self.frames.items()}}
+                **{g: (tuple(f.shape[1:]), f.dtype) for g, f in self.frames.items()}}  # uint8, or cached features
         buffer = ReplayBuffer(
             int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
             frames=tuple(self.frames), episode_steps=int(lengths.min()),

@@ -33,7 +33,9 @@ in DrQ and SAC-AE, where actor gradients through the encoder made learning unsta
 their own encoder copy, Polyak-averaged with them (rate `tau`). State-only agents build none of this and run
 exactly the code they ran before. `encoder=pretrained` (HIL-SERL) swaps each `ConvEncoder` for a `PretrainedEncoder`:
 one frozen ResNet from the user's `encoder_weights` file, shared by the cameras and by the target encoder, under a
-learned spatial pooling and projection per camera, which are all the critic loss trains.
+learned spatial pooling and projection per camera, which are all the critic loss trains. With `cache_embeddings`
+(and no shifts) the replay keeps each frame's backbone features instead of the frame (`replay_spec`, `for_replay`):
+the backbone runs once per stored frame, not on every sampled one, and updates cost what the pooling heads cost.
 
 `update` takes a batch with a leading `utd` dimension and returns metrics as tensors: nothing in it reads a
 value back to the host, so the learner never waits on the device. `observe` is called once per environment
@@ -107,6 +109,8 @@ class SACConfig:
                                               "state dict, .pth or .safetensors; nothing is downloaded)")
     encoder_backbone: str = _help("resnet10", "encoder=pretrained: resnet10 (HIL-SERL's) or resnet18")
     encoder_spatial_features: int = _help(8, "encoder=pretrained: learned poolings per feature-map channel")
+    cache_embeddings: bool = _help(False, "encoder=pretrained, image_shift=0: the replay stores each frame's frozen "
+                                          "backbone features instead of the frame, so updates never run the backbone")
     encoder_feature_dim: int = _help(50, "camera tasks: features per camera from its encoder (DrQ: 50)")
     encoder_channels: int = _help(32, "camera tasks: channels of every conv layer (DrQ: 32)")
     encoder_layers: int = _help(4, "camera tasks: 3x3 conv layers, the first with stride 2 (DrQ: 4)")
@@ -141,6 +145,9 @@ class SACConfig:
              "agent.encoder=pretrained needs agent.encoder_weights=<local backbone weights file>"),
             (self.encoder_backbone in RESNET_BLOCKS, f"agent.encoder_backbone must be one of {', '.join(RESNET_BLOCKS)}"),
             (self.encoder_spatial_features >= 1, "agent.encoder_spatial_features must be >= 1"),
+            (not self.cache_embeddings or (self.encoder == "pretrained" and self.image_shift == 0),
+             "agent.cache_embeddings=true needs agent.encoder=pretrained and agent.image_shift=0 (a shifted frame's "
+             "features differ from the cached ones)"),
             (self.encoder_feature_dim >= 1, "agent.encoder_feature_dim must be >= 1"),
             (self.encoder_channels >= 1, "agent.encoder_channels must be >= 1"),
             (self.encoder_layers >= 1, "agent.encoder_layers must be >= 1"),
@@ -404,6 +411,23 @@ class SAC:
             state = self.obs_norm(state)
         encoder = self.encoder_target if target else self.encoder
         return encoder({"state": state, **{k: obs[k].to(self.device) for k in encoder.keys}}, augment)
+
+    def replay_spec(self, spec: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict:
+        """What a replay stores for observation groups `spec`: the groups as they are, or with `cache_embeddings`
+        each camera group as its frozen backbone's float16 features (`for_replay` makes them)."""
+        if not self.cfg.cache_embeddings or self.encoder is None:
+            return spec
+        shapes = {k: self.encoder.encoders[k.replace("/", "__")].backbone_shape for k in self.encoder.keys}
+        return {k: ((shapes[k], torch.float16) if k in shapes else v) for k, v in spec.items()}
+
+    @torch.no_grad()
+    def for_replay(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Observations as the replay stores them (`replay_spec`): with `cache_embeddings` the camera frames go
+        through the frozen backbone once, here, instead of in every update that samples them."""
+        if not self.cfg.cache_embeddings or self.encoder is None:
+            return obs
+        keys = set(self.encoder.keys)
+        return {k: self.encoder.frozen_features(k, v.to(self.device)) if k in keys else v for k, v in obs.items()}
 
     @torch.no_grad()
     def act(self, obs: dict[str, Tensor], deterministic: bool = False) -> Tensor:

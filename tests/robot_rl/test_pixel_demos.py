@@ -144,3 +144,28 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
     args = CollectArgs(env=CollectEnvArgs(spec=SPEC, num_envs=1, max_episode_steps=3, pixel_size=list(SIZE)),
                        out=str(tmp_path / "sac"), episodes=1, policy=str(tmp_path / "run/checkpoints/latest.pt"))
     assert collect(args, message=lambda m: None)["episodes"] == 1
+
+
+def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp_path) -> None:
+    """A frozen pretrained encoder with `agent.cache_embeddings=true`: both replays hold the backbone's float16
+    features in place of frames (the demos' go through the backbone once at load), and training runs on them."""
+    from robot_rl.config import compose_train_config
+    from robot_rl.policies.encoders import ResNetBackbone
+    from robot_rl.trainer import Trainer
+
+    weights = tmp_path / "resnet10.pt"
+    torch.save(ResNetBackbone("resnet10").state_dict(), weights)
+    cfg = compose_train_config([
+        f"env.spec={SPEC}", f"data.path={demos}", "train.steps=40", "train.learning_starts=32", "agent=sac",
+        "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder=pretrained",
+        f"agent.encoder_weights={weights}", "agent.image_shift=0", "agent.cache_embeddings=true",
+        "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2", "env.pixel_size=[32,32]",
+        f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=40", "train.replay_capacity=200",
+        "train.video=false", "quiet=true", "threads=1"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    for replay in (trainer.prior_replay, trainer.replay):
+        assert replay.obs_spec["pixels/front"] == ((512, 1, 1), torch.float16)
+    assert trainer.prior.frames["pixels/wrist"].shape[1:] == (512, 1, 1)
+    result = trainer.run()
+    assert trainer.method.updates == 9 and "best_eval_return" in result
+    assert trainer.replay.obs["pixels/front"][: trainer.replay._size].abs().sum() > 0

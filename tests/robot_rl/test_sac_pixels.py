@@ -229,3 +229,42 @@ def test_train_with_a_pretrained_encoder_exports_a_self_contained_policy(resnet1
 
 
 CAMS = ("pixels/front", "pixels/wrist")
+
+
+def test_cached_embeddings_give_the_frames_result_without_the_backbone(resnet10_weights, monkeypatch) -> None:
+    """`agent.cache_embeddings=true`: the replay stores each frame's backbone features (float16); updates read
+    them and never run the backbone; acting on frames and on their cached features agree."""
+    agent = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2,
+                   image_shift=0, cache_embeddings=True)
+    spec = agent.replay_spec(SPEC)
+    assert spec["state"] == SPEC["state"] and spec["pixels/front"] == ((512, 1, 1), torch.float16)
+    frames = _replay().sample(5).obs
+    stored = agent.for_replay(frames)
+    assert stored["pixels/wrist"].dtype == torch.float16 and torch.equal(stored["state"], frames["state"])
+    torch.testing.assert_close(agent.act(stored, deterministic=True), agent.act(frames, deterministic=True),
+                               atol=2e-3, rtol=0)
+    g = torch.Generator().manual_seed(0)
+    buf = ReplayBuffer(100, 2, spec, 4, frames=("pixels/front", "pixels/wrist"), episode_steps=10)
+
+    def frame() -> dict[str, torch.Tensor]:
+        return agent.for_replay({"state": torch.randn(2, 7, generator=g), **{
+            k: torch.randint(0, 256, (2, 24, 24, 3), generator=g, dtype=torch.uint8) for k in SPEC if k != "state"}})
+
+    obs = frame()
+    for t in range(20):
+        nxt, truncated = frame(), torch.full((2,), (t + 1) % 10 == 0)
+        buf.add(obs, torch.rand(2, 4) * 2 - 1, torch.randn(2), nxt, torch.zeros(2, dtype=torch.bool), truncated)
+        obs = frame() if truncated.any() else nxt
+
+    def no_backbone(*args, **kwargs):
+        raise AssertionError("the backbone ran in an update")
+
+    monkeypatch.setattr(agent.encoder.encoders["pixels__front"].backbone, "forward", no_backbone)
+    assert torch.isfinite(agent.learn(buf, generator=torch.Generator().manual_seed(1))["critic_loss"])
+
+
+def test_cached_embeddings_need_a_frozen_unshifted_encoder() -> None:
+    for bad in (dict(cache_embeddings=True), dict(cache_embeddings=True, encoder="pretrained", encoder_weights="w.pt")):
+        with pytest.raises(ValueError, match="^agent.cache_embeddings=true needs agent.encoder=pretrained and "
+                                             "agent.image_shift=0"):
+            SACConfig(**bad).validate()
