@@ -22,6 +22,14 @@ so that load drift hits both. Per configuration: step round trip p50/p99 (a step
 one period), tick to client (round trip less the wait: the driver's tick, frames, reply, decode), the server's tick work, the encoded
 frame bytes per step, the server's encode time per reply and the client's decode time (both cameras together).
 Written to ``bench/results/<date>-bridge-cameras.json`` (``--name``).
+
+``--policy`` (with ``--cameras``) adds a third run in which every command is a pixel policy's action on the
+observation the previous step returned, as ``deploy`` runs one (an ``ActorPolicy`` shaped like the
+``reach_pixels`` preset's, one thread). **Capture to command** per step = tick to client (from the start of the
+tick whose frames the observation carries, so it includes the driver's physics step before the render: an upper
+bound on capture to client) + the policy's call + the command's one-way trip to the server (half the median
+heartbeat round trip of the same run). The server's clock is not the client's (the simulated arm stamps
+observations on its simulated clock), so the figure is built from durations each side measures.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ import multiprocessing as mp
 import os
 import time
 from concurrent import futures
+from typing import Any
 
 import numpy as np
+import torch
 
 from bench.common import cpu_fractions, cpu_times, machine_info, results_path, write_json
 
@@ -84,8 +94,22 @@ def _pct(xs: list[float]) -> dict[str, float]:
             "max_ms": float(a.max()), "mean_ms": float(a.mean())}
 
 
-def _camera_run(hz: float, duration: float, cameras: tuple[int, int] | None, encoding: str) -> dict:
-    """Step a sim-arm server (with or without cameras) at ``hz`` for ``duration`` s; the camera figures."""
+def pixel_policy(cameras: tuple[int, int]) -> Any:
+    """An `ActorPolicy` shaped as `experiment=reach_pixels` trains it (two cameras, a 3x16 conv encoder each, 32
+    features, 256x256 LayerNorm actor), at this frame size: its cost per call does not depend on its weights."""
+    from robot_rl.policies import ActorPolicy
+
+    torch.manual_seed(0)
+    return ActorPolicy(7, 4, hidden=[256, 256], layer_norm=True, obs_norm=True,
+                       cameras={f"pixels/{c}": [*cameras, 3] for c in ("front", "wrist")},
+                       encoder_feature_dim=32, encoder_channels=16, encoder_layers=3).eval()
+
+
+def _camera_run(hz: float, duration: float, cameras: tuple[int, int] | None, encoding: str,
+                policy: Any = None) -> dict:
+    """Step a sim-arm server (with or without cameras) at ``hz`` for ``duration`` s; the camera figures. With
+    `policy`, each command is the policy's action on the observation the previous step returned (as `deploy`
+    runs), and the run also gives capture-to-command latency (module docstring)."""
     from robot_rl.real.client import RobotClient
 
     ctx = mp.get_context("spawn")
@@ -94,19 +118,26 @@ def _camera_run(hz: float, duration: float, cameras: tuple[int, int] | None, enc
     proc.start()
     port = q.get(timeout=120)
     rng = np.random.default_rng(0)
-    step_rtt, tick_to_client, frame_bytes, decode = [], [], [], []
+    step_rtt, tick_to_client, frame_bytes, decode, policy_s, capture_to_command = [], [], [], [], [], []
     errors = 0
     try:
         client = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=2.0)
         client.reset(seed=0)
         for _ in range(20):  # warm up
             client.step(rng.uniform(-0.3, 0.3, 4))
+        heartbeat = []
+        for _ in range(200):
+            t = time.perf_counter()
+            client.heartbeat()
+            heartbeat.append(time.perf_counter() - t)
+        one_way = float(np.median(heartbeat)) / 2  # a command's trip to the server, as half a round trip
         status0 = client.status()
+        action = rng.uniform(-0.3, 0.3, 4)
         start = time.perf_counter()
         while time.perf_counter() - start < duration:
             t = time.perf_counter()
             try:
-                r = client.step(rng.uniform(-0.3, 0.3, 4))
+                r = client.step(action)
             except Exception:
                 errors += 1
                 continue
@@ -114,6 +145,15 @@ def _camera_run(hz: float, duration: float, cameras: tuple[int, int] | None, enc
             tick_to_client.append(step_rtt[-1] - r.queue_s)
             frame_bytes.append(client.frame_bytes)
             decode.append(client.decode_s)
+            if policy is None:
+                action = rng.uniform(-0.3, 0.3, 4)
+            else:
+                t = time.perf_counter()
+                with torch.no_grad():
+                    obs = {k: torch.tensor(v)[None] for k, v in r.observation.as_dict().items()}  # copies: read-only arrays
+                    action = policy.act(obs, deterministic=True)[0].numpy()
+                policy_s.append(time.perf_counter() - t)
+                capture_to_command.append(tick_to_client[-1] + policy_s[-1] + one_way)
             if r.observation.success or len(step_rtt) % 200 == 0:
                 client.reset()
         status = client.status()
@@ -135,6 +175,8 @@ def _camera_run(hz: float, duration: float, cameras: tuple[int, int] | None, enc
         "ticks": status.ticks - status0.ticks,
         "watchdog_trips": status.watchdog_trips - status0.watchdog_trips,
         "step_errors": errors,
+        **({"policy_per_step": _pct(policy_s), "capture_to_command": _pct(capture_to_command),
+            "command_one_way_s": one_way} if policy is not None else {}),
     }
 
 
@@ -143,9 +185,12 @@ def cameras_main(args: argparse.Namespace, duration: float) -> dict:
     h, w = (int(v) for v in args.cameras.lower().split("x"))
     cpu0, load0 = cpu_times(), os.getloadavg()
     runs = {}
-    for label, cams in (("no_cameras", None), ("cameras", (h, w))):
+    configs = [("no_cameras", None, None), ("cameras", (h, w), None)]
+    if args.policy:
+        configs.append(("pixel_policy", (h, w), pixel_policy((h, w))))
+    for label, cams, policy in configs:
         print(f"stepping the sim arm at {args.hz:g} Hz for {duration:.0f} s, {label} ...", flush=True)
-        runs[label] = _camera_run(args.hz, duration, cams, args.encoding)
+        runs[label] = _camera_run(args.hz, duration, cams, args.encoding, policy)
     cpu1 = cpu_times()
     result = {
         "config": {"hz": args.hz, "duration_s": duration, "cameras": args.cameras, "encoding": args.encoding},
@@ -167,6 +212,10 @@ def cameras_main(args: argparse.Namespace, duration: float) -> dict:
             line += (f"\n            frames {r['frame_bytes_per_step']['mean'] / 1024:.1f} KiB/step | encode p50 "
                      f"{e['p50_ms']:.2f} ms p99 {e['p99_ms']:.2f} ms | decode p50 {d['p50_ms']:.2f} ms "
                      f"p99 {d['p99_ms']:.2f} ms (both cameras)")
+        if "capture_to_command" in r:
+            c, pol = r["capture_to_command"], r["policy_per_step"]
+            line += (f"\n            policy p50 {pol['p50_ms']:.2f} ms p99 {pol['p99_ms']:.2f} ms | capture to command "
+                     f"p50 {c['p50_ms']:.2f} ms p99 {c['p99_ms']:.2f} ms")
         print(line)
     print(f"load average {load0[0]:.1f} before, {result['load_average_after'][0]:.1f} after; results: {path}")
     return result
@@ -182,6 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--cameras", default=None, metavar="HxW",
                    help="measure without and with the sim arm's two cameras of this size (e.g. 84x84)")
     p.add_argument("--encoding", default="jpeg", choices=("jpeg", "png"), help="camera frames on the wire")
+    p.add_argument("--policy", action="store_true",
+                   help="with --cameras: also run a reach_pixels-shaped pixel policy in the loop (capture to command)")
     args = p.parse_args(argv)
     duration = 20.0 if args.quick else args.duration
     os.environ.setdefault("MUJOCO_GL", "egl")
