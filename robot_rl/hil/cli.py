@@ -110,8 +110,8 @@ class HilTrainArgs(RobotArgs):
     steps: int = _help(6000, "env steps (control ticks with an action) to run")
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_hil_<robot name>)")
     demos: str | None = _help(
-        None, "dataset that pre-fills the prior buffer (learning from cameras: with their videos at the served size, "
-              "e.g. teleop or collect in the -pixels task)"
+        None, "dataset that pre-fills the prior buffer (learning from cameras: with their videos at the served sizes, "
+              "e.g. an earlier run's <run_dir>/episodes, or robot-rl collect in the <task>-pixels task)"
     )
     pixels: bool | None = _help(
         None, "learn from the robot's cameras (a DrQ pixel agent on pixels/<camera> at the served sizes, beside the "
