@@ -341,3 +341,30 @@ def test_hil_train_pixels_true_on_a_robot_without_cameras_is_one_line(robot_serv
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pixels=true" in err and "serves no cameras" in err
     assert "serve-robot pixels=true" in err and "pixels=false" in err
+
+
+def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsys, monkeypatch):
+    """Camera demos from `robot-rl collect` (reach-pixels, the robot's 32x32 frames and proprioceptive state) fill
+    the prior buffer; a second run in the same run_dir resumes the pixel learner, its frame buffers and the
+    recording."""
+    from robot_rl import checkpoint
+    from robot_rl.collect import CollectArgs, CollectEnvArgs, collect
+
+    demos = tmp_path / "demos"
+    collect(CollectArgs(env=CollectEnvArgs(spec="arm:reach-pixels", num_envs=1, max_episode_steps=10,
+                                           pixel_size=[32, 32]), out=str(demos), episodes=2, policy="expert", seed=0),
+            message=lambda m: None)
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    run = tmp_path / "hil"
+    args = ["hil-train", "step_timeout_s=5", f"run_dir={run}", "teleop=null", f"demos={demos}", "learning_starts=10",
+            "agent.batch_size=8", "agent.hidden_dims=[16]", "agent.encoder_feature_dim=8", "agent.encoder_channels=4",
+            "agent.encoder_layers=1", "pixels=true"]
+    with served_robot("pixels=true", "pixel_size=[32,32]") as address:
+        assert main([*args, f"robot={address}", "steps=20"]) == 0
+        first = checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]
+        assert first["demo_transitions"] > 0 and first["updates"] > 0
+        assert main([*args, f"robot={address}", f"steps={first['transitions'] + 20}"]) == 0  # episodes run to their end
+    second = checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]
+    assert second["transitions"] > first["transitions"] and second["demo_transitions"] == first["demo_transitions"]
+    data = read_dataset(run / "episodes", load_images=True)
+    assert data.action.shape[0] == second["transitions"] and data.images["observation.images.wrist"].shape[0] > 0
