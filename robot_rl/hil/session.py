@@ -148,7 +148,7 @@ class Session:
         spec = client.spec()
         self.action_dim = spec.action_dim
         self.pixels = bool(spec.cameras)  # the policy gets the observation dict
-        served = {c.group: c for c in spec.cameras}
+        served = [c.group for c in spec.cameras]
         unserved = [g for g in link_cameras if g not in served]
         if unserved:
             raise ValueError(f"link_cameras: the robot serves no {unserved[0]} (its cameras: "
