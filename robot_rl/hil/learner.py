@@ -171,7 +171,7 @@ def _check_frames(
 class LearnerConfig:
     """Everything that fixes a learner: its networks, buffers, data mixing and update schedule.
 
-    A checkpoint only fits a learner built from the same dimensions, SAC networks and buffer capacities.
+    A checkpoint only fits a learner built from the same dimensions, cameras, SAC networks and buffer capacities.
     """
 
     obs_dim: int = field(metadata={"help": "size of the flat state observation the actor sends"})
