@@ -83,8 +83,9 @@ def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[Sav
     spec = env.get("spec")
     pixels = "encoder" in state["agent"]
     cameras: dict[str, tuple[int, ...]] = {}
-    if "obs_dim" in config:  # hil-train's learner config (state observations only)
-        if pixels:
+    if "obs_dim" in config:  # hil-train's learner config; a camera learner's names its groups and image sizes
+        cameras = {g: tuple(int(v) for v in shape) for g, shape in (config.get("cameras") or {}).items()}
+        if pixels and not cameras:
             raise ExportError(f"{path}: a learner.pt with a camera encoder names no image sizes; export its run")
         obs_dim, action_dim = int(config["obs_dim"]), int(config["action_dim"])
     else:

@@ -148,14 +148,32 @@ class OfflineData:
     def _frame_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:
         """`to_replay` for camera data: the steps go in one by one through `ReplayBuffer.add`, which stores each frame
         once and keeps truncated steps' next frames in its side ring."""
+        kept, _, _, _ = self._frame_steps()
+        lengths = torch.unique_consecutive(self._episodes()[kept], return_counts=True)[1]
+        spec = {"state": ((self.obs.shape[1],), torch.float32),
+                **{g: (tuple(f.shape[1:]), f.dtype) for g, f in self.frames.items()}}  # uint8, or cached features
+        buffer = ReplayBuffer(
+            int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
+            frames=tuple(self.frames), episode_steps=int(lengths.min()),
+        )
+        self.add_frame_steps(buffer)
+        return buffer
+
+    def _episodes(self) -> Tensor:
         m = len(self)
         episode = self.episode_index if self.episode_index is not None else torch.zeros(m, dtype=torch.long)
-        episode = episode.cpu()
+        return episode.cpu()
+
+    def _frame_steps(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(indices of the steps a frame buffer keeps, last step of its episode, terminated, truncated) [M]: a
+        truncated (or unflagged) episode end has no next frame, so that step is dropped and the one before it ends
+        the episode as a truncation (module docstring)."""
+        m = len(self)
+        episode = self._episodes()
         last = torch.ones(m, dtype=torch.bool)
         if m:
             last[:-1] = episode[1:] != episode[:-1]
         terminated = self.terminated.cpu() & last  # a terminated flag inside an episode cannot be: ignore it
-        # A truncated (or unflagged) episode end has no next frame: drop that step, end the episode one step earlier.
         drop = last & ~terminated
         keep = ~drop
         truncated = torch.zeros(m, dtype=torch.bool)
@@ -165,13 +183,12 @@ class OfflineData:
             from robot_rl.datasets import DatasetError
 
             raise DatasetError("the camera data has no transition with a next frame (only one-step truncated episodes)")
-        lengths = torch.unique_consecutive(episode[kept], return_counts=True)[1]
-        spec = {"state": ((self.obs.shape[1],), torch.float32),
-                **{g: (tuple(f.shape[1:]), f.dtype) for g, f in self.frames.items()}}  # uint8, or cached features
-        buffer = ReplayBuffer(
-            int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
-            frames=tuple(self.frames), episode_steps=int(lengths.min()),
-        )
+        return kept, last, terminated, truncated
+
+    def add_frame_steps(self, buffer: ReplayBuffer) -> int:
+        """Append the steps a frame buffer can hold exactly (`_frame_steps`) to `buffer`, a single-env buffer with
+        these camera groups as `frames` (this data's own, or a learner's prior buffer); returns how many."""
+        kept, last, terminated, truncated = self._frame_steps()
         dev = buffer.device
         state, next_state = self.obs.to(dev), self.next_obs.to(dev)
         action, reward = self.action.to(dev), self.reward.to(dev)
@@ -184,4 +201,4 @@ class OfflineData:
                 {"state": next_state[i : i + 1], **{g: f[nxt : nxt + 1] for g, f in frames.items()}},
                 terminated[i : i + 1].to(dev), truncated[i : i + 1].to(dev),
             )
-        return buffer
+        return int(kept.numel())

@@ -356,6 +356,23 @@ class ReplayBuffer:
             self._keep_last_frame(q, e, {k: self.obs[k][p, e] for k in self.frames}, self._adds - 1, broken=True)
             self.truncated[q, e] = True
 
+    def close_broken_episodes(self, obs: dict[str, Tensor]) -> None:
+        """Before an `add` of `obs` that may not follow the stored steps (a learner fed chunks by robot actors,
+        with gaps between chunks and between intervention runs): close each env's newest step that is still open
+        and whose next observation is not `obs`, comparing every group (`add` itself compares only the frames),
+        as a truncation whose next frame is kept. A no-op for buffers without frames (their rows keep next_obs)."""
+        if not self.frames or not self._size:
+            return
+        p = self._pos
+        q = (p - 1) % self.T
+        open_ = ~(self.terminated[q] | self.truncated[q])
+        differs = torch.zeros_like(open_)
+        for k, stored in self.next_obs.items():
+            differs |= (obs[k].to(self.device, stored.dtype) != stored[q]).flatten(1).any(1)
+        for e in (open_ & differs).to("cpu").nonzero().flatten().tolist():
+            self._keep_last_frame(q, e, {k: self.obs[k][p, e] for k in self.frames}, self._adds - 1, broken=True)
+            self.truncated[q, e] = True
+
     def extend(
         self,
         obs: dict[str, Tensor],

@@ -34,6 +34,11 @@ _HIL_AGENT = {  # the arm presets' SAC settings (configs/experiment/rlpd_push.ya
 }
 
 
+# hil-train's default replay capacities (online, prior), state / cameras: a camera transition keeps its frames
+# (two 84x84 cameras: 42 kB, up to twice, see robot_rl.hil.learner), so it gets 10x fewer.
+_CAPACITY = {False: (1_000_000, 200_000), True: (100_000, 50_000)}
+
+
 # -- the keys of each command ------------------------------------------------------------------------------
 @dataclass
 class ServeRobotArgs:
@@ -104,8 +109,23 @@ class HilTrainArgs(RobotArgs):
     )
     steps: int = _help(6000, "env steps (control ticks with an action) to run")
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_hil_<robot name>)")
-    demos: str | None = _help(None, "dataset that pre-fills the prior buffer")
-    record: bool = _help(True, "record the episodes to <run_dir>/episodes")
+    demos: str | None = _help(
+        None, "dataset that pre-fills the prior buffer (learning from cameras: with their videos at the served sizes, "
+              "e.g. an earlier run's <run_dir>/episodes, or robot-rl collect in the <task>-pixels task)"
+    )
+    pixels: bool | None = _help(
+        None, "learn from the robot's cameras (a DrQ pixel agent on pixels/<camera> at the served sizes, beside the "
+              "state): null = whenever the robot serves cameras, true = require them, false = the state only"
+    )
+    capacity: int | None = _help(
+        None, f"online replay capacity in transitions (default {_CAPACITY[False][0]:,}; from cameras "
+              f"{_CAPACITY[True][0]:,})"
+    )
+    prior_capacity: int | None = _help(
+        None, f"prior (demos + interventions) replay capacity (default {_CAPACITY[False][1]:,}; from cameras "
+              f"{_CAPACITY[True][1]:,})"
+    )
+    record: bool = _help(True, "record the episodes to <run_dir>/episodes (with camera videos when learning from them)")
     rewind: bool = _help(False, "RaC-style rewind segments (operator event REWIND)")
     updates_per_transition: float = _help(
         1.0, "learner updates (each of agent.utd critic steps) per transition received; may be fractional"
@@ -130,7 +150,7 @@ class HilTrainArgs(RobotArgs):
 # Keys that must be positive (counts, durations, rates) wherever a robot command has them.
 _POSITIVE_KEYS = (
     "steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz", "checkpoint_every_s",
-    "log_every",
+    "log_every", "capacity", "prior_capacity",
 )
 _NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s")
 
@@ -254,17 +274,23 @@ def _teleop(args: RobotArgs, spec_name: str, defaults: dict[str, Any] | None = N
         raise CommandError(f"teleop={args.teleop}: {e}") from None
 
 
-def _writer(path: str | None, spec: Any, append: bool, task: str) -> Any:
+def _writer(path: str | None, spec: Any, append: bool, task: str, cameras: bool = False) -> Any:
+    """The dataset writer of a robot command (None without `path`); with `cameras`, each of the robot's cameras
+    is recorded as the video ``observation.images.<camera>`` (what `Session` then fills, as `collect` does)."""
     if path is None:
         return None
     from robot_rl.datasets import DatasetWriter, transition_features
 
-    features = transition_features(spec.state_dim, spec.action_dim)
+    images = {c.name: (c.height, c.width) for c in spec.cameras} if cameras else None
+    features = transition_features(spec.state_dim, spec.action_dim, images=images or None)
     fps = max(1, int(round(spec.control_hz)))
     exists = (Path(path) / "meta" / "info.json").is_file()
     if exists and not append:
         raise CommandError(f"dataset {path} exists; pass append=true to add episodes to it or choose another path")
-    return DatasetWriter(path, fps=fps, features=features, robot_type=spec.name, task=task, resume=exists)
+    try:
+        return DatasetWriter(path, fps=fps, features=features, robot_type=spec.name, task=task, resume=exists)
+    except ValueError as e:  # odd frame sizes (H.264), features that differ from the dataset's: one line
+        raise CommandError(f"dataset {path}: {e}") from None
 
 
 def _connect(device: Any) -> None:
@@ -382,25 +408,28 @@ def hil_train(args: HilTrainArgs) -> int:
     if args.device.split(":", 1)[0] in TELEOP_DEVICES:
         raise CommandError(f"device= is the torch device of the learner (cpu, cuda); the operator's device is "
                            f"teleop={args.device}")
+    import numpy as np
     import torch
 
     from robot_rl.device import check_torch_device
 
     check_torch_device(args.device)
 
-    from robot_rl.agents.sac import build_actor
-    from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink
+    from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, build_policy
     from robot_rl.hil.session import Session
 
     torch.set_num_threads(args.threads)
     client = _client(args)
     spec = client.spec()
+    cameras = _learner_cameras(args.pixels, spec)
     run_dir = Path(args.run_dir or f"runs/{datetime.now():%Y-%m-%d_%H-%M-%S}_hil_{spec.name.replace(':', '_')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     sac = args.agent
+    capacity, prior_capacity = _CAPACITY[bool(cameras)]
     cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.updates_per_transition,
                         learning_starts=args.learning_starts, seed=args.seed, device=args.device,
-                        demo_path=args.demos)
+                        demo_path=args.demos, cameras=cameras, capacity=args.capacity or capacity,
+                        prior_capacity=args.prior_capacity or prior_capacity)
     try:
         sac.validate()
         cfg.validate()
@@ -408,13 +437,18 @@ def hil_train(args: HilTrainArgs) -> int:
         raise CommandError(str(e)) from None
 
     torch.manual_seed(args.seed)
-    actor = build_actor(spec.state_dim, spec.action_dim, sac)
+    actor = build_policy(cfg)  # the actor, or from cameras actor + encoder (an ActorPolicy)
 
-    def policy(state: Any) -> Any:
-        if isinstance(state, dict):  # a robot with cameras: this learner reads the state group only
-            state = state["state"]
+    def policy(obs: Any) -> Any:
+        if cameras:  # the observation dict: state and every camera group the learner reads, uint8 frames
+            # np.array copies: decoded frames are read-only views, which torch will not wrap
+            batch = {k: torch.from_numpy(np.array(obs[k]))[None] for k in ("state", *cameras)}
+            batch["state"] = batch["state"].float()
+            return actor.act(batch)[0].numpy()
+        if isinstance(obs, dict):  # a robot with cameras, learning from the state only (pixels=false)
+            obs = obs["state"]
         with torch.no_grad():
-            return actor(torch.as_tensor(state, dtype=torch.float32)[None])[0][0].numpy()
+            return actor(torch.as_tensor(obs, dtype=torch.float32)[None])[0][0].numpy()
 
     def load(weights: dict[str, Any]) -> None:
         actor.load_state_dict(weights)
@@ -443,17 +477,26 @@ def hil_train(args: HilTrainArgs) -> int:
         link: Any = RayLink(args.learner_name, "robot-rl", handle=handle)
         mode = f"learner on Ray ({args.learner_name}, {args.device})"
     else:
-        learner = HILLearner(cfg)
+        from robot_rl.datasets import DatasetError
+        from robot_rl.replay import ReplayMemoryError
+
+        try:
+            learner = HILLearner(cfg)
+        except (ReplayMemoryError, DatasetError) as e:  # a buffer too big, a demo dataset that does not fit
+            raise CommandError(str(e)) from None
         legacy = run_dir / "learner.pt"  # what hil-train saved before it ran in the Runner
         if not resume and legacy.is_file():
             learner.load_state_dict(checkpoint.load(legacy))
             print(f"resumed the learner from {legacy} ({learner.transitions:,} transitions)")
         link = LocalLink(learner)
         mode = "learner in this process"
+    if cameras:
+        mode += "; from cameras " + ", ".join(f"{g} {h}x{w}" for g, (h, w, _) in cameras.items())
     device = _teleop(args, spec.name, {"mode": "takeover"})
-    writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name)
+    writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name, bool(cameras))
     session = Session(client, policy=policy, policy_loader=load, teleop=device, link=link, writer=writer,
-                      rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name)
+                      rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name,
+                      link_cameras=tuple(cameras))
 
     def hold() -> None:
         try:
@@ -491,6 +534,18 @@ def hil_train(args: HilTrainArgs) -> int:
             _stop_ray_learner(link, handle)
         client.close()
     return 130 if interrupted else 0
+
+
+def _learner_cameras(pixels: bool | None, spec: Any) -> dict[str, list[int]]:
+    """The camera groups hil-train's learner reads (group -> [H, W, 3], at the sizes the robot serves): all of the
+    robot's unless pixels=false; pixels=true on a robot without cameras is one line saying what to do."""
+    if pixels is False:
+        return {}
+    if pixels and not spec.cameras:
+        raise CommandError(f"pixels=true: {spec.name} serves no cameras; serve them (simulated arm: serve-robot "
+                           "pixels=true pixel_size=[84,84]; other drivers: driver_args.cameras) or set pixels=false "
+                           "to learn from the state")
+    return {c.group: list(c.shape) for c in spec.cameras}
 
 
 def _stop_ray_learner(link: Any, handle: Any) -> None:
@@ -579,6 +634,7 @@ EXAMPLES = {
         "  robot-rl hil-train robot=127.0.0.1:50051 teleop=scripted steps=6000 run_dir=runs/hil_reach",
         "  robot-rl hil-train teleop=gamepad agent.utd=2 agent.batch_size=128 demos=data/demos",
         "  robot-rl hil-train distributed=true device=cuda ray_address=auto",
+        "  robot-rl hil-train robot=127.0.0.1:50051 demos=data/pixel_demos agent.batch_size=64  # a robot serving cameras",
     ],
     "deploy": [
         "  robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/hil_reach episodes=20",

@@ -113,7 +113,7 @@ class LearnerActor:
     # -- calls from actors ----------------------------------------------------------------------------------
     def add(self, transitions: dict[str, np.ndarray]) -> None:
         """Validate and queue a chunk; it is stored and trained on by the background thread."""
-        check_transitions(transitions, self.learner.cfg.obs_dim, self.learner.cfg.action_dim)
+        check_transitions(transitions, self.learner.cfg.obs_dim, self.learner.cfg.action_dim, self.learner.cameras)
         if self.train_error is not None:
             # Tell the actor (its link counts a rejection) rather than pile up data nobody trains on.
             raise RuntimeError(f"the learner's training thread has stopped: {self.train_error.splitlines()[0]}")
@@ -353,6 +353,11 @@ def _concatenate(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
+def _layout(chunk: dict[str, np.ndarray]) -> tuple:
+    """What chunks must share to be concatenated: their keys (camera frames included), trailing shapes, dtypes."""
+    return tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in chunk.items()))
+
+
 class RayLink:
     """The actor-side link to a ``LearnerActor``: the same interface as ``robot_rl.hil.learner.LocalLink``, never blocking.
 
@@ -556,7 +561,12 @@ class RayLink:
         ):
             # Queued chunks are consecutive (only the oldest are ever dropped), so after an outage up to max_merge
             # of them go in one call: the backlog drains in a few round trips instead of one per chunk.
-            count = min(len(self._queue), self.max_merge)
+            # Only chunks of one layout merge (keys, trailing shapes, dtypes: a chunk with other camera frames,
+            # which the learner refuses, must not take its neighbours down with it).
+            first = _layout(self._queue[0][0])
+            count = 1
+            while count < min(len(self._queue), self.max_merge) and _layout(self._queue[count][0]) == first:
+                count += 1
             batch = [self._queue[i] for i in range(count)]
             chunk = batch[0][0] if count == 1 else _concatenate([c for c, _ in batch])
             n = sum(k for _, k in batch)

@@ -16,11 +16,21 @@ buffer holds ``learning_starts`` of them (the same rule as ``robot_rl.trainer``)
 
 A chunk on the wire is a dict of numpy arrays with leading dim n (see ``TRANSITION_KEYS``); ``check_transitions``
 validates one, so an actor can reject a malformed chunk locally before it ever reaches the learner.
+
+Cameras (HIL-SERL from pixels): a learner with ``LearnerConfig.cameras`` (camera group ``pixels/<camera>`` ->
+[H, W, 3]) is a DrQ pixel agent (``SAC(cameras=...)``). Its chunks carry each camera's uint8 frames [n, H, W, 3]
+under ``obs/<group>`` and ``next_obs/<group>`` (``frame_keys``) beside the float32 state in ``obs``/``next_obs``, and
+its buffers are frame buffers (``ReplayBuffer(frames=...)``: each frame stored once). Frame buffers take rows one at
+a time and are not cut at every chunk end (each cut would keep a frame twice): a row that does not follow the stored
+one (a gap between chunks or intervention runs) is found by comparing observations and closed as a truncation
+(``ReplayBuffer.close_broken_episodes``). What the robot acts with is then the ``ActorPolicy`` of actor and encoder
+(``build_policy``, whose weights ``actor_state`` gives).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +39,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.agents.sac import SAC, SACConfig, actor_policy_kwargs, build_actor, policy_state_dict
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricMean
 from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok
 
-__all__ = ["TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "check_transitions"]
+__all__ = [
+    "TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "agent_weights", "build_policy", "check_transitions",
+    "frame_keys",
+]
 
 # key -> (dtype, trailing dims); "obs"/"action" are [n, D] / [n, A], the rest [n].
 TRANSITION_KEYS: dict[str, tuple[np.dtype, int]] = {
@@ -50,24 +63,51 @@ TRANSITION_KEYS: dict[str, tuple[np.dtype, int]] = {
 LEARNER_STATE_FORMAT = 1
 
 
+FRAME_PREFIXES = ("obs/", "next_obs/")  # + a camera group: that camera's frames of obs / next_obs, uint8 [n, H, W, 3]
+
+
+def _is_camera_group(group: str) -> bool:
+    return group == "pixels" or (group.startswith("pixels/") and len(group) > len("pixels/"))
+
+
+def frame_keys(group: str) -> tuple[str, str]:
+    """The chunk keys of a camera group's frames: (``obs/<group>``, ``next_obs/<group>``)."""
+    return FRAME_PREFIXES[0] + group, FRAME_PREFIXES[1] + group
+
+
+def _frame_group(key: str) -> str | None:
+    """The camera group of a frame key (``obs/pixels/front`` -> ``pixels/front``), None for any other key."""
+    for prefix in FRAME_PREFIXES:
+        if key.startswith(prefix) and _is_camera_group(key[len(prefix):]):
+            return key[len(prefix):]
+    return None
+
+
 def check_transitions(
-    transitions: Any, obs_dim: int | None = None, action_dim: int | None = None
+    transitions: Any,
+    obs_dim: int | None = None,
+    action_dim: int | None = None,
+    cameras: Mapping[str, Sequence[int]] | None = None,
 ) -> int:
     """Validate a chunk of transitions and return its length n; raise ValueError naming the offending key.
 
     Strict on purpose (exact key set, exact dtypes, finite floats): a float64 observation or a NaN reward that is
     silently accepted ends up in every later batch, and a typo'd key would otherwise drop a column. With
     ``obs_dim``/``action_dim`` left None only the structure is checked (what an actor can check without knowing
-    the learner's dimensions).
+    the learner's dimensions). Camera frames (``frame_keys``) must be uint8 [n, H, W, 3], ``obs/`` and ``next_obs/``
+    alike; ``cameras`` (group -> (H, W, C), the learner's; ``{}`` for a state learner) also fixes which groups
+    and sizes, while None accepts any groups that come in such pairs.
     """
     if not isinstance(transitions, dict):
         raise ValueError(f"transitions must be a dict of numpy arrays, got {type(transitions).__name__}")
     missing = [k for k in TRANSITION_KEYS if k not in transitions]
     if missing:
         raise ValueError(f"transitions: missing key {missing[0]!r} (needs {sorted(TRANSITION_KEYS)})")
-    unknown = [k for k in transitions if k not in TRANSITION_KEYS]
+    frames = {k: g for k in transitions if k not in TRANSITION_KEYS and (g := _frame_group(k)) is not None}
+    unknown = [k for k in transitions if k not in TRANSITION_KEYS and k not in frames]
     if unknown:
-        raise ValueError(f"transitions: unknown key {unknown[0]!r} (expects exactly {sorted(TRANSITION_KEYS)})")
+        raise ValueError(f"transitions: unknown key {unknown[0]!r} (expects exactly {sorted(TRANSITION_KEYS)}, plus "
+                         f"camera frames as {FRAME_PREFIXES[0]}pixels/<camera> and {FRAME_PREFIXES[1]}pixels/<camera>)")
     n: int | None = None
     widths = {"obs": obs_dim, "next_obs": obs_dim, "action": action_dim}
     for key, (dtype, trailing) in TRANSITION_KEYS.items():
@@ -93,14 +133,45 @@ def check_transitions(
             f"{transitions['obs'].shape[1]}"
         )
     assert n is not None
+    _check_frames(transitions, frames, n, cameras)
     return n
+
+
+def _check_frames(
+    transitions: dict[str, Any], frames: dict[str, str], n: int, cameras: Mapping[str, Sequence[int]] | None
+) -> None:
+    """The camera frames of a chunk (`frames`: key -> group); see `check_transitions`."""
+    groups = sorted(set(frames.values())) if cameras is None else sorted(cameras)
+    reads = ", ".join(groups) if cameras is not None and groups else "no cameras"
+    for key in frames:  # frames of a camera the learner does not read
+        if cameras is not None and frames[key] not in cameras:
+            raise ValueError(f"transitions: unknown key {key!r} (this learner reads {reads})")
+    for group in groups:
+        pair = frame_keys(group)
+        for key in pair:
+            if key not in transitions:
+                raise ValueError(f"transitions: missing key {key!r} (camera frames come as {pair[0]!r} and "
+                                 f"{pair[1]!r}, uint8 [n, H, W, 3])")
+        want = None if cameras is None else tuple(int(v) for v in cameras[group])
+        for key in pair:
+            value = transitions[key]
+            if not isinstance(value, np.ndarray):
+                raise ValueError(f"transitions[{key!r}]: expected a numpy array, got {type(value).__name__}")
+            if value.dtype != np.uint8:
+                raise ValueError(f"transitions[{key!r}]: expected dtype uint8 (RGB frames), got {value.dtype}")
+            if value.ndim != 4 or value.shape[0] != n or value.shape[3] != 3:
+                raise ValueError(f"transitions[{key!r}]: expected frames of shape ({n}, H, W, 3), got {value.shape}")
+            if want is None:
+                want = tuple(value.shape[1:])
+            elif tuple(value.shape[1:]) != want:
+                raise ValueError(f"transitions[{key!r}]: expected shape {(n, *want)}, got {value.shape}")
 
 
 @dataclass
 class LearnerConfig:
     """Everything that fixes a learner: its networks, buffers, data mixing and update schedule.
 
-    A checkpoint only fits a learner built from the same dimensions, SAC networks and buffer capacities.
+    A checkpoint only fits a learner built from the same dimensions, cameras, SAC networks and buffer capacities.
     """
 
     obs_dim: int = field(metadata={"help": "size of the flat state observation the actor sends"})
@@ -124,6 +195,10 @@ class LearnerConfig:
     device: str = _help("cpu", "torch device of the networks and replay buffers, e.g. 'cuda'")
     demo_path: str | None = _help(None, "dataset directory (LeRobot v3.0) to pre-fill the prior buffer with")
     demo_max_episodes: int | None = _help(None, "use only the first N episodes of demo_path")
+    cameras: dict[str, list[int]] = _help(
+        {}, "camera group (pixels/<camera>) -> frame shape [H, W, 3] the agent reads beside the state (a DrQ pixel "
+            "agent; demo_path then needs those videos); empty: state only"
+    )
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field (before any memory is allocated)."""
@@ -138,6 +213,11 @@ class LearnerConfig:
             (self.learning_starts <= self.capacity, "learning_starts must be <= capacity"),
             (math.isfinite(self.utd) and self.utd > 0, "utd must be > 0"),
             (self.demo_max_episodes is None or self.demo_max_episodes >= 1, "demo_max_episodes must be >= 1"),
+            *(
+                (_is_camera_group(g) and len(s) == 3 and int(s[2]) == 3 and min(int(v) for v in s) >= 1,
+                 f"cameras: {g!r} must be pixels/<camera> -> [H, W, 3], got {list(s)}")
+                for g, s in self.cameras.items()
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -174,19 +254,24 @@ class HILLearner:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         sac = cfg.sac
+        #: camera group -> (H, W, C) of a pixel learner; empty for a state learner
+        self.cameras: dict[str, tuple[int, ...]] = {g: tuple(int(v) for v in s) for g, s in cfg.cameras.items()}
         # Seeded initialisation without reseeding the caller's global RNG (SAC's updates still draw from it).
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            self.agent = SAC(cfg.obs_dim, cfg.action_dim, sac, device=self.device)
-        spec = {"state": ((cfg.obs_dim,), torch.float32)}
+            self.agent = SAC(cfg.obs_dim, cfg.action_dim, sac, device=self.device, cameras=self.cameras or None)
+        spec = {"state": ((cfg.obs_dim,), torch.float32), **{g: (s, torch.uint8) for g, s in self.cameras.items()}}
 
-        def buffer(capacity: int) -> ReplayBuffer:
+        def buffer(capacity: int, key: str) -> ReplayBuffer:
+            # episode_steps=None: truncations (early failures, lost steps, gaps between chunks and intervention
+            # runs) may come at any rate, so the side ring of last frames must be able to hold one per row.
             return ReplayBuffer(
-                capacity, 1, spec, cfg.action_dim, device=self.device, gamma=sac.gamma, n_step=sac.n_step
+                capacity, 1, spec, cfg.action_dim, device=self.device, gamma=sac.gamma, n_step=sac.n_step,
+                capacity_key=key, frames=tuple(self.cameras), episode_steps=None,
             )
 
-        self.online = buffer(cfg.capacity)
-        self.prior = buffer(cfg.prior_capacity)
+        self.online = buffer(cfg.capacity, "capacity")
+        self.prior = buffer(cfg.prior_capacity, "prior_capacity")
         self._gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.version = 0
         self.transitions = 0  # received through add()
@@ -200,22 +285,29 @@ class HILLearner:
 
     # -- data -----------------------------------------------------------------------------------------------
     def load_demos(self, path: str | Path, max_episodes: int | None = None) -> int:
-        """Append a dataset's transitions to the prior buffer (via ``OfflineData``); returns how many."""
+        """Append a dataset's transitions to the prior buffer (via ``OfflineData``; a pixel learner decodes its
+        cameras' videos, and leaves out a truncated episode's last step, which has no next frame); returns how
+        many."""
         from robot_rl.prior_data import OfflineData
 
-        data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device)
-        data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}")
+        data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
+        data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
         if len(data) > self.prior.capacity:
             raise ValueError(
                 f"demo dataset {path} has {len(data):,} transitions but prior_capacity is "
                 f"{self.prior.capacity:,}: raise prior_capacity or set demo_max_episodes"
             )
-        self.prior.extend(
-            {"state": data.obs}, data.action, data.reward, {"state": data.next_obs}, data.terminated, data.truncated
-        )
+        if self.cameras:
+            stored = data.add_frame_steps(self.prior)
+        else:
+            self.prior.extend(
+                {"state": data.obs}, data.action, data.reward, {"state": data.next_obs}, data.terminated,
+                data.truncated,
+            )
+            stored = len(data)
         self.agent.observe_dataset(data.obs, data.mc_return)
-        self.demo_transitions += len(data)
-        return len(data)
+        self.demo_transitions += stored
+        return stored
 
     def add(self, transitions: dict[str, np.ndarray]) -> None:
         """Store a chunk of consecutive transitions from one actor: all rows online, intervention rows also prior.
@@ -224,9 +316,10 @@ class HILLearner:
         terminates): the buffers are single-env, so without that an n-step window could run from the end of this
         chunk into the next chunk (another actor's, or after a gap) or across the autonomous steps between two
         interventions. Truncation makes the window stop there and bootstrap from that row's own ``next_obs``,
-        which is always correct; with ``sac.n_step == 1`` it changes nothing.
+        which is always correct; with ``sac.n_step == 1`` it changes nothing. A pixel learner's frame buffers
+        instead close such a run when the next row stored does not follow it (module docstring).
         """
-        n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim)
+        n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
         t = _as_tensors(transitions)
@@ -248,7 +341,7 @@ class HILLearner:
 
     def add_prior(self, transitions: dict[str, np.ndarray]) -> None:
         """Store demonstrations (same chunk format) in the prior buffer only; they earn no updates."""
-        n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim)
+        n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
         t = _as_tensors(transitions)
@@ -264,9 +357,21 @@ class HILLearner:
             self.agent.observe({"state": t["obs"][i : i + 1]}, t["reward"][i : i + 1], done[i : i + 1])
 
     def _extend(self, buffer: ReplayBuffer, t: dict[str, Tensor], truncated: Tensor) -> None:
-        buffer.extend(
-            {"state": t["obs"]}, t["action"], t["reward"], {"state": t["next_obs"]}, t["terminated"], truncated
-        )
+        if not self.cameras:
+            buffer.extend(
+                {"state": t["obs"]}, t["action"], t["reward"], {"state": t["next_obs"]}, t["terminated"], truncated
+            )
+            return
+        # A frame buffer: row by row, with the chunk's own flags (no cut at its end, see the module docstring).
+        for i in range(t["reward"].shape[0]):
+            row = slice(i, i + 1)
+            obs = {"state": t["obs"][row], **{g: t[frame_keys(g)[0]][row] for g in self.cameras}}
+            buffer.close_broken_episodes(obs)
+            buffer.add(
+                obs, t["action"][row], t["reward"][row],
+                {"state": t["next_obs"][row], **{g: t[frame_keys(g)[1]][row] for g in self.cameras}},
+                t["terminated"][row], t["truncated"][row],
+            )
 
     # -- training -------------------------------------------------------------------------------------------
     @property
@@ -308,8 +413,15 @@ class HILLearner:
 
     # -- weights and checkpoints ----------------------------------------------------------------------------
     def actor_state(self) -> dict[str, Tensor]:
-        """CPU copies of the actor's weights: all an actor process needs, safe to ship while training goes on."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.agent.actor.state_dict().items()}
+        """CPU copies of the acting weights (what `build_policy` builds): all an actor process needs, safe to ship
+        while training goes on. A state learner's actor; a pixel learner's actor, encoder and state statistics."""
+        weights = self.agent.actor.state_dict()
+        if self.cameras:
+            agent = {"actor": weights, "encoder": self.agent.encoder.state_dict()}
+            if self.agent.obs_norm is not None:
+                agent["obs_norm"] = self.agent.obs_norm.state_dict()
+            weights = policy_state_dict(agent)
+        return {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
 
     def counters(self) -> dict[str, int]:
         """Progress counters (what a dashboard or a restarted learner needs to know)."""
@@ -358,6 +470,32 @@ class HILLearner:
         self.transitions, self.interventions, self.episodes = c["transitions"], c["interventions"], c["episodes"]
         self.updates, self.demo_transitions = c["updates"], c["demo_transitions"]
         self.version = max(self.version, int(c["version"])) + 1
+
+
+def build_policy(cfg: LearnerConfig) -> torch.nn.Module:
+    """The untrained network an actor process acts with, which `HILLearner.actor_state` weights load into: a state
+    learner's bare actor (`build_actor`), or a pixel learner's `ActorPolicy` (actor + camera encoder + state
+    statistics, as `deploy` rebuilds it), whose `act` takes the observation dict of `RobotObservation.as_dict`."""
+    if not cfg.cameras:
+        return build_actor(cfg.obs_dim, cfg.action_dim, cfg.sac)
+    from robot_rl.policies.actor_policy import ActorPolicy
+
+    cameras = {g: tuple(int(v) for v in s) for g, s in cfg.cameras.items()}
+    return ActorPolicy(**actor_policy_kwargs(cfg.obs_dim, cfg.action_dim, cfg.sac, cameras=cameras))
+
+
+def agent_weights(cfg: LearnerConfig, weights: Mapping[str, Tensor]) -> dict[str, dict[str, Tensor]]:
+    """Acting weights (`HILLearner.actor_state`) in the layout of an agent's `state_dict` (``actor``, and for a
+    pixel learner ``encoder``, ``obs_norm``): what a checkpoint holds, so `robot_rl.export` reads a run whose
+    learner ran elsewhere (Ray) like one whose learner ran here. The inverse of `policy_state_dict`."""
+    if not cfg.cameras:
+        return {"actor": dict(weights)}
+    out: dict[str, dict[str, Tensor]] = {"actor": {}, "encoder": {}}
+    names = {"actor.": "actor", "encoder.": "encoder", "state_norm.": "obs_norm"}
+    for key, value in weights.items():
+        prefix = next(p for p in names if key.startswith(p))
+        out.setdefault(names[prefix], {})[key[len(prefix):]] = value
+    return out
 
 
 class LocalLink:

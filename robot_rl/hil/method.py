@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from robot_rl.hil.learner import HILLearner, LearnerConfig
+from robot_rl.agents.sac import policy_state_dict
+from robot_rl.hil.learner import HILLearner, LearnerConfig, agent_weights
 from robot_rl.hil.session import EpisodeStats, Session
 from robot_rl.logger import METRIC_COLUMNS
 from robot_rl.runner import EvalPolicy, MethodDefaults, Metrics, Runner
@@ -37,7 +38,8 @@ class HILMethod(MethodDefaults):
 
     Args:
         session: the robot loop, with the link, operator and recorder it runs.
-        actor: the actor network `session` acts with (its weights come from the learner through the link).
+        actor: the network `session` acts with (`robot_rl.hil.learner.build_policy`: the actor, or for a camera
+            learner actor and encoder); its weights come from the learner through the link.
         cfg: the learner's configuration (dimensions, SAC settings), stored with the actor weights.
         learner: the learner in this process, or None when it runs elsewhere (Ray).
         hold: called when the run is interrupted mid-episode, before anything is saved: the robot holds still.
@@ -99,8 +101,8 @@ class HILMethod(MethodDefaults):
         learner in this process, its buffers under `replay` (left out of `best.pt`)."""
         hil = {"env_steps": self.session.env_steps}
         if self.learner is None:
-            actor = {k: v.detach().to("cpu", copy=True) for k, v in self.actor.state_dict().items()}
-            return {"learner": {"config": asdict(self.cfg), "agent": {"actor": actor}}, "hil": hil}
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in self.actor.state_dict().items()}
+            return {"learner": {"config": asdict(self.cfg), "agent": agent_weights(self.cfg, weights)}, "hil": hil}
         state = self.learner.state_dict()
         replay = {k: state.pop(k) for k in ("online", "prior")}
         return {"learner": state, "replay": replay, "hil": hil}
@@ -111,7 +113,8 @@ class HILMethod(MethodDefaults):
             self.learner.load_state_dict({**state["learner"], **state["replay"]})
             self.actor.load_state_dict(self.learner.actor_state())
         else:  # the Ray learner restores itself; until it sends weights, act with the ones the robot last ran
-            self.actor.load_state_dict(state["learner"]["agent"]["actor"])
+            agent = state["learner"]["agent"]
+            self.actor.load_state_dict(policy_state_dict(agent) if self.cfg.cameras else agent["actor"])
 
 
 def summary_line(episodes: list[EpisodeStats]) -> str:

@@ -22,8 +22,11 @@ buffer, because driving backwards is not a demonstration of the task.
 
 Observations: the policy sees the state vector, or, from a robot with cameras (``spec.cameras``), the observation
 dict ``{"state": ..., "pixels/<camera>": uint8 (H, W, 3)}`` (``RobotObservation.as_dict``: the groups a pixel policy
-trained on the simulated ``-pixels`` tasks reads). The operator's device, the learner link and the recorded dataset
-get the state vector (frames are not recorded yet).
+trained on the simulated ``-pixels`` tasks reads). The operator's device gets the state vector; the learner link gets
+the state plus, for a learner that reads cameras (``link_cameras``, hil-train from pixels), each of those cameras'
+frames as ``obs/pixels/<camera>`` and ``next_obs/pixels/<camera>`` (``robot_rl.hil.learner.frame_keys``); the recorded
+dataset gets the state plus the frames of each camera the writer declares a video for
+(``observation.images.<camera>``, as ``robot-rl collect`` records camera demos).
 
 Transport errors: a step that misses its deadline or finds the server unreachable ends the episode (label
 ``comm_error``; its last transition is marked as truncated) and the session goes on with a new one; a reset is
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import csv
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -97,6 +100,7 @@ class _Episode:
     truncated: list[bool] = field(default_factory=list)
     success: list[bool] = field(default_factory=list)
     intervention: list[bool] = field(default_factory=list)
+    images: dict[str, list[np.ndarray]] = field(default_factory=dict)  # recorded camera name -> frames of each step
 
 
 class Session:
@@ -117,6 +121,8 @@ class Session:
         log: where the one line per episode goes.
         task: task description stored with each recorded episode.
         max_retries: attempts to reset the robot again after a transient transport error.
+        link_cameras: camera groups (``pixels/<camera>``, of ``spec.cameras``) whose frames every transition to
+            the link carries: those the learner reads (a ValueError names one the robot does not serve).
     """
 
     def __init__(
@@ -135,12 +141,26 @@ class Session:
         log: Callable[[str], None] | None = print,
         task: str | None = None,
         max_retries: int = 5,
+        link_cameras: Sequence[str] = (),
     ) -> None:
         self.client, self.policy, self.policy_loader, self.policy_reset = client, policy, policy_loader, policy_reset
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
         spec = client.spec()
         self.action_dim = spec.action_dim
         self.pixels = bool(spec.cameras)  # the policy gets the observation dict
+        served = [c.group for c in spec.cameras]
+        unserved = [g for g in link_cameras if g not in served]
+        if unserved:
+            raise ValueError(f"link_cameras: the robot serves no {unserved[0]} (its cameras: "
+                             f"{', '.join(served) or 'none'})")
+        self.link_cameras = tuple(link_cameras)
+        self.recorded_cameras: dict[str, str] = {}  # camera name -> the video feature the writer records it as
+        if writer is not None and spec.cameras:
+            from robot_rl.datasets.format import camera_feature
+
+            declared = getattr(writer, "features", {})
+            self.recorded_cameras = {c.name: camera_feature(c.group) for c in spec.cameras
+                                     if camera_feature(c.group) in declared}
         self.time_limit = time_limit or spec.time_limit or 1000
         self.metrics_path = Path(metrics_path) if metrics_path else None
         self.log, self.task = log, task
@@ -167,7 +187,7 @@ class Session:
     def run_episode(self, seed: int | None = None) -> EpisodeStats:
         t0 = time.monotonic()
         first = self._reset(seed)
-        state, view = first.state, self._view(first)
+        state, view, current = first.state, self._view(first), first
         if self.teleop is not None:
             self.teleop.reset()
         if self.policy_reset is not None:  # a chunked policy's queued actions belong to the last episode
@@ -209,7 +229,7 @@ class Session:
                 label = "comm_error"
                 break
             if action is None:
-                state, view = r.observation.state, self._view(r.observation)
+                state, view, current = r.observation.state, self._view(r.observation), r.observation
                 held += 1
                 continue
             executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim, np.float32)
@@ -228,6 +248,8 @@ class Session:
             ep.truncated.append(truncated)
             ep.success.append(success)
             ep.intervention.append(operator)
+            for name in self.recorded_cameras:
+                ep.images.setdefault(name, []).append(current.images[name])
             self.env_steps += 1
             if self.link is not None:
                 if pending is not None:
@@ -241,8 +263,9 @@ class Session:
                     "truncated": np.array([truncated]),
                     # Rewind steps are real transitions (online buffer) but not demonstrations (prior buffer).
                     "intervention": np.array([operator and not rewind_step]),
+                    **self._frames(current, nxt),
                 }
-            state, view = nxt.state, self._view(nxt)
+            state, view, current = nxt.state, self._view(nxt), nxt
             if Event.RERECORD in events:
                 label = "rerecord"
                 break
@@ -257,6 +280,19 @@ class Session:
                 pending["truncated"][0] = True
             self.link.push(pending)
         return self._finish(ep, label, rewind_steps, held, t0)
+
+    def _frames(self, obs: RobotObservation, nxt: RobotObservation) -> dict[str, np.ndarray]:
+        """The link cameras' frames of one transition, uint8 [1, H, W, 3] under ``obs/<group>``/``next_obs/<group>``."""
+        if not self.link_cameras:
+            return {}
+        from robot_rl.hil.learner import frame_keys
+
+        out = {}
+        for group in self.link_cameras:
+            name = group[len("pixels/"):]
+            key, next_key = frame_keys(group)
+            out[key], out[next_key] = obs.images[name][None], nxt.images[name][None]
+        return out
 
     def _view(self, obs: RobotObservation) -> Any:
         """What the policy sees: the state vector, or the observation dict on a robot with cameras."""
@@ -305,6 +341,7 @@ class Session:
                     "next.success": np.array(ep.success),
                     NEXT_STATE: np.stack(ep.next_states).astype(np.float32),
                     "intervention": np.array(ep.intervention),
+                    **{feature: np.stack(ep.images[name]) for name, feature in self.recorded_cameras.items()},
                 },
                 task=self.task,
             )

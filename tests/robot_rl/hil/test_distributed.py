@@ -359,3 +359,34 @@ def test_without_a_learner_pushes_queue_up_to_the_bound_and_the_oldest_are_dropp
     s = link.stats()
     assert not link.alive and s["queued"] == 5 and s["dropped"] == 15 and s["dropped_transitions"] == 15
     assert link.poll_weights() is None and not link.flush(timeout_s=0.1)
+
+
+def test_camera_frames_travel_to_a_pixel_learner_and_actor_plus_encoder_weights_come_back(tmp_path: Path) -> None:
+    """hil-train from cameras over Ray: chunks with uint8 frames (`obs/pixels/<camera>`, `next_obs/...`) go through
+    the link (queued, merged) into a pixel learner's frame buffers, and the weights it publishes load into the
+    robot side's actor + encoder (`build_policy`)."""
+    from robot_rl.hil.learner import build_policy, frame_keys
+
+    cameras = {"pixels/front": [8, 8, 3]}
+    sac = SACConfig(hidden_dims=[8], batch_size=4, encoder_feature_dim=4, encoder_channels=2, encoder_layers=1)
+    cfg = LearnerConfig(obs_dim=OBS, action_dim=ACT, sac=sac, capacity=200, prior_capacity=100, learning_starts=4,
+                        utd=0.5, cameras=cameras)
+    handle = start_learner("pixels", cfg, tmp_path, NAMESPACE, threads=1)
+    _started.append(handle)
+    ray.get(handle.ping.remote(), timeout=120.0)
+    link = make_link("pixels", handle=handle)
+    key, next_key = frame_keys("pixels/front")
+    for step in range(12):
+        c = chunk(1, seed=step)
+        c[key] = np.full((1, 8, 8, 3), step, np.uint8)
+        c[next_key] = np.full((1, 8, 8, 3), step + 1, np.uint8)
+        link.push(c)
+    bad = chunk(1)  # a chunk without the learner's camera is refused by the learner, and counted
+    link.push(bad)
+    assert link.flush(timeout_s=30.0)
+    s = settled(handle)
+    assert s["transitions"] == 12 and s["updates"] == 4 and link.stats()["rejected"] == 1
+    weights = wait_for(lambda: link.poll_weights(), 30.0, "the pixel learner's weights")
+    policy = build_policy(cfg)
+    policy.load_state_dict(weights)
+    assert any(k.startswith("encoder.") for k in weights)

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from robot_rl.cli import main
 from robot_rl.datasets import read_dataset
@@ -294,3 +295,76 @@ def test_serve_robot_with_cameras_says_so_and_bad_keys_are_one_line(capsys, monk
     assert "image_encoding must be one of jpeg, png" in capsys.readouterr().err
     assert main(["serve-robot", "port=0", "driver=ur_rtde", "pixels=true"]) == 2
     assert "driver_args.cameras" in capsys.readouterr().err
+
+
+def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path, capsys, monkeypatch):
+    """A robot serving cameras: hil-train's learner is a pixel agent (frames in every transition, stored in its
+    buffers and checkpoint), the episodes are recorded with their videos, and deploy runs the run's actor +
+    encoder on the same robot. The full state stays on (driver_args.full_state=true): the scripted operator drives
+    from it."""
+    from robot_rl import checkpoint
+
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    run = tmp_path / "hil_pixels"
+    with served_robot("pixels=true", "pixel_size=[32,32]", "driver_args.full_state=true") as address:
+        capsys.readouterr()
+        code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=48", f"run_dir={run}",
+                     "learning_starts=24", "agent.batch_size=8", "agent.hidden_dims=[16]",
+                     "agent.encoder_feature_dim=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
+                     "teleop_args.patience=3", "teleop_args.takeover_steps=5"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        assert "from cameras pixels/front 32x32, pixels/wrist 32x32" in out.out
+        latest = checkpoint.load(run / "checkpoints" / "latest.pt")
+        assert latest["learner"]["config"]["cameras"] == {"pixels/front": [32, 32, 3], "pixels/wrist": [32, 32, 3]}
+        counters = latest["learner"]["counters"]
+        assert counters["transitions"] >= 48 and counters["updates"] > 0
+        online = latest["replay"]["online"]
+        for group in ("pixels/front", "pixels/wrist"):  # the learner got the robot's frames
+            frames = online["obs"][group]
+            assert frames.dtype == torch.uint8 and frames.shape[1:] == (1, 32, 32, 3)
+            assert frames[: counters["transitions"]].float().std() > 0
+        data = read_dataset(run / "episodes", load_images=True)
+        assert data.action.shape[0] == counters["transitions"]
+        assert {k: tuple(v.shape[1:]) for k, v in data.images.items()} == {
+            "observation.images.front": (32, 32, 3), "observation.images.wrist": (32, 32, 3)}
+
+        assert main(["deploy", f"robot={address}", "step_timeout_s=5", f"checkpoint={run}", "episodes=1"]) == 0
+        assert "done: 1 episodes" in capsys.readouterr().out
+
+
+def test_hil_train_pixels_true_on_a_robot_without_cameras_is_one_line(robot_server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    code = main(["hil-train", f"robot={robot_server}", "step_timeout_s=5", "steps=10",
+                 f"run_dir={tmp_path / 'run'}", "pixels=true"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pixels=true" in err and "serves no cameras" in err
+    assert "serve-robot pixels=true" in err and "pixels=false" in err
+
+
+def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsys, monkeypatch):
+    """Camera demos from `robot-rl collect` (reach-pixels, the robot's 32x32 frames and proprioceptive state) fill
+    the prior buffer; a second run in the same run_dir resumes the pixel learner, its frame buffers and the
+    recording."""
+    from robot_rl import checkpoint
+    from robot_rl.collect import CollectArgs, CollectEnvArgs, collect
+
+    demos = tmp_path / "demos"
+    collect(CollectArgs(env=CollectEnvArgs(spec="arm:reach-pixels", num_envs=1, max_episode_steps=10,
+                                           pixel_size=[32, 32]), out=str(demos), episodes=2, policy="expert", seed=0),
+            message=lambda m: None)
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    run = tmp_path / "hil"
+    args = ["hil-train", "step_timeout_s=5", f"run_dir={run}", "teleop=null", f"demos={demos}", "learning_starts=10",
+            "agent.batch_size=8", "agent.hidden_dims=[16]", "agent.encoder_feature_dim=8", "agent.encoder_channels=4",
+            "agent.encoder_layers=1", "pixels=true"]
+    with served_robot("pixels=true", "pixel_size=[32,32]") as address:
+        assert main([*args, f"robot={address}", "steps=20"]) == 0
+        first = checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]
+        assert first["demo_transitions"] > 0 and first["updates"] > 0
+        assert main([*args, f"robot={address}", f"steps={first['transitions'] + 20}"]) == 0  # episodes run to their end
+    second = checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]
+    assert second["transitions"] > first["transitions"] and second["demo_transitions"] == first["demo_transitions"]
+    data = read_dataset(run / "episodes", load_images=True)
+    assert data.action.shape[0] == second["transitions"] and data.images["observation.images.wrist"].shape[0] > 0

@@ -208,3 +208,38 @@ def test_a_robot_with_cameras_gives_the_policy_the_observation_dict():
         assert obs["pixels/front"].shape == (32, 40, 3) and obs["pixels/wrist"].dtype == np.uint8
     assert all(s.shape == (7,) for s in teleop_states)  # the operator and the learner get the state vector
     assert link.cat("obs").shape == (3, 7)
+    assert set(link.chunks[0]) == {"obs", "action", "reward", "next_obs", "terminated", "truncated", "intervention"}
+
+
+def test_a_pixel_learner_gets_the_frames_of_its_cameras_and_the_recording_keeps_them(tmp_path):
+    """`link_cameras`: each transition carries those cameras' frames (obs and next, the next being the following
+    step's obs); a writer that declares a camera's video records its frames; a camera the robot does not serve is
+    one line."""
+    from robot_rl.datasets import DatasetWriter, transition_features
+    from robot_rl.hil.learner import check_transitions
+
+    server = RobotServer(SimArm(task="reach", control_hz=20.0, seed=0, pixels=True, pixel_size=(32, 40)),
+                         ServerConfig(port=0, token=TOKEN, watchdog_s=2.5))
+    port = server.start()
+    c = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0)
+    link = ListLink()
+    writer = DatasetWriter(tmp_path / "episodes", fps=20, task="reach",
+                           features=transition_features(7, 4, images={"front": (32, 40)}))
+    try:
+        with pytest.raises(ValueError, match="link_cameras: the robot serves no pixels/side"):
+            Session(c, link=link, link_cameras=("pixels/side",), log=None)
+        session = Session(c, policy=lambda obs: np.array([0.3, 0.0, 0.1, -1.0], np.float32), link=link,
+                          writer=writer, link_cameras=("pixels/wrist",), time_limit=4, log=None)
+        session.run(episodes=1, seed=1)
+    finally:
+        writer.close()
+        c.close()
+        server.stop()
+    assert len(link.chunks) == 4
+    for chunk in link.chunks:
+        assert check_transitions(chunk, 7, 4, {"pixels/wrist": (32, 40, 3)}) == 1
+    obs, nxt = link.cat("obs/pixels/wrist"), link.cat("next_obs/pixels/wrist")
+    assert np.array_equal(obs[1:], nxt[:-1]) and not np.array_equal(obs[0], obs[-1])  # the arm moved
+    data = read_dataset(tmp_path / "episodes", load_images=True)
+    assert set(data.images) == {"observation.images.front"} and data.images["observation.images.front"].shape == (
+        4, 32, 40, 3)
