@@ -41,7 +41,7 @@ class OfflineData:
     episode_index: Tensor | None = None  # int64 [M], on the CPU
     # Camera group (``pixels/<camera>``) -> uint8 [M, H, W, 3] frames (the obs of each step), on the CPU: the
     # replay buffer made from them holds the device copy. With cached embeddings the trainer replaces them by the
-    # frozen backbone's features (`trainer.replay_frames`).
+    # frozen backbone's features (`SAC.dataset_for_replay`).
     frames: dict[str, Tensor] = field(default_factory=dict)
 
     @classmethod

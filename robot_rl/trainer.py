@@ -65,13 +65,6 @@ def stored_groups(env: envs.BatchedEnv) -> tuple[str, ...]:
     return ("state", *camera_groups(env.observation_spec))
 
 
-def replay_frames(agent: SAC, frames: dict[str, torch.Tensor], chunk: int = 256) -> dict[str, torch.Tensor]:
-    """A dataset's frames (group -> uint8 [M, H, W, 3], on the CPU) as `agent.for_replay` stores them, `chunk` at a
-    time: a dataset's frames would not go through a backbone in one batch."""
-    return {g: torch.cat([agent.for_replay({g: f[i:i + chunk]})[g].cpu() for i in range(0, len(f), chunk)])
-            if len(f) else f for g, f in frames.items()}
-
-
 class OnlineSAC(MethodDefaults):
     """Online SAC as a `robot_rl.runner.Method`: RLPD with prior data, after an optional offline pretraining
     phase (WSRL). Owns the training envs, agent and replay; `advance()` is one batched env step plus updates."""
@@ -110,7 +103,7 @@ class OnlineSAC(MethodDefaults):
                                   camera_groups(env.observation_spec))
             self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
             if cfg.agent.cache_embeddings:  # the demos' frames become backbone features once, as online ones do
-                self.prior.frames = replay_frames(self.agent, self.prior.frames)
+                self.prior.frames = self.agent.dataset_for_replay(self.prior.frames)
             if cfg.data.mix_online:
                 self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)
         # A pretrained agent explores with its own policy before learning starts (WSRL warm-up), not uniformly.

@@ -429,6 +429,14 @@ class SAC:
         keys = set(self.encoder.keys)
         return {k: self.encoder.frozen_features(k, v.to(self.device)) if k in keys else v for k, v in obs.items()}
 
+    def dataset_for_replay(self, frames: dict[str, Tensor], chunk: int = 256) -> dict[str, Tensor]:
+        """A dataset's frames (group -> uint8 [M, H, W, 3], on the CPU) as `for_replay` stores them, `chunk` at a
+        time (a dataset's frames would not go through a backbone in one batch); results on the CPU."""
+        if not self.cfg.cache_embeddings or self.encoder is None:
+            return frames
+        return {g: torch.cat([self.for_replay({g: f[i:i + chunk]})[g].cpu() for i in range(0, len(f), chunk)])
+                if len(f) else f for g, f in frames.items()}
+
     @torch.no_grad()
     def act(self, obs: dict[str, Tensor], deterministic: bool = False) -> Tensor:
         """Actions in [-1, 1] for a batch of observations (dict of named groups; SAC reads `state` and, for a

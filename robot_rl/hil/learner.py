@@ -261,6 +261,7 @@ class HILLearner:
             torch.manual_seed(cfg.seed)
             self.agent = SAC(cfg.obs_dim, cfg.action_dim, sac, device=self.device, cameras=self.cameras or None)
         spec = {"state": ((cfg.obs_dim,), torch.float32), **{g: (s, torch.uint8) for g, s in self.cameras.items()}}
+        spec = self.agent.replay_spec(spec)  # frames, or with sac.cache_embeddings their backbone features
 
         def buffer(capacity: int, key: str) -> ReplayBuffer:
             # episode_steps=None: truncations (early failures, lost steps, gaps between chunks and intervention
@@ -298,6 +299,7 @@ class HILLearner:
                 f"{self.prior.capacity:,}: raise prior_capacity or set demo_max_episodes"
             )
         if self.cameras:
+            data.frames = self.agent.dataset_for_replay(data.frames)
             stored = data.add_frame_steps(self.prior)
         else:
             self.prior.extend(
@@ -365,11 +367,12 @@ class HILLearner:
         # A frame buffer: row by row, with the chunk's own flags (no cut at its end, see the module docstring).
         for i in range(t["reward"].shape[0]):
             row = slice(i, i + 1)
-            obs = {"state": t["obs"][row], **{g: t[frame_keys(g)[0]][row] for g in self.cameras}}
+            obs = self.agent.for_replay({"state": t["obs"][row], **{g: t[frame_keys(g)[0]][row] for g in self.cameras}})
             buffer.close_broken_episodes(obs)
             buffer.add(
                 obs, t["action"][row], t["reward"][row],
-                {"state": t["next_obs"][row], **{g: t[frame_keys(g)[1]][row] for g in self.cameras}},
+                self.agent.for_replay({"state": t["next_obs"][row],
+                                       **{g: t[frame_keys(g)[1]][row] for g in self.cameras}}),
                 t["terminated"][row], t["truncated"][row],
             )
 

@@ -149,8 +149,9 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
 def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp_path) -> None:
     """A frozen pretrained encoder with `agent.cache_embeddings=true`: both replays hold the backbone's float16
     features in place of frames (the demos' go through the backbone once at load), and training runs on them."""
-    from robot_rl.config import compose_train_config
     from robot_rl.policies.encoders import ResNetBackbone
+
+    from robot_rl.config import compose_train_config
     from robot_rl.trainer import Trainer
 
     weights = tmp_path / "resnet10.pt"

@@ -259,3 +259,27 @@ def test_pixel_demos_prefill_the_prior_buffer_and_export_reads_the_learner(tmp_p
     assert meta["kind"] == "sac" and policy.cameras == cameras
     obs = {"state": torch.zeros(1, PROPRIO_DIM), **{g: torch.zeros(1, 32, 32, 3, dtype=torch.uint8) for g in cameras}}
     torch.testing.assert_close(policy.act(obs, deterministic=True), learner.agent.act(obs, deterministic=True))
+
+
+def test_a_frozen_backbone_with_cached_embeddings_stores_features_and_acts_on_frames(tmp_path) -> None:
+    """`agent.encoder=pretrained agent.cache_embeddings=true` in hil-train: both buffers hold the backbone's float16
+    features (the continuity of one-step chunks still holds on them), updates run, and the robot's policy takes
+    raw frames."""
+    from robot_rl.policies.encoders import ResNetBackbone
+
+    torch.manual_seed(0)
+    weights = tmp_path / "resnet10.pt"
+    torch.save(ResNetBackbone("resnet10").state_dict(), weights)
+    sac = SACConfig(hidden_dims=[16], batch_size=8, encoder="pretrained", encoder_weights=str(weights),
+                    encoder_feature_dim=8, encoder_spatial_features=2, image_shift=0, cache_embeddings=True)
+    learner = HILLearner(config(sac=sac, utd=1.0))
+    assert learner.online.obs_spec["pixels/front"] == ((512, 1, 1), torch.float16)
+    for s in range(6):
+        learner.add(chunk(1, start=s, intervention=[s % 2 == 0]))
+    assert len(learner.online) == 6 and not learner.online.truncated[:6].any()
+    assert np.isfinite(learner.train_due()["critic_loss"]) and learner.updates == 2
+    policy = build_policy(learner.cfg)
+    policy.load_state_dict(learner.actor_state())
+    c = chunk(2, start=3)
+    obs = {"state": torch.as_tensor(c["obs"]), **{g: torch.as_tensor(c[frame_keys(g)[0]]) for g in CAMERAS}}
+    torch.testing.assert_close(policy.act(obs, deterministic=True), learner.agent.act(obs, deterministic=True))
