@@ -96,7 +96,7 @@ class RobotArgs:
 class TeleopArgs(RobotArgs):
     teleop: str | None = _help("keyboard", f"operator device: {', '.join(TELEOP_DEVICES)}")
     episodes: int = _help(10, "episodes to record")
-    out: str | None = _help(None, "dataset directory to record into (LeRobot v3.0 layout)")
+    out: str | None = _help(None, "dataset directory to record into (LeRobot v3.0 layout; with the robot's cameras as videos)")
     append: bool = _help(False, "add episodes to an existing dataset out=")
     task: str | None = _help(None, "task description stored with each episode (default: the robot's name)")
     seed: int | None = _help(None, "seed of the first episode (the next ones count up)")
@@ -186,7 +186,7 @@ class DeployArgs(RobotArgs):
     )
     episodes: int = _help(10, "episodes to run")
     stochastic: bool = _help(False, "sample actions instead of taking the mean")
-    out: str | None = _help(None, "dataset directory to record the episodes into")
+    out: str | None = _help(None, "dataset directory to record the episodes into (cameras as videos)")
     append: bool = _help(False, "add episodes to an existing dataset out=")
     seed: int | None = _help(None, "seed of the first episode (the next ones count up)")
 
@@ -391,7 +391,8 @@ def teleop(args: TeleopArgs) -> int:
     if device is None:
         client.close()
         raise CommandError(f"teleop needs an operator device: teleop=<{'|'.join(TELEOP_DEVICES)}>")
-    writer = _writer(args.out, spec, args.append, args.task or spec.name)
+    # a robot's cameras are recorded with the state: camera demos for RLPD (`data.path`) and hil-train's `demos=`
+    writer = _writer(args.out, spec, args.append, args.task or spec.name, cameras=bool(spec.cameras))
     session = Session(client, teleop=device, writer=writer, task=args.task or spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
@@ -602,7 +603,7 @@ def deploy(args: DeployArgs) -> int:
         return agent.predict(state, deterministic=not args.stochastic).astype("float32")
 
     device = _teleop(args, spec.name, {"mode": "takeover"})
-    writer = _writer(args.out, spec, args.append, spec.name)
+    writer = _writer(args.out, spec, args.append, spec.name, cameras=bool(spec.cameras))
     session = Session(client, policy=policy, policy_reset=agent.reset, teleop=device, writer=writer, task=spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes

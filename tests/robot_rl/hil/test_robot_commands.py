@@ -368,3 +368,20 @@ def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsy
     assert second["transitions"] > first["transitions"] and second["demo_transitions"] == first["demo_transitions"]
     data = read_dataset(run / "episodes", load_images=True)
     assert data.action.shape[0] == second["transitions"] and data.images["observation.images.wrist"].shape[0] > 0
+
+
+def test_teleop_records_the_cameras_a_robot_serves(tmp_path, capsys, monkeypatch):
+    """Teleop on a robot with cameras records camera demos (one video per camera beside the state) that
+    RLPD's prior data reads back as frames."""
+    from robot_rl.prior_data import OfflineData
+
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    out = tmp_path / "demos"
+    with served_robot("pixels=true", "pixel_size=[24,24]", "driver_args.full_state=true") as address:
+        assert main(["teleop", f"robot={address}", "step_timeout_s=5", "teleop=scripted", "episodes=2",
+                     f"out={out}", "seed=0"]) == 0
+    data = read_dataset(out)
+    assert {"observation.images.front", "observation.images.wrist"} <= set(data.info["features"])
+    frames = OfflineData.load(out, 0.99, cameras=("pixels/front", "pixels/wrist")).frames
+    assert frames["pixels/front"].shape[1:] == (24, 24, 3) and len(frames["pixels/front"]) == len(data.action)
+    assert frames["pixels/wrist"].float().std() > 1  # real images, not a constant
