@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from robot_rl.policies.actor import TanhGaussianActor
-from robot_rl.policies.encoders import ENCODERS, CameraFusion, camera_fusion
+from robot_rl.policies.encoders import ENCODERS, CameraFusion, camera_batch, camera_fusion
 from robot_rl.policies.hyper import HyperActorTrunk
 from robot_rl.policies.normalize import RunningNorm
 from torch import Tensor, nn
@@ -60,24 +60,6 @@ def state_batch(obs: Obs, obs_dim: int, like: Tensor) -> Tensor:
     if x.dim() != 2 or x.shape[1] != obs_dim:
         raise ValueError(f"expected observations [N, {obs_dim}], got {tuple(x.shape)}")
     return x.to(like.device, torch.float32)
-
-
-def camera_batch(obs: Obs, cameras: Mapping[str, Sequence[int]], n: int, like: Tensor) -> list[Tensor]:
-    """The uint8 images [N, H, W, C] of each camera group in `cameras` (in its order) on the device of `like`; a
-    missing group, a wrong size or dtype is a ValueError naming the group and the expected shape."""
-    out = []
-    for group, shape in cameras.items():
-        expected = f"uint8 [N, {', '.join(str(int(v)) for v in shape)}]"
-        if not isinstance(obs, Mapping) or group not in obs:
-            has = sorted(obs) if isinstance(obs, Mapping) else "a bare state tensor"
-            raise ValueError(f"observation has no camera group {group!r} (expected {expected} images; got {has})")
-        x = obs[group]
-        if x.dtype != torch.uint8 or x.dim() != 4 or tuple(x.shape[1:]) != tuple(int(v) for v in shape) \
-                or x.shape[0] != n:
-            raise ValueError(f"camera group {group!r}: expected {expected} images with N={n} (the state's), got "
-                             f"{str(x.dtype).replace('torch.', '')} {list(x.shape)}")
-        out.append(x.to(like.device))
-    return out
 
 
 class ActorPolicy(nn.Module):

@@ -10,7 +10,7 @@ that sit on the bounds (grippers do).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,12 +43,14 @@ class MLPPolicy(ChunkPolicy):
         log_std_max: float = 2.0,
         obs_norm: str = "mean_std",
         action_norm: str = "min_max",
+        cameras: Mapping[str, Sequence[int]] | None = None,
+        encoder: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm)
+        super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm, cameras, encoder)
         self.hidden, self.gaussian = [int(h) for h in hidden], bool(gaussian)
         self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
         outputs = self.horizon * self.action_dim * (2 if self.gaussian else 1)
-        self.net = mlp(self.obs_dim, outputs, self.hidden)
+        self.net = mlp(self.cond_dim, outputs, self.hidden)
 
     def config(self) -> dict[str, Any]:
         return {

@@ -16,9 +16,12 @@ The contract every BC policy implements, and what residual RL, DSRL, ReinFlow an
   [B, H, A]; normalisation happens inside.
 - `reset(env_ids)`: empty the action queues of envs whose episode ended; call it at every episode boundary.
 
-Observations are the `state` group of an env's observation dict (or the bare [N, O] tensor); pixel
-observations are not supported yet. Normalisers (`obs_norm`, `action_norm`) are buffers, fitted once with
-`fit_normalization` before training, and saved with the weights. Subclasses implement `_sample` and
+Observations are the `state` group of an env's observation dict (or the bare [N, O] tensor). A camera policy
+(`cameras`: group -> [H, W, C]) also reads those uint8 groups: its normalised state and each camera's image go
+through `encoders.camera_fusion` (a DrQ `ConvEncoder` per camera by default, trained end to end by the BC loss,
+with random shifts of the training images; `encoder` holds `camera_fusion`'s settings), and the policy's
+network is conditioned on the fused features (`cond_dim` wide) instead of the state. Normalisers (`obs_norm`,
+`action_norm`) are buffers, fitted once with `fit_normalization` before training, and saved with the weights. Subclasses implement `_sample` and
 `_loss` in the normalised spaces and `config()` (their constructor keyword arguments, for
 `robot_rl.policies.io.save_policy`).
 """
@@ -26,12 +29,17 @@ observations are not supported yet. Normalisers (`obs_norm`, `action_norm`) are 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from robot_rl.policies.chunking import ActionChunker
+from robot_rl.policies.encoders import CameraFusion, camera_batch, camera_fusion
 from robot_rl.policies.normalize import Normalizer
 from torch import Tensor, nn
+
+# camera_fusion's settings of a BC camera policy unless its `encoder` says otherwise: DrQ's encoder, 64 features
+DEFAULT_ENCODER: dict[str, Any] = {"encoder": "conv", "feature_dim": 64, "channels": 32, "layers": 4, "shift_pad": 4}
 
 Obs = dict[str, Tensor] | Tensor
 
@@ -47,17 +55,33 @@ class ChunkPolicy(nn.Module, abc.ABC):
         execute: int | None = None,
         obs_norm: str = "mean_std",
         action_norm: str = "min_max",
+        cameras: Mapping[str, Sequence[int]] | None = None,
+        encoder: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.obs_dim, self.action_dim, self.horizon = int(obs_dim), int(action_dim), int(horizon)
         self.obs_norm = Normalizer(self.obs_dim, obs_norm)
         self.action_norm = Normalizer(self.action_dim, action_norm)
         self.chunker = ActionChunker(self.horizon, execute)
+        self.cameras = {k: [int(v) for v in shape] for k, shape in sorted((cameras or {}).items())}
+        self.encoder_config: dict[str, Any] = {}
+        self.encoder: CameraFusion | None = None
+        self.cond_dim = self.obs_dim  # what the subclass's network is conditioned on
+        if self.cameras:
+            bad = [k for k, shape in self.cameras.items() if len(shape) != 3 or min(shape) < 1]
+            if bad:
+                raise ValueError(f"camera group {bad[0]!r}: image shape must be [H, W, C], got {self.cameras[bad[0]]}")
+            unknown = sorted(set(encoder or {}) - set(DEFAULT_ENCODER) - {"backbone", "spatial_features"})
+            if unknown:
+                raise ValueError(f"encoder: unknown setting {unknown[0]!r} (settings: {', '.join(DEFAULT_ENCODER)})")
+            self.encoder_config = {**DEFAULT_ENCODER, **(encoder or {})}
+            self.encoder = camera_fusion(self.cameras, self.obs_dim, **self.encoder_config)
+            self.cond_dim = self.encoder.out_dim
 
     # -- what subclasses provide -------------------------------------------------------------------------
     @abc.abstractmethod
     def _sample(self, obs_n: Tensor, noise: Tensor, deterministic: bool, num_steps: int | None) -> Tensor:
-        """Normalised obs [B, O] and latent noise [B, H, A] -> normalised action chunk [B, H, A]."""
+        """Conditioning [B, cond_dim] (`condition`) and latent noise [B, H, A] -> normalised action chunk [B, H, A]."""
 
     @abc.abstractmethod
     def _loss(self, obs_n: Tensor, chunk_n: Tensor) -> Tensor:
@@ -72,6 +96,7 @@ class ChunkPolicy(nn.Module, abc.ABC):
             "execute": self.chunker.execute,
             "obs_norm": self.obs_norm.mode,
             "action_norm": self.action_norm.mode,
+            **({"cameras": self.cameras, "encoder": self.encoder_config} if self.cameras else {}),
         }
 
     # -- the contract --------------------------------------------------------------------------------------
@@ -96,11 +121,20 @@ class ChunkPolicy(nn.Module, abc.ABC):
             raise ValueError(f"expected observations [N, {self.obs_dim}], got {tuple(x.shape)}")
         return x.to(self.obs_norm.shift.device, torch.float32)
 
+    def condition(self, obs: Obs, augment: bool = False) -> Tensor:
+        """What the network is conditioned on: the normalised state [N, O], or for a camera policy the normalised
+        state fused with the cameras' features [N, cond_dim] (`augment`: random shifts, in training)."""
+        obs_n = self.obs_norm(self.state(obs))
+        if self.encoder is None:
+            return obs_n
+        images = camera_batch(obs, self.cameras, obs_n.shape[0], obs_n)
+        return self.encoder({"state": obs_n, **dict(zip(self.cameras, images, strict=True))}, augment)
+
     def predict_chunk(
         self, obs: Obs, noise: Tensor | None = None, deterministic: bool = False, num_steps: int | None = None
     ) -> Tensor:
         """One action chunk [N, H, A] in [-1, 1] per observation (see the module docstring)."""
-        obs_n = self.obs_norm(self.state(obs))
+        obs_n = self.condition(obs)
         if noise is None:
             shape = (obs_n.shape[0], *self.noise_shape)
             noise = obs_n.new_zeros(shape) if deterministic else torch.randn(shape, device=obs_n.device)
@@ -127,5 +161,5 @@ class ChunkPolicy(nn.Module, abc.ABC):
             raise ValueError(
                 f"action chunks must be [B, {self.horizon}, {self.action_dim}], got {tuple(action_chunk.shape)}"
             )
-        obs_n = self.obs_norm(self.state(obs))
+        obs_n = self.condition(obs, augment=self.training)
         return self._loss(obs_n, self.action_norm(action_chunk.to(obs_n)))

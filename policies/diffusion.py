@@ -22,7 +22,7 @@ The network is `robot_rl.policies.denoiser.DenoiserMLP` (an MLP over [obs, flatt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -148,8 +148,10 @@ class DiffusionPolicy(ChunkPolicy):
         clip_sample: float | None = None,
         obs_norm: str = "mean_std",
         action_norm: str = "min_max",
+        cameras: Mapping[str, Sequence[int]] | None = None,
+        encoder: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm)
+        super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm, cameras, encoder)
         self.hidden, self.time_dim = [int(h) for h in hidden], int(time_dim)
         self.num_train_steps, self.beta_schedule, self.eta = int(num_train_steps), beta_schedule, float(eta)
         if not 0.0 <= self.eta <= 1.0:
@@ -164,7 +166,7 @@ class DiffusionPolicy(ChunkPolicy):
             "alpha_bar", alpha_bars(beta_schedule, self.num_train_steps).float(), persistent=False
         )
         self._alpha_bar64 = alpha_bars(beta_schedule, self.num_train_steps).tolist()
-        self.net = DenoiserMLP(self.obs_dim, self.horizon, self.action_dim, self.hidden, self.time_dim)
+        self.net = DenoiserMLP(self.cond_dim, self.horizon, self.action_dim, self.hidden, self.time_dim)
 
     def config(self) -> dict[str, Any]:
         return {

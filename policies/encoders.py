@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "ENCODERS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone", "SpatialLearnedEmbeddings",
-    "camera_fusion", "load_backbone", "random_shift",
+    "camera_batch", "camera_fusion", "load_backbone", "random_shift",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -55,6 +55,24 @@ def random_shift(images: Tensor, pad: int = 4, generator: torch.Generator | None
     rows = (oy[:, None] + torch.arange(h, device=dev))[:, None, :, None].expand(b, c, h, w + 2 * pad)
     cols = (ox[:, None] + torch.arange(w, device=dev))[:, None, None, :].expand(b, c, h, w)
     return padded.gather(2, rows).gather(3, cols)
+
+
+def camera_batch(obs: Mapping[str, Tensor] | Tensor, cameras: Mapping[str, Sequence[int]], n: int, like: Tensor) -> list[Tensor]:
+    """The uint8 images [N, H, W, C] of each camera group in `cameras` (in its order) on the device of `like`; a
+    missing group, a wrong size or dtype is a ValueError naming the group and the expected shape."""
+    out = []
+    for group, shape in cameras.items():
+        expected = f"uint8 [N, {', '.join(str(int(v)) for v in shape)}]"
+        if not isinstance(obs, Mapping) or group not in obs:
+            has = sorted(obs) if isinstance(obs, Mapping) else "a bare state tensor"
+            raise ValueError(f"observation has no camera group {group!r} (expected {expected} images; got {has})")
+        x = obs[group]
+        if x.dtype != torch.uint8 or x.dim() != 4 or tuple(x.shape[1:]) != tuple(int(v) for v in shape) \
+                or x.shape[0] != n:
+            raise ValueError(f"camera group {group!r}: expected {expected} images with N={n} (the state's), got "
+                             f"{str(x.dtype).replace('torch.', '')} {list(x.shape)}")
+        out.append(x.to(like.device))
+    return out
 
 
 class ConvEncoder(nn.Module):

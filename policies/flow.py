@@ -22,7 +22,7 @@ data (a multi-modal chunk collapses to its average); a shortcut model's does not
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -78,8 +78,10 @@ class FlowPolicy(ChunkPolicy):
         shortcut: bool = False,
         shortcut_fraction: float = 0.25,
         shortcut_levels: int = 7,
+        cameras: Mapping[str, Sequence[int]] | None = None,
+        encoder: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm)
+        super().__init__(obs_dim, action_dim, horizon, execute, obs_norm, action_norm, cameras, encoder)
         if num_inference_steps < 1:
             raise ValueError(f"num_inference_steps must be >= 1, got {num_inference_steps}")
         if not 0.0 < shortcut_fraction < 1.0:
@@ -94,7 +96,7 @@ class FlowPolicy(ChunkPolicy):
             (1.0 if action_norm != "mean_std" else None) if clip_sample is None else float(clip_sample)
         )
         self.net = DenoiserMLP(
-            self.obs_dim, self.horizon, self.action_dim, self.hidden, self.time_dim, step_input=self.shortcut
+            self.cond_dim, self.horizon, self.action_dim, self.hidden, self.time_dim, step_input=self.shortcut
         )
 
     def config(self) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """`robot-rl bc`: behaviour cloning of a chunked policy (MLP, diffusion or flow) from a recorded dataset.
 
 Steps, top to bottom in `train_bc`:
-1. read the dataset (`robot_rl.datasets.read_dataset`: state observations, actions, episode boundaries);
+1. read the dataset (`robot_rl.datasets.read_dataset`: state observations, actions, episode boundaries, and the
+   camera videos `cameras` names: by default every camera the dataset recorded, which makes a camera policy whose
+   encoder the BC loss trains, `robot_rl.policies.chunk_policy`);
 2. build one training pair per frame: the observation at t and the action chunk a_t .. a_{t+H-1}
    (`chunk_pairs`). Chunks never cross an episode boundary: near an episode's end the chunk is padded by
    repeating the episode's last action (Diffusion Policy does the same), which teaches the policy to hold
@@ -72,6 +74,13 @@ class BCConfig:
     shortcut: bool = _help(
         False, "flow: a shortcut model (conditioned on the step size, self-consistent large steps) for 1-2 step sampling"
     )
+    cameras: list[str] | None = _help(
+        None, "camera videos to learn from, by name (front, wrist); null: every camera the dataset has; []: state only"
+    )
+    encoder_feature_dim: int = _help(64, "camera policies: features per camera from its conv encoder")
+    encoder_channels: int = _help(32, "camera policies: channels of every conv layer (DrQ: 32)")
+    encoder_layers: int = _help(4, "camera policies: 3x3 conv layers, the first with stride 2 (DrQ: 4)")
+    image_shift: int = _help(4, "camera policies: random-shift augmentation of training images, in pixels (0: none)")
     seed: int = _help(0, "seed of the initialisation, minibatches, noise and eval envs")
     device: str = _help("cpu", "torch device to train on")
     threads: int | None = _help(
@@ -110,6 +119,9 @@ class BCConfig:
             (self.log_every >= 1, "log_every must be >= 1"),
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.eval_episodes >= 1, "eval_episodes must be >= 1"),
+            (min(self.encoder_feature_dim, self.encoder_channels, self.encoder_layers) >= 1,
+             "encoder_feature_dim, encoder_channels and encoder_layers must be >= 1"),
+            (self.image_shift >= 0, "image_shift must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -132,8 +144,10 @@ def chunk_pairs(obs: Tensor, actions: Tensor, episode_lengths: Tensor, horizon: 
     return obs, actions[index]
 
 
-def make_policy(cfg: BCConfig, obs_dim: int, action_dim: int) -> ChunkPolicy:
-    """The untrained policy `cfg.policy` with the settings of `cfg`."""
+def make_policy(cfg: BCConfig, obs_dim: int, action_dim: int,
+                cameras: dict[str, list[int]] | None = None) -> ChunkPolicy:
+    """The untrained policy `cfg.policy` with the settings of `cfg`; with `cameras` (group -> [H, W, C]) a camera
+    policy with `cfg`'s encoder settings."""
     common = dict(
         obs_dim=obs_dim,
         action_dim=action_dim,
@@ -143,6 +157,10 @@ def make_policy(cfg: BCConfig, obs_dim: int, action_dim: int) -> ChunkPolicy:
         obs_norm=cfg.obs_norm,
         action_norm=cfg.action_norm,
     )
+    if cameras:
+        common.update(cameras=cameras, encoder={
+            "encoder": "conv", "feature_dim": cfg.encoder_feature_dim, "channels": cfg.encoder_channels,
+            "layers": cfg.encoder_layers, "shift_pad": cfg.image_shift})
     if cfg.policy == "mlp":
         return MLPPolicy(**common, gaussian=cfg.gaussian)
     if cfg.policy == "diffusion":
@@ -168,24 +186,28 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     result, or None without `env.spec`).
     """
     from robot_rl.datasets import read_dataset
+    from robot_rl.datasets.format import camera_feature
 
     cfg.validate()
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     policy_dir = run_dir / "policy"
     if (policy_dir / CONFIG).exists():
         raise BCError(f"{run_dir} already holds a trained policy; pick another run_dir")
-    data = read_dataset(cfg.dataset)
+    groups = dataset_cameras(cfg.dataset, cfg.cameras)
+    data = read_dataset(cfg.dataset, load_images=bool(groups))
     if len(data) == 0:
         raise BCError(f"{cfg.dataset}: the dataset has no frames")
+    frames = {group: data.images[camera_feature(group)].to(cfg.device) for group in groups}
+    cameras = {group: list(f.shape[1:]) for group, f in frames.items()}
     if cfg.env.spec:  # fail before training, not after it
-        check_env(cfg.env.spec, data.obs.shape[1], data.action.shape[1])
+        check_env(cfg.env.spec, data.obs.shape[1], data.action.shape[1], cameras)
     obs, chunks = chunk_pairs(data.obs, data.action, data.episodes.length, cfg.horizon)
     obs, chunks = obs.to(cfg.device), chunks.to(cfg.device)
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    policy = make_policy(cfg, obs.shape[1], chunks.shape[2]).to(cfg.device)
+    policy = make_policy(cfg, obs.shape[1], chunks.shape[2], cameras).to(cfg.device)
     policy.fit_normalization(obs, data.action.to(cfg.device))
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
 
@@ -194,7 +216,8 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     say = (lambda s: None) if cfg.quiet else message
     say(
         f"bc: {cfg.policy} policy on {cfg.dataset} ({len(data.episodes)} episodes, {len(data)} frames, "
-        f"obs {obs.shape[1]}, action {chunks.shape[2]}, chunks of {cfg.horizon}) -> {run_dir}"
+        f"obs {obs.shape[1]}, action {chunks.shape[2]}, chunks of {cfg.horizon}"
+        + "".join(f", {g} {'x'.join(map(str, shape[:2]))}" for g, shape in cameras.items()) + f") -> {run_dir}"
     )
 
     curve: list[tuple[int, float]] = []
@@ -206,7 +229,8 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
         writer.writerow(["step", "loss", "wall_time_s"])
         for step in range(1, cfg.steps + 1):
             idx = torch.randint(0, obs.shape[0], (cfg.batch_size,), device=cfg.device)
-            loss = policy.loss(obs[idx], chunks[idx])
+            batch = {"state": obs[idx], **{g: f[idx] for g, f in frames.items()}} if frames else obs[idx]
+            loss = policy.loss(batch, chunks[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -298,13 +322,35 @@ def evaluate_policy(
     }
 
 
-def check_env(spec: str, obs_dim: int, action_dim: int) -> None:
-    """Raise (UnknownEnvError or BCError) unless `spec` makes envs with these state and action sizes."""
+def dataset_cameras(dataset: str, names: list[str] | None) -> list[str]:
+    """The camera groups (`pixels/<camera>`) to learn from: `names`, or every camera video the dataset has when
+    `names` is None; a name the dataset has no video for is a BCError listing the ones it has."""
+    from robot_rl.datasets.format import IMAGE_PREFIX, load_info
+
+    try:
+        features = load_info(Path(dataset))["features"]
+    except (OSError, ValueError, KeyError):
+        return []  # read_dataset names what is wrong with the directory
+    have = sorted(k[len(IMAGE_PREFIX):] for k, v in features.items()
+                  if k.startswith(IMAGE_PREFIX) and v.get("dtype") == "video")
+    wanted = have if names is None else list(names)
+    missing = [n for n in wanted if n not in have]
+    if missing:
+        raise BCError(f"cameras: {dataset} has no {missing[0]!r} video (its cameras: {', '.join(have) or 'none'})")
+    return [f"pixels/{n}" for n in wanted]
+
+
+def check_env(spec: str, obs_dim: int, action_dim: int, cameras: dict[str, list[int]] | None = None) -> None:
+    """Raise (UnknownEnvError or BCError) unless `spec` makes envs with these state and action sizes (and, for a
+    camera policy, these camera groups at their image size)."""
     from robot_rl import envs
 
-    env = envs.make(spec, num_envs=1)
+    sizes = sorted({tuple(shape[:2]) for shape in (cameras or {}).values()})
+    if len(sizes) > 1:
+        raise BCError(f"the dataset's cameras have different image sizes {sizes}; an env renders one pixel_size")
+    env = envs.make(spec, num_envs=1, pixel_size=sizes[0] if sizes else None)
     try:
-        _check_dims(env, spec, obs_dim, action_dim)
+        _check_dims(env, spec, obs_dim, action_dim, cameras)
     finally:
         env.close()
 

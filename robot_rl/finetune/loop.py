@@ -76,6 +76,11 @@ class Finetuner(Runner):
                 f"base_policy {cfg.base_policy} is a {type(base).__name__}; fine-tuning starts from a behaviour-"
                 "cloning policy (MLPPolicy, DiffusionPolicy or FlowPolicy: robot-rl bc, ReinFlow, DPPO)"
             )
+        if getattr(base, "cameras", None):
+            raise FinetuneError(
+                f"base_policy {cfg.base_policy} reads cameras ({', '.join(base.cameras)}); fine-tuning (residual, "
+                "dsrl, reinflow, dppo) takes state policies so far: train the base with robot-rl bc cameras=[]"
+            )
         make = dict(device=cfg.device, max_episode_steps=cfg.env.max_episode_steps)
         self.env = envs.make(cfg.env.spec, num_envs=cfg.env.num_envs, **make)
         eval_env = envs.make(cfg.env.spec, num_envs=cfg.env.num_eval_envs, **make)
