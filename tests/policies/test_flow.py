@@ -5,14 +5,7 @@ import torch
 from robot_rl.policies.flow import TIME_SCALE, FlowPolicy, euler_step, flow_sample
 from torch import nn
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Two shared cores: torch's default thread pool makes tiny updates several times slower, not faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_euler_step():

@@ -21,12 +21,7 @@ from tests.policies.briefly_trained import briefly_trained
 OBS, A, H = 5, 2, 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fitted(policy):

@@ -24,12 +24,7 @@ KINDS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _obs(n: int, seed: int = 0) -> dict[str, torch.Tensor]:

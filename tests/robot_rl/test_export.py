@@ -37,12 +37,7 @@ OBS, A, H = 3, 2, 4  # the scripted env's sizes
 SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=8, n_step=1, obs_norm=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write_run(run: Path, config, state: dict, name: str = "best.pt") -> Path:

@@ -1,11 +1,6 @@
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    # Two shared cores: torch's default thread pool makes tiny networks several times slower, not faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):  # every fine-tuning test: tests/conftest.py says why
     yield
-    torch.set_num_threads(before)

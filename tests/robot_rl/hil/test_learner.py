@@ -16,13 +16,7 @@ from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, check_tra
 OBS, ACT = 3, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Two shared cores: torch's default thread pool makes tiny updates several times slower, not faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(**kw) -> LearnerConfig:

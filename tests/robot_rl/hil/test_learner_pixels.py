@@ -24,12 +24,7 @@ OBS, ACT, H, W = 3, 2, 16, 16
 CAMERAS = {"pixels/front": [H, W, 3], "pixels/wrist": [H, W, 3]}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(**kw) -> LearnerConfig:
