@@ -71,6 +71,24 @@ def time_per_call(fn: Callable[[], Any], calls: int, repeats: int, device: str, 
     return out
 
 
+def interleaved_times(steps: dict[str, Callable[[], Any]], rounds: int, calls: int, warmup: int = 2,
+                      digits: int = 1) -> dict[str, list[float]]:
+    """{name: median seconds per call of each round}: every function timed in turn, round after round, so a change
+    of the machine's load reaches all of them alike; a line per round."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for r in range(rounds):
+        for name, fn in steps.items():
+            times[name].append(median(time_per_call(fn, calls, 1, "cpu", warmup=warmup)))
+        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {t[-1] * 1e3:.{digits}f} ms" for n, t in times.items()),
+              flush=True)
+    return times
+
+
+def round_ratio(times: dict[str, list[float]], name: str, reference: str) -> float:
+    """The median over rounds of `name`'s time over `reference`'s in the same round."""
+    return median([a / b for a, b in zip(times[name], times[reference], strict=True)])
+
+
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 

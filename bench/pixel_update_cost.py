@@ -146,19 +146,13 @@ def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
     steps["sb3"], stored["sb3"] = sb3_update(size, batch)
     for fn in steps.values():
         fn()  # first calls: allocation
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for r in range(rounds):
-        for name, fn in steps.items():
-            times[name].append(common.median(common.time_per_call(fn, calls, 1, "cpu", warmup=1)))
-        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {t[-1] * 1e3:.0f} ms" for n, t in times.items()),
-              flush=True)
+    times = common.interleaved_times(steps, rounds, calls, warmup=1, digits=0)
     sb3_ms = common.median(times["sb3"]) * 1e3
     rows = []
     for name in VARIANTS:
         ms = common.median(times[name]) * 1e3
-        per_round = [a / b for a, b in zip(times[name], times["sb3"], strict=True)]
         rows.append(common.row(f"pixel update, 2 cameras {size}x{size}, batch {batch}", f"ms, robot_rl {name}", ms,
-                               sb3_ms, ratio_value=common.median(per_round),
+                               sb3_ms, ratio_value=common.round_ratio(times, name, "sb3"),
                                note=f"{1e3 / ms:.1f} updates/s vs SB3 {1e3 / sb3_ms:.1f}" + (
                                    f"; caching costs {2 * embed:.1f} ms per env step (obs and next obs frames)"
                                    if "cached" in name and embed is not None else "")))

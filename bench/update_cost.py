@@ -86,21 +86,15 @@ def run(task: str, rounds: int, calls: int) -> dict[str, Any]:
             flops[name] = count_flops(steps[name])
     steps["sb3"] = sb3_step(env_id)
     flops["sb3"] = count_flops(steps["sb3"])
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for r in range(rounds):
-        for name, fn in steps.items():
-            times[name].append(common.median(common.time_per_call(fn, calls, 1, "cpu", warmup=2)))
-        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {t[-1] * 1e3:.1f} ms" for n, t in times.items()),
-              flush=True)
+    times = common.interleaved_times(steps, rounds, calls)
     sb3_ms = common.median(times["sb3"]) * 1e3
     rows = []
     for name in VARIANTS:
         ms = common.median(times[name]) * 1e3
-        per_round = [a / b for a, b in zip(times[name], times["sb3"], strict=True)]
         fl = flops.get(name, flops["default fp32"])  # compile and bf16 do the eager fp32 update's matmuls
         rows.append(common.row(
             f"learner work per env step ({task} sizes)", f"ms, robot_rl {name}", ms, sb3_ms,
-            ratio_value=common.median(per_round),
+            ratio_value=common.round_ratio(times, name, "sb3"),
             note=f"{fl / 1e9:.2f} GFLOP vs SB3 {flops['sb3'] / 1e9:.2f}; first call {first_call_s[name]:.1f} s",
         ))
     return {
