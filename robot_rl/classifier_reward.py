@@ -11,11 +11,17 @@ terminates at its own success therefore still ends there; its reward is the clas
 
 `robot-rl train env.reward_classifier=<dir>` wraps its training envs with this (`robot_rl.trainer.make_env`);
 evaluation envs keep the task's own reward and success, so evaluations measure what the learned reward led to.
+
+The rule itself (threshold, steps in a row, reset at each episode start) lives in `SuccessStreak` only, so that the
+simulated envs and the robot commands cannot drift apart: `ClassifierReward` runs it batched, `LearnedReward` on
+one robot's observations (`robot-rl hil-train reward_classifier=<dir>` on the client side, and
+`robot_rl.classifier_robot.ClassifierRobot` behind `robot-rl serve-robot reward_classifier=<dir>`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +30,39 @@ import torch
 from robot_rl.classifier import ClassifierError, load_classifier
 from robot_rl.envs.core import BackendStep, BatchedEnv, Obs
 
-__all__ = ["ClassifierReward"]
+__all__ = ["ClassifierReward", "LearnedReward", "SuccessStreak", "check_streak_settings"]
+
+
+def check_streak_settings(threshold: float, consecutive: int) -> None:
+    """ValueError unless 0 < threshold <= 1 and consecutive >= 1 (a probability of exactly 1.0 can pass a
+    threshold of 1.0; a threshold of 0 would call every frame a success)."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if consecutive < 1:
+        raise ValueError(f"consecutive must be >= 1, got {consecutive}")
+
+
+class SuccessStreak:
+    """The one success rule of the learned reward: a step is a success (reward 1.0) when the classifier's
+    probability has been >= `threshold` on this step and the `consecutive - 1` steps before it, all within the
+    current episode. One counter per env (`num_envs`); `reset` clears them at episode starts, so a streak never
+    carries over from one episode into the next. Requiring several steps in a row filters single-frame false
+    positives, which would otherwise end an episode (HIL-SERL's actor-side wrapper uses the same idea)."""
+
+    def __init__(self, threshold: float = 0.5, consecutive: int = 1, num_envs: int = 1,
+                 device: str | torch.device = "cpu") -> None:
+        check_streak_settings(threshold, consecutive)
+        self.threshold, self.consecutive = float(threshold), int(consecutive)
+        self.count = torch.zeros(num_envs, dtype=torch.int64, device=device)
+
+    def update(self, prob: torch.Tensor) -> torch.Tensor:
+        """Count the step whose success probabilities are `prob` [num_envs]; bool [num_envs]: success now."""
+        self.count = torch.where(prob.to(self.count.device) >= self.threshold, self.count + 1, 0)
+        return self.count >= self.consecutive
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Start a new episode in every env, or only where `mask` [num_envs] is true."""
+        self.count = self.count.masked_fill(mask, 0) if mask is not None else torch.zeros_like(self.count)
 
 
 class ClassifierReward(BatchedEnv):
@@ -43,10 +81,7 @@ class ClassifierReward(BatchedEnv):
         consecutive: int = 1,
         terminate: bool = True,
     ) -> None:
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-        if consecutive < 1:
-            raise ValueError(f"consecutive must be >= 1, got {consecutive}")
+        check_streak_settings(threshold, consecutive)
         if terminate and not hasattr(env, "reset_envs"):
             raise ValueError(f"{env.spec}: ending episodes on the classifier's success needs sub-envs that reset one "
                              f"at a time (gym:, dmc:, arm: specs); use terminate=False")
@@ -57,18 +92,17 @@ class ClassifierReward(BatchedEnv):
         self.observation_spec, self.action_dim = env.observation_spec, env.action_dim
         self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
         self.single_observation_space, self.single_action_space = env.single_observation_space, env.single_action_space
-        self._streak = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
+        self._streak = SuccessStreak(threshold, consecutive, env.num_envs, env.device)
 
     def _reset(self, seed: int | None) -> Obs:
-        self._streak.zero_()
+        self._streak.reset()
         return self.env.reset(seed=seed)
 
     def _step(self, action: torch.Tensor) -> BackendStep:
         obs, _, terminated, truncated, info = self.env.step(action)
         final = info["final_obs"]
         prob = self.classifier.probability(final).to(self.device)
-        self._streak = torch.where(prob >= self.threshold, self._streak + 1, 0)
-        success = self._streak >= self.consecutive
+        success = self._streak.update(prob)
         if self.terminate:
             extra = success & ~(terminated | truncated)  # ended by the classifier alone
             terminated = terminated | success
@@ -78,7 +112,7 @@ class ClassifierReward(BatchedEnv):
                 obs = {k: v.clone() for k, v in obs.items()}
                 for k, v in fresh.items():
                     obs[k][extra] = v.to(obs[k].device)
-        self._streak = self._streak.masked_fill(terminated | truncated, 0)
+        self._streak.reset(terminated | truncated)
         out: dict[str, Any] = {
             k: v for k, v in info.items() if k not in ("final_obs", "episode_return", "episode_length")
         }
@@ -105,3 +139,42 @@ def wrap_if_configured(env: BatchedEnv, classifier_dir: str | None, threshold: f
     except (ClassifierError, ValueError) as e:
         env.close()
         raise ClassifierError(f"env.reward_classifier: {e}") from None
+
+
+class LearnedReward:
+    """The learned reward of one robot: the classifier in `classifier_dir` judges each observation an action led to
+    (numpy frames as `RobotObservation.as_dict()` gives them), through the same `SuccessStreak` rule as
+    `ClassifierReward`. Used on the client side by hil-train (the actor judges the frames it receives, as
+    HIL-SERL's actor-side reward wrapper does) and on the robot side by `ClassifierRobot`.
+
+    Raises ClassifierError for a missing or damaged directory, ValueError for bad settings.
+    """
+
+    def __init__(self, classifier_dir: str | os.PathLike[str], threshold: float = 0.5, consecutive: int = 1,
+                 device: str | torch.device = "cpu") -> None:
+        check_streak_settings(threshold, consecutive)
+        self.path = str(classifier_dir)
+        self.classifier = load_classifier(classifier_dir, device=device)
+        self.streak = SuccessStreak(threshold, consecutive, 1, self.classifier.device)
+        self.keys = [*self.classifier.cameras, *(["state"] if self.classifier.state_dim else [])]
+        self.last_prob = 0.0
+
+    def check_robot(self, state_dim: int, cameras: Mapping[str, Sequence[int]], where: str) -> None:
+        """ClassifierError (one line starting with `where`) unless the robot serves every camera the classifier
+        reads (`cameras`: group -> [H, W, 3]) at its size, and `state_dim` fits a classifier that reads the state."""
+        spec: dict[str, tuple[tuple[int, ...], Any]] = {"state": ((int(state_dim),), np.float32)}
+        spec.update({k: (tuple(int(v) for v in shape), np.uint8) for k, shape in cameras.items()})
+        self.classifier.check_observation_spec(spec, where)
+
+    def reset(self) -> None:
+        """A new episode starts: no streak carries over."""
+        self.streak.reset()
+
+    def __call__(self, obs: Mapping[str, np.ndarray]) -> tuple[float, bool]:
+        """(reward, success) of the observation one action led to; also counts it in the streak. The probability is
+        kept as `last_prob`."""
+        batch = {k: torch.from_numpy(np.array(obs[k]))[None] for k in self.keys}  # copies: frames may be read-only
+        prob = self.classifier.probability(batch)
+        success = bool(self.streak.update(prob)[0])
+        self.last_prob = float(prob[0])
+        return float(success), success

@@ -70,6 +70,12 @@ class ServeRobotArgs:
     tls_key: str | None = _help(None, "PEM private key of tls_cert=")
     status_every: float = _help(10.0, "seconds between status lines (0: none)")
     run_for: float = _help(0.0, "stop after this many seconds (0: until Ctrl-C)")
+    reward_classifier: str | None = _help(
+        None, "a success classifier directory (robot-rl classifier): every observation's reward and success become "
+              "its verdict on the robot's frames, for every client; it runs inside the control tick (CPU)"
+    )
+    reward_classifier_threshold: float = _help(0.5, "classifier probability at or above which a frame is a success")
+    reward_classifier_consecutive: int = _help(1, "success needs this many commanded steps in a row above the threshold")
 
 
 @dataclass
@@ -143,6 +149,13 @@ class HilTrainArgs(RobotArgs):
     )
     ray_address: str | None = _help(None, "Ray cluster to join (default: start a local one)")
     learner_name: str = _help("robot-rl-learner", "name of the Ray learner actor")
+    reward_classifier: str | None = _help(
+        None, "a success classifier directory (robot-rl classifier): this process judges each observation's frames "
+              "and the transitions' reward and success come from it instead of the robot's (success ends the "
+              "episode); the robot's own stay in hil_metrics.csv as driver_return, driver_success"
+    )
+    reward_classifier_threshold: float = _help(0.5, "classifier probability at or above which a frame is a success")
+    reward_classifier_consecutive: int = _help(1, "success needs this many steps in a row above the threshold")
     # agent: SACConfig with the arm presets' settings (_HIL_AGENT), added by hil_train_args(): SACConfig imports
     # torch, which serve-robot should not wait for.
 
@@ -150,7 +163,7 @@ class HilTrainArgs(RobotArgs):
 # Keys that must be positive (counts, durations, rates) wherever a robot command has them.
 _POSITIVE_KEYS = (
     "steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz", "checkpoint_every_s",
-    "log_every", "capacity", "prior_capacity",
+    "log_every", "capacity", "prior_capacity", "reward_classifier_consecutive",
 )
 _NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s")
 
@@ -165,6 +178,9 @@ def check_ranges(args: Any) -> None:
         value = getattr(args, name, None)
         if value is not None and not value >= 0:
             raise CommandError(f"{name}={value}: must be >= 0")
+    threshold = getattr(args, "reward_classifier_threshold", None)
+    if threshold is not None and not 0.0 < threshold <= 1.0:
+        raise CommandError(f"reward_classifier_threshold={threshold}: must be in (0, 1]")
 
 
 @cache
@@ -320,6 +336,31 @@ def _run_episodes(session: Any, client: Any, device: Any, writer: Any, episodes:
         client.close()
 
 
+def _learned_reward(args: Any, spec: Any, device: str = "cpu") -> Any:
+    """The `LearnedReward` of `reward_classifier=` (None when unset), checked against the robot's served cameras
+    and state: a missing classifier or cameras the robot does not serve is one line naming the key and the fix."""
+    if not args.reward_classifier:
+        return None
+    from robot_rl.classifier import ClassifierError
+    from robot_rl.classifier_reward import LearnedReward
+
+    key = f"reward_classifier={args.reward_classifier}"
+    try:
+        reward = LearnedReward(args.reward_classifier, args.reward_classifier_threshold,
+                               args.reward_classifier_consecutive, device=device)
+    except (ClassifierError, ValueError) as e:
+        raise CommandError(f"reward_classifier: {e}") from None
+    try:
+        reward.check_robot(spec.state_dim, {c.group: c.shape for c in spec.cameras}, f"{key} on {spec.name}")
+    except ClassifierError as e:
+        sizes = {tuple(shape[:2]) for shape in reward.classifier.cameras.values()}
+        h, w = sizes.pop() if len(sizes) == 1 else (84, 84)
+        raise CommandError(f"{e}; serve its cameras at its size (simulated arm: serve-robot pixels=true "
+                           f"pixel_size=[{h},{w}]; other drivers: driver_args.cameras) or train a classifier on "
+                           f"this robot's frames") from None
+    return reward
+
+
 # -- serve-robot --------------------------------------------------------------------------------------------
 def serve_robot(args: ServeRobotArgs) -> int:
     """Serve a robot driver over the bridge."""
@@ -347,6 +388,11 @@ def serve_robot(args: ServeRobotArgs) -> int:
         robot = make_driver(args.driver, **kwargs)
     except (ValueError, TypeError, ImportError) as e:
         raise CommandError(str(e)) from None
+    reward = _learned_reward(args, robot.spec)
+    if reward is not None:
+        from robot_rl.classifier_robot import ClassifierRobot
+
+        robot = ClassifierRobot(robot, reward)
     server = RobotServer(robot, config)
     try:
         port = server.start()
@@ -357,6 +403,8 @@ def serve_robot(args: ServeRobotArgs) -> int:
     cams = robot.spec.cameras
     if cams:
         tls += ", cameras " + " ".join(f"{c.name} {c.height}x{c.width}" for c in cams) + f" ({args.image_encoding})"
+    if reward is not None:
+        tls += f", reward from the classifier {args.reward_classifier}"
     print(f"serving {robot.spec.name} on {format_address(args.host, port)} at {robot.spec.control_hz:g} Hz ({auth}{tls}); "
           "Ctrl-C to stop", flush=True)
     start = time.monotonic()
@@ -423,6 +471,11 @@ def hil_train(args: HilTrainArgs) -> int:
     client = _client(args)
     spec = client.spec()
     cameras = _learner_cameras(args.pixels, spec)
+    try:
+        reward = _learned_reward(args, spec)
+    except CommandError:
+        client.close()
+        raise
     run_dir = Path(args.run_dir or f"runs/{datetime.now():%Y-%m-%d_%H-%M-%S}_hil_{spec.name.replace(':', '_')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     sac = args.agent
@@ -493,11 +546,13 @@ def hil_train(args: HilTrainArgs) -> int:
         mode = "learner in this process"
     if cameras:
         mode += "; from cameras " + ", ".join(f"{g} {h}x{w}" for g, (h, w, _) in cameras.items())
+    if reward is not None:
+        mode += f"; reward from the classifier {args.reward_classifier}"
     device = _teleop(args, spec.name, {"mode": "takeover"})
     writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name, bool(cameras))
     session = Session(client, policy=policy, policy_loader=load, teleop=device, link=link, writer=writer,
                       rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name,
-                      link_cameras=tuple(cameras))
+                      link_cameras=tuple(cameras), reward_model=reward)
 
     def hold() -> None:
         try:
@@ -626,6 +681,7 @@ EXAMPLES = {
         f"  {TOKEN_ENV}=... robot-rl serve-robot task=reach              # simulated arm on 127.0.0.1:50051",
         "  robot-rl serve-robot driver=ur_rtde driver_args.ip=192.168.1.10 host=0.0.0.0 token_file=~/.robot_token",
         "  robot-rl serve-robot port=0 run_for=5 allow_unauthenticated=true  # loopback only",
+        "  robot-rl serve-robot pixels=true reward_classifier=runs/clf reward_classifier_consecutive=3  # learned reward",
     ],
     "teleop": [
         "  robot-rl teleop robot=127.0.0.1:50051 teleop=keyboard episodes=20 out=data/demos",
@@ -636,6 +692,7 @@ EXAMPLES = {
         "  robot-rl hil-train teleop=gamepad agent.utd=2 agent.batch_size=128 demos=data/demos",
         "  robot-rl hil-train distributed=true device=cuda ray_address=auto",
         "  robot-rl hil-train robot=127.0.0.1:50051 demos=data/pixel_demos agent.batch_size=64  # a robot serving cameras",
+        "  robot-rl hil-train reward_classifier=runs/clf reward_classifier_consecutive=3  # reward from robot-rl classifier",
     ],
     "deploy": [
         "  robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/hil_reach episodes=20",

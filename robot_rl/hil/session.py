@@ -28,6 +28,13 @@ frames as ``obs/pixels/<camera>`` and ``next_obs/pixels/<camera>`` (``robot_rl.h
 dataset gets the state plus the frames of each camera the writer declares a video for
 (``observation.images.<camera>``, as ``robot-rl collect`` records camera demos).
 
+Learned reward: with a ``reward_model`` (hil-train ``reward_classifier=<dir>``, a
+``robot_rl.classifier_reward.LearnedReward``) the actor judges every observation an action led to, and the
+transition's reward and success come from it instead of the robot's: success ends the episode as the operator's
+``SUCCESS`` does (terminal), and the robot's own success no longer does. The model is reset at every episode start
+(its success streak never spans two episodes). The robot's own return and success stay in the metrics
+(``driver_return``, ``driver_success``).
+
 Transport errors: a step that misses its deadline or finds the server unreachable ends the episode (label
 ``comm_error``; its last transition is marked as truncated) and the session goes on with a new one; a reset is
 retried ``max_retries`` times before the error is raised. A lost camera frame (``CameraError``: the robot's frame
@@ -66,6 +73,14 @@ class Link(Protocol):
     def poll_weights(self) -> dict[str, Any] | None: ...
 
 
+class RewardModel(Protocol):
+    """A learned reward on the client side (``robot_rl.classifier_reward.LearnedReward``)."""
+
+    def reset(self) -> None: ...
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> tuple[float, bool]: ...
+
+
 Policy = Callable[[Any], np.ndarray]  # state vector, or the observation dict on a robot with cameras
 _TRANSIENT = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
 
@@ -88,6 +103,8 @@ class EpisodeStats:
     label: str  # "success", "failure", "timeout", "rerecord", "estop"
     held_steps: int  # ticks held because the learner was lost and the operator idle
     wall_s: float
+    driver_return: float = 0.0  # the robot's own return (= ret without a reward model)
+    driver_success: bool = False  # the robot reported success on some step of the episode
 
 
 @dataclass
@@ -95,6 +112,8 @@ class _Episode:
     states: list[np.ndarray] = field(default_factory=list)
     actions: list[np.ndarray] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
+    driver_rewards: list[float] = field(default_factory=list)
+    driver_success: bool = False
     next_states: list[np.ndarray] = field(default_factory=list)
     terminated: list[bool] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
@@ -123,6 +142,7 @@ class Session:
         max_retries: attempts to reset the robot again after a transient transport error.
         link_cameras: camera groups (``pixels/<camera>``, of ``spec.cameras``) whose frames every transition to
             the link carries: those the learner reads (a ValueError names one the robot does not serve).
+        reward_model: the learned reward that replaces the robot's (see the module docstring), or None.
     """
 
     def __init__(
@@ -142,6 +162,7 @@ class Session:
         task: str | None = None,
         max_retries: int = 5,
         link_cameras: Sequence[str] = (),
+        reward_model: RewardModel | None = None,
     ) -> None:
         self.client, self.policy, self.policy_loader, self.policy_reset = client, policy, policy_loader, policy_reset
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
@@ -154,6 +175,7 @@ class Session:
             raise ValueError(f"link_cameras: the robot serves no {unserved[0]} (its cameras: "
                              f"{', '.join(served) or 'none'})")
         self.link_cameras = tuple(link_cameras)
+        self.reward_model = reward_model
         self.recorded_cameras: dict[str, str] = {}  # camera name -> the video feature the writer records it as
         if writer is not None and spec.cameras:
             from robot_rl.datasets.format import camera_feature
@@ -192,6 +214,8 @@ class Session:
             self.teleop.reset()
         if self.policy_reset is not None:  # a chunked policy's queued actions belong to the last episode
             self.policy_reset()
+        if self.reward_model is not None:  # a success streak belongs to its episode
+            self.reward_model.reset()
         ep = _Episode()
         label, rewinding, rewind_steps, held = "timeout", False, 0, 0
         # Each transition is handed to the learner one step late, so that the last one of an episode cut short
@@ -234,7 +258,11 @@ class Session:
                 continue
             executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim, np.float32)
             nxt = r.observation
-            success = bool(nxt.success) or Event.SUCCESS in events
+            reward, judged = float(nxt.reward), bool(nxt.success)
+            if self.reward_model is not None:
+                reward, judged = self.reward_model(nxt.as_dict())
+            ep.driver_success = ep.driver_success or bool(nxt.success)
+            success = judged or Event.SUCCESS in events
             terminated = success
             truncated = not terminated and (t + 1 >= self.time_limit or Event.FAILURE in events
                                             or Event.RERECORD in events)
@@ -242,7 +270,8 @@ class Session:
             rewind_steps += int(rewind_step)
             ep.states.append(state)
             ep.actions.append(np.asarray(executed, np.float32))
-            ep.rewards.append(float(nxt.reward))
+            ep.rewards.append(reward)
+            ep.driver_rewards.append(float(nxt.reward))
             ep.next_states.append(nxt.state)
             ep.terminated.append(terminated)
             ep.truncated.append(truncated)
@@ -257,7 +286,7 @@ class Session:
                 pending = {
                     "obs": state[None].astype(np.float32),
                     "action": np.asarray(executed, np.float32)[None],
-                    "reward": np.array([nxt.reward], np.float32),
+                    "reward": np.array([reward], np.float32),
                     "next_obs": nxt.state[None].astype(np.float32),
                     "terminated": np.array([terminated]),
                     "truncated": np.array([truncated]),
@@ -358,13 +387,19 @@ class Session:
             label=label,
             held_steps=held,
             wall_s=time.monotonic() - t0,
+            driver_return=float(sum(ep.driver_rewards)),
+            driver_success=ep.driver_success,
         )
         self.episodes.append(stats)
         if self.metrics_path is not None:
             new = not self.metrics_path.exists()
             self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            fields = list(asdict(stats))
+            if not new:  # a run resumed from an older version keeps its file's columns
+                with self.metrics_path.open(newline="") as f:
+                    fields = next(csv.reader(f), None) or fields
             with self.metrics_path.open("a", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(asdict(stats)))
+                w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
                 if new:
                     w.writeheader()
                 w.writerow(asdict(stats))
@@ -373,5 +408,6 @@ class Session:
                 f"[episode {stats.episode}] steps {self.env_steps:,} | {label} | return {stats.ret:.2f} | "
                 f"length {length} | interventions {interventions} ({100 * stats.intervention_rate:.0f}%)"
                 + (f" | held {held}" if held else "")
+                + (f" | robot's own return {stats.driver_return:.2f}" if self.reward_model is not None else "")
             )
         return stats

@@ -14,7 +14,7 @@ from robot_rl.envs import BatchedEnv
 
 from robot_rl import envs
 from robot_rl.classifier import ClassifierError, SuccessClassifier, load_classifier, save_classifier
-from robot_rl.classifier_reward import ClassifierReward
+from robot_rl.classifier_reward import ClassifierReward, LearnedReward, SuccessStreak
 from robot_rl.classifier_train import (
     TrainSettings,
     frame_labels,
@@ -228,6 +228,40 @@ def test_reward_is_the_classifiers_verdict_on_the_frame_the_action_led_to(traine
     assert not any(bool(t.any()) for _, t, _, _ in steps) and bool(steps[-1][2].all())  # time limit only
     assert torch.equal(steps[-1][3]["episode_return"], torch.full((2,), float(sum(PATTERN[1:]))))
     env.close()
+
+
+def test_success_streak_threshold_consecutive_and_episode_reset() -> None:
+    """The one rule behind ClassifierReward and the robot commands' learned reward."""
+    streak = SuccessStreak(threshold=0.5, consecutive=2)
+    probs = [0.6, 0.4, 0.5, 0.7, 0.9, 0.49, 0.8]  # 0.5 counts (>=); 0.49 breaks the streak
+    assert [bool(streak.update(torch.tensor([p]))[0]) for p in probs] == [False, False, False, True, True, False,
+                                                                          False]
+    streak.update(torch.tensor([0.9]))
+    streak.reset()  # a new episode: the streak does not carry over
+    assert not bool(streak.update(torch.tensor([0.9]))[0]) and bool(streak.update(torch.tensor([0.9]))[0])
+    batched = SuccessStreak(threshold=0.5, consecutive=1, num_envs=2)
+    assert batched.update(torch.tensor([0.9, 0.1])).tolist() == [True, False]
+    batched = SuccessStreak(threshold=0.5, consecutive=2, num_envs=2)
+    batched.update(torch.tensor([0.9, 0.9]))
+    batched.reset(torch.tensor([True, False]))  # only env 0's episode ended
+    assert batched.update(torch.tensor([0.9, 0.9])).tolist() == [False, True]
+    for threshold, consecutive, match in [(0.0, 1, "threshold must be in"), (1.5, 1, "threshold must be in"),
+                                          (0.5, 0, "consecutive must be >= 1")]:
+        with pytest.raises(ValueError, match=match):
+            SuccessStreak(threshold, consecutive)
+
+
+def test_learned_reward_judges_one_robots_observations_with_the_same_rule(trained) -> None:
+    reward = LearnedReward(trained[2], threshold=0.5, consecutive=2)
+    rng = np.random.default_rng(3)
+    marked = [False, True, True, True, False, True, True]
+    verdicts = [reward({"state": np.zeros(2), "pixels/front": frame(rng, m)}) for m in marked]
+    assert verdicts == [(0.0, False), (0.0, False), (1.0, True), (1.0, True), (0.0, False), (0.0, False), (1.0, True)]
+    reward.reset()
+    assert reward({"pixels/front": frame(rng, True)}) == (0.0, False)  # streak starts over in a new episode
+    reward.check_robot(0, {"pixels/front": [SIZE, SIZE, 3], "pixels/wrist": [8, 8, 3]}, "robot")  # extra cameras: fine
+    with pytest.raises(ClassifierError, match=r"robot: the classifier reads camera 'pixels/front', the env has none"):
+        reward.check_robot(7, {}, "robot")
 
 
 def test_consecutive_steps_and_termination(trained) -> None:

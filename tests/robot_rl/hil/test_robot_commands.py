@@ -385,3 +385,91 @@ def test_teleop_records_the_cameras_a_robot_serves(tmp_path, capsys, monkeypatch
     frames = OfflineData.load(out, 0.99, cameras=("pixels/front", "pixels/wrist")).frames
     assert frames["pixels/front"].shape[1:] == (24, 24, 3) and len(frames["pixels/front"]) == len(data.action)
     assert frames["pixels/wrist"].float().std() > 1  # real images, not a constant
+
+
+# -- a learned reward: the success classifier on the robot's frames ------------------------------------------
+def _forced_classifier(directory, size: int = 24, logit: float = 12.0):
+    """A tiny saved classifier on the served cameras (front, wrist at `size`) whose verdict is fixed: probability
+    sigmoid(`logit`) whatever the frames (12: success on every frame)."""
+    from robot_rl.classifier import SuccessClassifier, save_classifier
+
+    model = SuccessClassifier({"pixels/front": [size, size, 3], "pixels/wrist": [size, size, 3]}, feature_dim=4,
+                              channels=4, layers=1, hidden=4)
+    with torch.no_grad():
+        model.head[-1].weight.zero_()
+        model.head[-1].bias.fill_(logit)
+    return save_classifier(model, directory)
+
+
+def test_hil_train_rewards_come_from_the_classifier_on_the_frames(tmp_path, capsys, monkeypatch):
+    """hil-train reward_classifier=<dir>: the actor judges each observation's frames; a classifier that always sees
+    success ends every episode successfully after `consecutive` steps with reward 1 on that step only, in
+    hil_metrics.csv, the learner's buffer and the recording; the robot's own (dense, negative) return is kept."""
+    from robot_rl import checkpoint
+
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    clf = _forced_classifier(tmp_path / "clf")
+    run = tmp_path / "hil"
+    with served_robot("pixels=true", "pixel_size=[24,24]", "driver_args.full_state=true") as address:
+        capsys.readouterr()
+        code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=12", f"run_dir={run}", "teleop=null",
+                     "pixels=false", "learning_starts=100", "agent.batch_size=8", "agent.hidden_dims=[16]",
+                     f"reward_classifier={clf}", "reward_classifier_consecutive=3"])
+        out = capsys.readouterr()
+    assert code == 0, out.err
+    assert f"reward from the classifier {clf}" in out.out
+    rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
+    assert len(rows) == 4
+    for row in rows:
+        assert (row["length"], row["label"], row["success"], float(row["ret"])) == ("3", "success", "True", 1.0)
+        assert float(row["driver_return"]) < 0 and row["driver_success"] == "False"  # reach's dense reward
+    replay = checkpoint.load(run / "checkpoints" / "latest.pt")["replay"]["online"]
+    assert replay["reward"][:12].flatten().tolist() == [0.0, 0.0, 1.0] * 4
+    assert replay["terminated"][:12].flatten().tolist() == [False, False, True] * 4
+    data = read_dataset(run / "episodes")
+    assert data.reward.tolist() == [0.0, 0.0, 1.0] * 4 and int(data.terminated.sum()) == 4
+
+
+def test_serve_robot_with_a_classifier_gives_every_client_its_reward(tmp_path, capsys, monkeypatch):
+    """serve-robot reward_classifier=<dir>: the robot side replaces each observation's reward and success with the
+    classifier's verdict (after `consecutive` commanded steps), so a plain client and teleop see it."""
+    import numpy as np
+    from robot_rl.real.client import RobotClient
+
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    clf = _forced_classifier(tmp_path / "clf")
+    with served_robot("pixels=true", "pixel_size=[24,24]", "driver_args.full_state=true",
+                      f"reward_classifier={clf}", "reward_classifier_consecutive=2") as address:
+        client = RobotClient(address, TOKEN, step_timeout_s=5)
+        try:
+            first = client.reset(0)
+            assert (first.reward, first.success) == (0.0, False)
+            steps = [client.step(np.zeros(client.spec().action_dim)).observation for _ in range(3)]
+            assert [(o.reward, o.success) for o in steps] == [(0.0, False), (1.0, True), (1.0, True)]
+            client.reset(1)  # a new episode: the streak starts over
+            assert client.step(np.zeros(client.spec().action_dim)).observation.success is False
+        finally:
+            client.close()
+        out = tmp_path / "demos"
+        assert main(["teleop", f"robot={address}", "step_timeout_s=5", "teleop=scripted", "episodes=2",
+                     f"out={out}", "seed=0"]) == 0
+        assert "2 episodes (2 successful)" in capsys.readouterr().out
+    assert read_dataset(out).reward.tolist() == [0.0, 1.0] * 2
+
+
+def test_a_classifier_the_robot_cannot_feed_is_one_line(robot_server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    clf = _forced_classifier(tmp_path / "clf")
+    for args in (["serve-robot", "port=0", "pixels=true", "pixel_size=[32,32]", "run_for=0.3", "status_every=0"],
+                 ["serve-robot", "port=0", "run_for=0.3", "status_every=0"],
+                 ["hil-train", f"robot={robot_server}", "step_timeout_s=5", "steps=10", f"run_dir={tmp_path / 'run'}"]):
+        assert main([*args, f"reward_classifier={clf}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"reward_classifier={clf}" in err, err
+        assert "serve-robot pixels=true pixel_size=[24,24]" in err, err
+    for key, expected in [(f"reward_classifier={tmp_path / 'missing'}", "no such classifier directory"),
+                          ("reward_classifier_threshold=0", "reward_classifier_threshold=0.0: must be in (0, 1]"),
+                          ("reward_classifier_consecutive=0", "reward_classifier_consecutive=0: must be > 0")]:
+        assert main(["hil-train", f"robot={robot_server}", "steps=10", f"run_dir={tmp_path / 'run'}", key]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err, err
