@@ -23,11 +23,12 @@ CLI = [sys.executable, "-c", "import sys; from robot_rl.cli import main; sys.exi
 
 
 @contextlib.contextmanager
-def served_robot(*extra: str):
-    """``robot-rl serve-robot`` (simulated reach at 50 Hz, plus `extra` keys) in a subprocess; yields its address."""
+def served_robot(*extra: str, control_hz: int = 50):
+    """``robot-rl serve-robot`` (simulated reach at `control_hz`, plus `extra` keys) in a subprocess; yields its
+    address."""
     env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
     proc = subprocess.Popen(
-        [*CLI, "serve-robot", "port=0", "task=reach", "control_hz=50", "status_every=0", *extra],
+        [*CLI, "serve-robot", "port=0", "task=reach", f"control_hz={control_hz}", "status_every=0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
@@ -343,6 +344,9 @@ def test_hil_train_pixels_true_on_a_robot_without_cameras_is_one_line(robot_serv
     assert "serve-robot pixels=true" in err and "pixels=false" in err
 
 
+@pytest.mark.slow  # an untrained policy drives the arm: on a loaded 2-core machine the server's reset motion can
+# fail to bring the hand home within the reset deadline (seen 4 times in 6 runs at load 4), or at 50 Hz its
+# random commands breach the hard speed limit; quiet, it passes in under a minute
 def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsys, monkeypatch):
     """Camera demos from `robot-rl collect` (reach-pixels, the robot's 32x32 frames and proprioceptive state) fill
     the prior buffer; a second run in the same run_dir resumes the pixel learner, its frame buffers and the
@@ -359,7 +363,9 @@ def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsy
     args = ["hil-train", "step_timeout_s=5", f"run_dir={run}", "teleop=null", f"demos={demos}", "learning_starts=10",
             "agent.batch_size=8", "agent.hidden_dims=[16]", "agent.encoder_feature_dim=8", "agent.encoder_channels=4",
             "agent.encoder_layers=1", "pixels=true"]
-    with served_robot("pixels=true", "pixel_size=[32,32]") as address:
+    # 20 Hz: an untrained learner's random commands can make the simulated arm's hand outrun the speed limit by
+    # 2.5x at 50 Hz (at the edge of its reach), which latches the e-stop; at 20 Hz they stay under it.
+    with served_robot("pixels=true", "pixel_size=[32,32]", control_hz=20) as address:
         assert main([*args, f"robot={address}", "steps=20"]) == 0
         first = checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]
         assert first["demo_transitions"] > 0 and first["updates"] > 0
