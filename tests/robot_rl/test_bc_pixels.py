@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from robot_rl.policies import DiffusionPolicy, FlowPolicy, MLPPolicy
@@ -86,6 +87,12 @@ def test_bc_learns_from_every_camera_of_the_dataset_and_evaluates_in_the_pixel_t
     assert "pixels/front 24x24" in out and "success rate" in out
     policy = load_policy(run / "policy")
     assert isinstance(policy, FlowPolicy) and set(policy.cameras) == {"pixels/front", "pixels/wrist"}
+    # the Python API (and so `deploy`, which runs it on a robot serving these cameras) takes one dict observation
+    from robot_rl.api import Agent
+
+    agent = Agent.load(run / "policy")
+    single = {"state": np.zeros(7, np.float32), **{g: np.zeros((24, 24, 3), np.uint8) for g in policy.cameras}}
+    assert agent.cameras == policy.cameras and agent.predict(single).shape == (4,)
 
 
 def test_bc_camera_choice_and_its_errors_are_one_line(pixel_demos, tmp_path, capsys):
