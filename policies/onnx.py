@@ -4,8 +4,8 @@ Why stateless: a runtime without Python (onnxruntime in C++, on a robot computer
 queues and random draws that `act` keeps, so everything that varies between calls is an input:
 
 - `obs` float32 [N, O]: the raw observation (the env's `state` group); normalisation is inside the graph.
-- A camera policy (`ActorPolicy` with `cameras`, a pixel SAC agent's) takes the observation groups by name
-  instead: `state` float32 [N, S] and one uint8 [N, H, W, C] input per camera group (`pixels/front`, ...), the
+- A camera policy (`ActorPolicy` with `cameras`, a pixel SAC agent's; a BC policy with `cameras`) takes the
+  observation groups by name instead: `state` float32 [N, S] and one uint8 [N, H, W, C] input per camera group (`pixels/front`, ...), the
   images exactly as the env gives them (0-255, channels last, in `cameras` order); the conversion to float, the
   state's normalisation and the encoders are inside the graph. uint8 rather than float: a quarter of the bytes
   per call, and no scaling convention for the caller to get wrong.
@@ -71,22 +71,31 @@ def graph(policy: nn.Module) -> tuple[_Graph, list[dict[str, Any]], list[dict[st
     if not isinstance(policy, kinds):
         raise TypeError(f"no ONNX graph for {type(policy).__name__}; exportable: {', '.join(k.__name__ for k in kinds)}")
     obs = _io("obs", ["N", policy.obs_dim], "raw observation (the env's state group)")
+    shapes = getattr(policy, "cameras", None) or {}
+    cameras = list(shapes)
+    # a camera policy's inputs are named as the observation's groups: the state, then one image per camera
+    camera_inputs = [_io("state", ["N", policy.obs_dim], "raw proprioceptive state (the env's state group)")] + [
+        _io(k, ["N", *shape], "camera image as the env gives it: 0-255, channels last", "uint8")
+        for k, shape in shapes.items()]
     if isinstance(policy, ActorPolicy):
         out = [_io("action", ["N", policy.action_dim], "deterministic action tanh(mean) in [-1, 1]")]
-        if policy.cameras:  # inputs named as the observation's groups
-            state = _io("state", ["N", policy.obs_dim], "raw proprioceptive state (the env's state group)")
-            images = [_io(k, ["N", *shape], "camera image as the env gives it: 0-255, channels last", "uint8")
-                      for k, shape in policy.cameras.items()]
-            return _Graph(policy, lambda p, s, *ims: p(s, *ims)), [state, *images], out
+        if cameras:
+            return _Graph(policy, lambda p, s, *ims: p(s, *ims)), camera_inputs, out
         return _Graph(policy, lambda p, o: p(o)), [obs], out
     chunk_shape = ["N", policy.horizon, policy.action_dim]
     chunk = _io("action_chunk", chunk_shape, f"actions in [-1, 1]; play the first {policy.execute}, then call again")
     latent = "standard normal latent of the chunk; zeros: the deterministic chunk"
-    if isinstance(policy, MLPPolicy):
-        return _Graph(policy, lambda p, o: p.predict_chunk(o, deterministic=True)), [obs], [chunk]
-    if isinstance(policy, DiffusionPolicy | FlowPolicy):
-        fn = lambda p, o, z: p.predict_chunk(o, z, deterministic=True)  # noqa: E731 (eta = 0 given the noise)
-        return _Graph(policy, fn), [obs, _io("noise", chunk_shape, latent)], [chunk]
+    if isinstance(policy, MLPPolicy | DiffusionPolicy | FlowPolicy):  # BC policies, with or without cameras
+        k = 1 + len(cameras)  # observation inputs
+
+        def observation(args: tuple[Tensor, ...]) -> Tensor | dict[str, Tensor]:
+            return args[0] if not cameras else {"state": args[0], **dict(zip(cameras, args[1:k], strict=True))}
+
+        inputs = camera_inputs if cameras else [obs]
+        if isinstance(policy, MLPPolicy):
+            return _Graph(policy, lambda p, *a: p.predict_chunk(observation(a), deterministic=True)), inputs, [chunk]
+        fn = lambda p, *a: p.predict_chunk(observation(a[:k]), a[k], deterministic=True)  # noqa: E731 (eta = 0)
+        return _Graph(policy, fn), [*inputs, _io("noise", chunk_shape, latent)], [chunk]
     if isinstance(policy, NoiseSteeredPolicy):
         fn = lambda p, o, z: p.predict_chunk(o, z)  # noqa: E731
         return _Graph(policy, fn), [obs, _io("noise", chunk_shape, latent + " (the steering actor's mean)")], [chunk]

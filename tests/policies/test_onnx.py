@@ -70,6 +70,15 @@ def sac_pixels() -> ActorPolicy:
     return policy.eval()
 
 
+def bc_pixels(kind: type) -> MLPPolicy | FlowPolicy:
+    """A BC policy from two cameras (`robot-rl bc` on a camera dataset), normalisers fitted, untrained."""
+    extra = {"num_inference_steps": 3} if kind is FlowPolicy else {}
+    policy = kind(OBS, A, H, execute=2, hidden=[32], cameras={"pixels/front": [20, 16, 3], "pixels/wrist": [20, 16, 3]},
+                  encoder={"feature_dim": 6, "channels": 4, "layers": 2}, **extra)
+    policy.fit_normalization(torch.randn(100, OBS) * 2 + 0.5, torch.rand(100, A) * 2 - 1)
+    return policy.eval()
+
+
 KINDS = {
     "sac_mlp": lambda: with_obs_stats(ActorPolicy(**actor(OBS, A)), OBS),
     "sac_default_agent": lambda: with_obs_stats(ActorPolicy(**actor(OBS, A, "hyper")), OBS),
@@ -79,10 +88,14 @@ KINDS = {
     "flow": flow,
     "residual": residual,
     "dsrl": dsrl,
+    "bc_mlp_pixels": lambda: bc_pixels(MLPPolicy),
+    "flow_pixels": lambda: bc_pixels(FlowPolicy),
 }
 INPUTS = {
     "sac_mlp": ["obs"], "sac_default_agent": ["obs"], "sac_pixels": ["state", "pixels/front", "pixels/wrist"], "bc_mlp": ["obs"], "diffusion": ["obs", "noise"],
     "flow": ["obs", "noise"], "residual": ["obs", "queue", "pos"], "dsrl": ["obs", "noise"],
+    "bc_mlp_pixels": ["state", "pixels/front", "pixels/wrist"],
+    "flow_pixels": ["state", "pixels/front", "pixels/wrist", "noise"],
 }
 
 
