@@ -484,9 +484,15 @@ def hil_train(args: HilTrainArgs) -> int:
                         learning_starts=args.learning_starts, seed=args.seed, device=args.device,
                         demo_path=args.demos, cameras=cameras, capacity=args.capacity or capacity,
                         prior_capacity=args.prior_capacity or prior_capacity)
+    from robot_rl.policies.encoders import BackboneWeightsError, load_backbone
+
     try:
         sac.validate()
         cfg.validate()
+        if cameras and sac.encoder == "pretrained":  # here, before a learner (maybe a Ray actor) tries to load it
+            load_backbone(sac.encoder_weights, sac.encoder_backbone)
+    except BackboneWeightsError as e:
+        raise CommandError(f"agent.encoder_weights: {e}") from None
     except ValueError as e:
         raise CommandError(str(e)) from None
 

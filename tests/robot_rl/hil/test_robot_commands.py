@@ -376,6 +376,17 @@ def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsy
     assert data.action.shape[0] == second["transitions"] and data.images["observation.images.wrist"].shape[0] > 0
 
 
+def test_hil_train_with_a_missing_backbone_file_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    with served_robot("pixels=true", "pixel_size=[24,24]") as address:
+        capsys.readouterr()
+        assert main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=5", f"run_dir={tmp_path / 'r'}",
+                     "teleop=null", "agent.encoder=pretrained", f"agent.encoder_weights={tmp_path / 'r10.pt'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("robot-rl: error: agent.encoder_weights: backbone weights") and "no such file" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_teleop_records_the_cameras_a_robot_serves(tmp_path, capsys, monkeypatch):
     """Teleop on a robot with cameras records camera demos (one video per camera beside the state) that
     RLPD's prior data reads back as frames."""
