@@ -71,9 +71,10 @@ class ChunkPolicy(nn.Module, abc.ABC):
             bad = [k for k, shape in self.cameras.items() if len(shape) != 3 or min(shape) < 1]
             if bad:
                 raise ValueError(f"camera group {bad[0]!r}: image shape must be [H, W, C], got {self.cameras[bad[0]]}")
-            unknown = sorted(set(encoder or {}) - set(DEFAULT_ENCODER) - {"backbone", "spatial_features"})
+            settings = [*DEFAULT_ENCODER, "backbone", "spatial_features"]  # camera_fusion's keyword arguments
+            unknown = sorted(set(encoder or {}) - set(settings))
             if unknown:
-                raise ValueError(f"encoder: unknown setting {unknown[0]!r} (settings: {', '.join(DEFAULT_ENCODER)})")
+                raise ValueError(f"encoder: unknown setting {unknown[0]!r} (settings: {', '.join(settings)})")
             self.encoder_config = {**DEFAULT_ENCODER, **(encoder or {})}
             self.encoder = camera_fusion(self.cameras, self.obs_dim, **self.encoder_config)
             self.cond_dim = self.encoder.out_dim

@@ -102,8 +102,8 @@ class OnlineSAC(MethodDefaults):
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
                                   camera_groups(env.observation_spec))
             self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
-            if cfg.agent.cache_embeddings:  # the demos' frames become backbone features once, as online ones do
-                self.prior.frames = self.agent.dataset_for_replay(self.prior.frames)
+            # with cached embeddings the demos' frames become backbone features once, as online ones do
+            self.prior.frames = self.agent.dataset_for_replay(self.prior.frames)
             if cfg.data.mix_online:
                 self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)
         # A pretrained agent explores with its own policy before learning starts (WSRL warm-up), not uniformly.
