@@ -131,11 +131,33 @@ class ChunkPolicy(nn.Module, abc.ABC):
         images = camera_batch(obs, self.cameras, obs_n.shape[0], obs_n)
         return self.encoder({"state": obs_n, **dict(zip(self.cameras, images, strict=True))}, augment)
 
+    @property
+    def features_dim(self) -> int:
+        """Width of `features`: the state's for a state policy, `cond_dim` for a camera policy."""
+        return self.obs_dim if self.encoder is None else self.cond_dim
+
+    def features(self, obs: Obs) -> Tensor:
+        """What a learner stacked on this frozen policy (residual RL, DSRL) sees of an observation [N, features_dim]:
+        the raw state of a state policy; a camera policy's conditioning (its normalised state fused with its
+        camera features), so that learner trains no image encoder of its own and its replay holds no frames."""
+        return self.state(obs) if self.encoder is None else self.condition(obs)
+
     def predict_chunk(
         self, obs: Obs, noise: Tensor | None = None, deterministic: bool = False, num_steps: int | None = None
     ) -> Tensor:
         """One action chunk [N, H, A] in [-1, 1] per observation (see the module docstring)."""
-        obs_n = self.condition(obs)
+        return self.chunk_from_features(self.features(obs), noise, deterministic, num_steps)
+
+    def chunk_from_features(
+        self, features: Tensor, noise: Tensor | None = None, deterministic: bool = False, num_steps: int | None = None
+    ) -> Tensor:
+        """`predict_chunk` from `features(obs)` [N, features_dim], which a learner on top computes once per step."""
+        if self.encoder is None:
+            obs_n = self.obs_norm(self.state(features))
+        elif features.dim() != 2 or features.shape[1] != self.cond_dim:
+            raise ValueError(f"expected camera-policy features [N, {self.cond_dim}], got {tuple(features.shape)}")
+        else:
+            obs_n = features.to(self.obs_norm.shift)
         if noise is None:
             shape = (obs_n.shape[0], *self.noise_shape)
             noise = obs_n.new_zeros(shape) if deterministic else torch.randn(shape, device=obs_n.device)
@@ -151,6 +173,11 @@ class ChunkPolicy(nn.Module, abc.ABC):
         """The next action [N, A] of each env; a new chunk is planned (with `noise`, if given) for envs whose
         queue is empty."""
         return self.chunker.act(lambda: self.predict_chunk(obs, noise, deterministic))
+
+    @torch.no_grad()
+    def act_from_features(self, features: Tensor, deterministic: bool = False, noise: Tensor | None = None) -> Tensor:
+        """`act` from `features(obs)` [N, features_dim]."""
+        return self.chunker.act(lambda: self.chunk_from_features(features, noise, deterministic))
 
     def reset(self, env_ids: Tensor | None = None) -> None:
         """Drop the queued actions of `env_ids` (bool mask [N] or indices; None: all envs)."""

@@ -4,7 +4,8 @@ Why stateless: a runtime without Python (onnxruntime in C++, on a robot computer
 queues and random draws that `act` keeps, so everything that varies between calls is an input:
 
 - `obs` float32 [N, O]: the raw observation (the env's `state` group); normalisation is inside the graph.
-- A camera policy (`ActorPolicy` with `cameras`, a pixel SAC agent's; a BC policy with `cameras`) takes the
+- A camera policy (`ActorPolicy` with `cameras`, a pixel SAC agent's; a BC policy with `cameras`, and the DSRL
+  and residual policies on one) takes the
   observation groups by name instead: `state` float32 [N, S] and one uint8 [N, H, W, C] input per camera group (`pixels/front`, ...), the
   images exactly as the env gives them (0-255, channels last, in `cameras` order); the conversion to float, the
   state's normalisation and the encoders are inside the graph. uint8 rather than float: a quarter of the bytes
@@ -85,20 +86,20 @@ def graph(policy: nn.Module) -> tuple[_Graph, list[dict[str, Any]], list[dict[st
     chunk_shape = ["N", policy.horizon, policy.action_dim]
     chunk = _io("action_chunk", chunk_shape, f"actions in [-1, 1]; play the first {policy.execute}, then call again")
     latent = "standard normal latent of the chunk; zeros: the deterministic chunk"
+    k = 1 + len(cameras)  # observation inputs of the chunk policies below (BC, DSRL, residual)
+
+    def observation(args: tuple[Tensor, ...]) -> Tensor | dict[str, Tensor]:
+        return args[0] if not cameras else {"state": args[0], **dict(zip(cameras, args[1:k], strict=True))}
+
+    inputs = camera_inputs if cameras else [obs]
     if isinstance(policy, MLPPolicy | DiffusionPolicy | FlowPolicy):  # BC policies, with or without cameras
-        k = 1 + len(cameras)  # observation inputs
-
-        def observation(args: tuple[Tensor, ...]) -> Tensor | dict[str, Tensor]:
-            return args[0] if not cameras else {"state": args[0], **dict(zip(cameras, args[1:k], strict=True))}
-
-        inputs = camera_inputs if cameras else [obs]
         if isinstance(policy, MLPPolicy):
             return _Graph(policy, lambda p, *a: p.predict_chunk(observation(a), deterministic=True)), inputs, [chunk]
         fn = lambda p, *a: p.predict_chunk(observation(a[:k]), a[k], deterministic=True)  # noqa: E731 (eta = 0)
         return _Graph(policy, fn), [*inputs, _io("noise", chunk_shape, latent)], [chunk]
     if isinstance(policy, NoiseSteeredPolicy):
-        fn = lambda p, o, z: p.predict_chunk(o, z)  # noqa: E731
-        return _Graph(policy, fn), [obs, _io("noise", chunk_shape, latent + " (the steering actor's mean)")], [chunk]
+        fn = lambda p, *a: p.predict_chunk(observation(a[:k]), a[k])  # noqa: E731
+        return _Graph(policy, fn), [*inputs, _io("noise", chunk_shape, latent + " (the steering actor's mean)")], [chunk]
     if isinstance(policy, ResidualPolicy):
         if not policy.base_deterministic:
             raise ValueError("a residual policy whose base samples noise (base_deterministic=false) has no "
@@ -109,7 +110,7 @@ def graph(policy: nn.Module) -> tuple[_Graph, list[dict[str, Any]], list[dict[st
         pos["reset_value"] = policy.execute
         outs = [_io("action", ["N", policy.action_dim], "executed action clip(base + scale * correction) in [-1, 1]"),
                 _io("queue_out", chunk_shape, "feed back as queue"), _io("pos_out", ["N"], "feed back as pos", "int64")]
-        return _Graph(policy, lambda p, o, q, i: p.step(o, q, i)), [obs, queue, pos], outs
+        return _Graph(policy, lambda p, *a: p.step(observation(a[:k]), *a[k:])), [*inputs, queue, pos], outs
     raise AssertionError(type(policy))  # every kind above returned
 
 

@@ -302,7 +302,7 @@ def evaluate_policy(
     env = envs.make(spec, num_envs=num_envs, seed=seed, max_episode_steps=max_episode_steps,
                     pixel_size=sizes[0] if sizes else None)
     try:
-        _check_dims(env, spec, policy.obs_dim, policy.action_dim, cameras)
+        check_env_dims(env, spec, policy.obs_dim, policy.action_dim, cameras)
         policy.reset()
         result = evaluate(
             lambda obs: policy.act(obs, deterministic=deterministic).to(env.device),
@@ -350,12 +350,13 @@ def check_env(spec: str, obs_dim: int, action_dim: int, cameras: dict[str, list[
         raise BCError(f"the dataset's cameras have different image sizes {sizes}; an env renders one pixel_size")
     env = envs.make(spec, num_envs=1, pixel_size=sizes[0] if sizes else None)
     try:
-        _check_dims(env, spec, obs_dim, action_dim, cameras)
+        check_env_dims(env, spec, obs_dim, action_dim, cameras)
     finally:
         env.close()
 
 
-def _check_dims(env, spec: str, obs_dim: int, action_dim: int, cameras: dict | None = None) -> None:
+def check_env_dims(env, spec: str, obs_dim: int, action_dim: int, cameras: dict | None = None) -> None:
+    """Raise BCError unless `env` (made from `spec`) has these state and action sizes and these camera groups."""
     if "state" not in env.observation_spec:
         raise BCError(f"{spec} has no state observations; BC policies take the state group")
     for group, shape in (cameras or {}).items():
@@ -368,5 +369,5 @@ def _check_dims(env, spec: str, obs_dim: int, action_dim: int, cameras: dict | N
     if (env_obs_dim, env.action_dim) != (obs_dim, action_dim):
         raise BCError(
             f"{spec} has observations of {env_obs_dim} and actions of {env.action_dim}, the policy expects "
-            f"{obs_dim} and {action_dim}; evaluate on the env the dataset was recorded in"
+            f"{obs_dim} and {action_dim}; use the env it was trained on (where its dataset was recorded)"
         )

@@ -112,11 +112,11 @@ def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tupl
         sac = SACConfig(**config["agent"])
         if method == "residual":
             r = config["residual"]
-            actor = actor_policy_kwargs(base.obs_dim + base.action_dim, base.action_dim, sac)
+            actor = actor_policy_kwargs(base.features_dim + base.action_dim, base.action_dim, sac)
             policy: Any = ResidualPolicy(base_spec(base), actor, r["scale"], r["base_deterministic"])
             net = policy.correction.actor
         else:
-            actor = actor_policy_kwargs(base.obs_dim, base.horizon * base.action_dim, sac)
+            actor = actor_policy_kwargs(base.features_dim, base.horizon * base.action_dim, sac)
             policy = NoiseSteeredPolicy(base_spec(base), actor, config["dsrl"]["noise_bound"])
             net = policy.steering.actor
         policy.base.load_state_dict(base.state_dict())

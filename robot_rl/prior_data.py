@@ -148,7 +148,7 @@ class OfflineData:
     def _frame_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:
         """`to_replay` for camera data: the steps go in one by one through `ReplayBuffer.add`, which stores each frame
         once and keeps truncated steps' next frames in its side ring."""
-        kept, _, _, _ = self._frame_steps()
+        kept, _, _, _ = self.frame_steps()
         lengths = torch.unique_consecutive(self._episodes()[kept], return_counts=True)[1]
         spec = {"state": ((self.obs.shape[1],), torch.float32),
                 **{g: (tuple(f.shape[1:]), f.dtype) for g, f in self.frames.items()}}  # uint8, or cached features
@@ -156,7 +156,7 @@ class OfflineData:
             int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
             frames=tuple(self.frames), episode_steps=int(lengths.min()),
         )
-        self.add_frame_steps(buffer)
+        self.addframe_steps(buffer)
         return buffer
 
     def _episodes(self) -> Tensor:
@@ -164,7 +164,7 @@ class OfflineData:
         episode = self.episode_index if self.episode_index is not None else torch.zeros(m, dtype=torch.long)
         return episode.cpu()
 
-    def _frame_steps(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def frame_steps(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(indices of the steps a frame buffer keeps, last step of its episode, terminated, truncated) [M]: a
         truncated (or unflagged) episode end has no next frame, so that step is dropped and the one before it ends
         the episode as a truncation (module docstring)."""
@@ -185,10 +185,10 @@ class OfflineData:
             raise DatasetError("the camera data has no transition with a next frame (only one-step truncated episodes)")
         return kept, last, terminated, truncated
 
-    def add_frame_steps(self, buffer: ReplayBuffer) -> int:
-        """Append the steps a frame buffer can hold exactly (`_frame_steps`) to `buffer`, a single-env buffer with
+    def addframe_steps(self, buffer: ReplayBuffer) -> int:
+        """Append the steps a frame buffer can hold exactly (`frame_steps`) to `buffer`, a single-env buffer with
         these camera groups as `frames` (this data's own, or a learner's prior buffer); returns how many."""
-        kept, last, terminated, truncated = self._frame_steps()
+        kept, last, terminated, truncated = self.frame_steps()
         dev = buffer.device
         state, next_state = self.obs.to(dev), self.next_obs.to(dev)
         action, reward = self.action.to(dev), self.reward.to(dev)

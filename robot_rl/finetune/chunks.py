@@ -16,10 +16,15 @@ comparable with per-step methods.
 A chunk's macro transition is complete when its `execute` actions are played or its episode ends: reward is
 sum_j gamma^j r_j over the k executed actions, the bootstrap discount is gamma^k (0 after termination), and
 `next_obs` is the true next observation (`final_obs` when the episode ended, so time limits bootstrap).
+
+What the learner decides on is `features(obs)`, by default the `state` group; DSRL on a camera policy passes the
+base's own `ChunkPolicy.features` (its frozen conditioning), so decisions and stored transitions hold features
+rather than frames. The final observation's features are computed only for the envs whose chunk completed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,10 +47,10 @@ class MacroStep:
     """The chunks completed at one executed step, one row per env that completed one (M rows)."""
 
     env_ids: Tensor  # [M] long
-    obs: Tensor  # [M, O] state the decision was made on
+    obs: Tensor  # [M, F] features of the observation the decision was made on
     reward: Tensor  # [M] sum_j gamma^j r_j over the executed actions
     discount: Tensor  # [M] gamma^k, or 0 when the episode terminated
-    next_obs: Tensor  # [M, O] true next state (the final observation when the episode ended)
+    next_obs: Tensor  # [M, F] features of the true next observation (the final one when the episode ended)
     terminated: Tensor  # [M] bool
     truncated: Tensor  # [M] bool
     length: Tensor  # [M] long, executed actions k (1..execute)
@@ -66,6 +71,8 @@ class StepResult:
 class ChunkRunner:
     """Per-env chunk queues over a `BatchedEnv` with a `state` observation group (see the module docstring).
 
+    `features`: observation dict -> [N, F] float, what decisions are made on (default: the state).
+
     Use::
 
         state = runner.reset(seed)
@@ -77,12 +84,16 @@ class ChunkRunner:
             result = runner.step()                            # one action per env
     """
 
-    def __init__(self, env: envs.BatchedEnv, execute: int, gamma: float) -> None:
+    def __init__(
+        self, env: envs.BatchedEnv, execute: int, gamma: float,
+        features: Callable[[dict[str, Tensor]], Tensor] | None = None,
+    ) -> None:
         if "state" not in env.observation_spec:
             raise ValueError("chunked fine-tuning needs a 'state' observation group")
         if execute < 1 or not 0.0 <= gamma <= 1.0:
             raise ValueError(f"need execute >= 1 and gamma in [0, 1], got {execute}, {gamma}")
         self.env, self.execute, self.gamma = env, int(execute), float(gamma)
+        self.features = features or (lambda obs: obs["state"].float())
         n, dev = env.num_envs, env.device
         self.num_envs = n
         self.queue = torch.zeros(n, self.execute, env.action_dim, device=dev)
@@ -95,8 +106,10 @@ class ChunkRunner:
         self.decisions = 0  # chunks planned
 
     def reset(self, seed: int | None = None) -> Tensor:
-        """Reset every env and empty every queue; returns the state batch [N, O]."""
-        self.state = self.env.reset(seed=seed)["state"].float()
+        """Reset every env and empty every queue; returns the features batch [N, F]."""
+        self.state = self.features(self.env.reset(seed=seed))
+        if self.start_obs.shape != self.state.shape:
+            self.start_obs = torch.zeros_like(self.state)
         self.pos.fill_(self.execute)
         self.reward.zero_()
         return self.state
@@ -138,10 +151,10 @@ class ChunkRunner:
         self.env_steps += n
         done = terminated | truncated
         complete = done | (self.pos >= self.execute)
-        final_state = info["final_obs"]["state"].float()
         macro = None
         if bool(complete.any()):
             ids = complete.nonzero().squeeze(1)
+            final = {k: v[ids] for k, v in info["final_obs"].items()}
             length = self.pos[ids].clone()
             discount = torch.where(terminated[ids], 0.0, self.gamma ** length.float())
             macro = MacroStep(
@@ -149,13 +162,13 @@ class ChunkRunner:
                 obs=self.start_obs[ids].clone(),
                 reward=self.reward[ids].clone(),
                 discount=discount,
-                next_obs=final_state[ids],
+                next_obs=self.features(final),
                 terminated=terminated[ids],
                 truncated=truncated[ids],
                 length=length,
                 payload={k: v[ids].clone() for k, v in self.payload.items()},
             )
             self.pos[ids] = self.execute
-        self.state = obs["state"].float()
+        self.state = self.features(obs)
         success = info["success"].bool() if "success" in info else None
         return StepResult(macro, done, info["episode_return"], success, finished_episodes(done, info))

@@ -16,6 +16,10 @@ Mechanics that matter, each checked by tests:
   gamma^execute instead of gamma^k, a small bias (termination always cuts the bootstrap).
 Before `learning_starts` executed steps the noise is uniform in the bounded box (random steering).
 
+The actor and critics see `base.features(obs)`: the state for a state policy; for a policy that reads cameras its
+own frozen conditioning (normalised state fused with its camera features), computed once per step, so no second
+image encoder is trained and the replay holds feature vectors, not frames.
+
 Noise aliasing (`dsrl.aliased=true`, the paper's DSRL-NA): many noises denoise to nearly the same chunk, so a
 critic over the noise, learned only from the noises that were tried, sees few samples of each outcome. DSRL-NA
 learns Q^A(s, a) over the executed actions instead (TD on the stored transitions; the next action is the
@@ -80,19 +84,20 @@ class DSRL(MethodDefaults):
         self.base = base.to(device).eval().requires_grad_(False)
         self.noise_shape = base.noise_shape
         self.noise_dim = self.noise_shape[0] * self.noise_shape[1]
-        self.agent = SAC(base.obs_dim, self.noise_dim, sac, device)
+        dim = base.features_dim
+        self.agent = SAC(dim, self.noise_dim, sac, device)
         self.agent.zero_actor_mean()  # the deterministic steering starts at zero noise: the BC policy's mean path
-        self.runner = ChunkRunner(env, base.execute, sac.gamma)
+        self.runner = ChunkRunner(env, base.execute, sac.gamma, features=self.base.features)
         # The replay's action: the noise w (DSRL), or the executed actions, flattened (DSRL-NA).
         self.executed_dim = base.execute * base.action_dim
         self.replay = ReplayBuffer(
-            capacity, 1, {"state": ((base.obs_dim,), torch.float32)},
+            capacity, 1, {"state": ((dim,), torch.float32)},
             self.executed_dim if cfg.aliased else self.noise_dim, device, gamma=sac.gamma**base.execute,
             capacity_key="replay_capacity",
         )
         if cfg.aliased:
             self.action_critic = QEnsemble(
-                base.obs_dim, self.executed_dim, sac.num_critics, sac.hidden_dims, sac.critic_layer_norm
+                dim, self.executed_dim, sac.num_critics, sac.hidden_dims, sac.critic_layer_norm
             ).to(device)
             self.action_critic_target = copy.deepcopy(self.action_critic).requires_grad_(False)
             self.action_critic_opt = torch.optim.AdamW(
@@ -108,9 +113,9 @@ class DSRL(MethodDefaults):
     def start(self, seed: int) -> None:
         self.runner.reset(seed)
 
-    def denoise(self, state: Tensor, w: Tensor) -> Tensor:
-        """The chunk [M, H, A] the frozen policy makes from steering actions w [M, H*A]."""
-        return steered_chunk(self.base, state, w, self.cfg.noise_bound)
+    def denoise(self, features: Tensor, w: Tensor) -> Tensor:
+        """The chunk [M, H, A] the frozen policy makes at `base.features` [M, F] from steering actions w [M, H*A]."""
+        return steered_chunk(self.base, features, w, self.cfg.noise_bound)
 
     def executed(self, state: Tensor, w: Tensor) -> Tensor:
         """The executed actions of `denoise`'s chunks, flattened [M, execute * A]: Q^A's action."""
@@ -182,8 +187,11 @@ class DSRL(MethodDefaults):
         chunker = ActionChunker(self.base.horizon, self.base.execute)
 
         def act(obs: dict[str, Tensor]) -> Tensor:
-            state = obs["state"].float()
-            return chunker.act(lambda: self.denoise(state, self.agent.act({"state": state}, deterministic=True)))
+            def plan() -> Tensor:
+                features = self.base.features(obs)
+                return self.denoise(features, self.agent.act({"state": features}, deterministic=True))
+
+            return chunker.act(plan)
 
         return act, chunker.reset
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl import envs
+from robot_rl.bc import BCError, check_env_dims
 from robot_rl.finetune import FinetuneError
 from robot_rl.finetune.config import FinetuneConfig
 from robot_rl.logger import METRIC_COLUMNS
@@ -35,8 +36,8 @@ def build_method(cfg: FinetuneConfig, base: ChunkPolicy, env: envs.BatchedEnv) -
 
         demos = None
         if cfg.data:
-            demos = OfflineData.load(cfg.data, cfg.agent.gamma, device=cfg.device)
-            demos.check_fits(base.obs_dim, base.action_dim, f"dataset {cfg.data}")
+            demos = OfflineData.load(cfg.data, cfg.agent.gamma, device=cfg.device, cameras=tuple(base.cameras))
+            demos.check_fits(base.obs_dim, base.action_dim, f"dataset {cfg.data}", base.cameras)
         return ResidualRL(cfg.residual, cfg.agent, base, env, cfg.replay_capacity, cfg.device, demos)
     if cfg.method == "dsrl":
         from robot_rl.finetune.dsrl import DSRL
@@ -76,20 +77,20 @@ class Finetuner(Runner):
                 f"base_policy {cfg.base_policy} is a {type(base).__name__}; fine-tuning starts from a behaviour-"
                 "cloning policy (MLPPolicy, DiffusionPolicy or FlowPolicy: robot-rl bc, ReinFlow, DPPO)"
             )
-        if getattr(base, "cameras", None):
+        if base.cameras and cfg.method not in ("residual", "dsrl"):
             raise FinetuneError(
-                f"base_policy {cfg.base_policy} reads cameras ({', '.join(base.cameras)}); fine-tuning (residual, "
-                "dsrl, reinflow, dppo) takes state policies so far: train the base with robot-rl bc cameras=[]"
+                f"base_policy {cfg.base_policy} reads cameras ({', '.join(base.cameras)}); {cfg.method} fine-tunes "
+                "state policies only: use method=residual or method=dsrl, or train the base with robot-rl bc cameras=[]"
             )
-        make = dict(device=cfg.device, max_episode_steps=cfg.env.max_episode_steps)
+        # a camera base is fine-tuned at the image size it was trained on, whatever env.pixel_size says
+        size = tuple(next(iter(base.cameras.values()))[:2] if base.cameras else cfg.env.pixel_size)
+        make = dict(device=cfg.device, max_episode_steps=cfg.env.max_episode_steps, pixel_size=size)
         self.env = envs.make(cfg.env.spec, num_envs=cfg.env.num_envs, **make)
         eval_env = envs.make(cfg.env.spec, num_envs=cfg.env.num_eval_envs, **make)
-        (obs_dim,) = self.env.observation_spec["state"][0]
-        if (obs_dim, self.env.action_dim) != (base.obs_dim, base.action_dim):
-            raise FinetuneError(
-                f"base_policy {cfg.base_policy} maps {base.obs_dim} observations to {base.action_dim} actions but "
-                f"{cfg.env.spec} has {obs_dim} and {self.env.action_dim}; use the env it was trained on"
-            )
+        try:
+            check_env_dims(self.env, cfg.env.spec, base.obs_dim, base.action_dim, base.cameras)
+        except BCError as e:
+            raise FinetuneError(f"base_policy {cfg.base_policy}: {e}") from None
         settings = RunSettings(
             steps=cfg.steps, eval_every=cfg.eval_every, seed=cfg.seed, command="finetune",
             title=f"{cfg.method} on {cfg.env.spec}", quiet=cfg.quiet, evaluate_first=True, score="success",

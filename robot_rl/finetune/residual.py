@@ -11,14 +11,18 @@ What makes this work, each a line below:
 - the first `learning_starts` executed steps only collect (the base with that small noise), then
   `critic_warmup_updates` critic-only updates fit Q to the base policy before the actor may move;
 - n-step returns (`agent.n_step`, 3 in the presets) carry the sparse success reward back faster;
-- the critic and actor see (state, a_base): `next_obs` holds the base action at the next state; where an
-  episode ended that is the base's first action from the final observation, computed for those envs only;
+- the critic and actor see (features, a_base), where the features are `base.features(obs)`: the state for a
+  state base, and for a base that reads cameras its own frozen conditioning (normalised state fused with its
+  camera features), so no second image encoder is trained and the replay holds no frames. `next_obs` holds the
+  base action at the next observation; where an episode ended that is the base's first action from the final
+  observation, computed for those envs only;
 - the base's action queues are reset at every episode boundary, online and while the demo buffer is
   filled (`demo_replay`), so a new episode never plays the tail of a chunk planned in the previous one.
 
 Demonstrations (optional) fill a prior buffer sampled 50/50 with online data (RLPD). Each demo transition
 stores the executed demo action as the residual (a_demo - a_base) / scale, clipped to [-1, 1], with the
-base's prediction on the demo's own observations as a_base.
+base's prediction on the demo's own observations as a_base. Camera demos go through the base's features first
+(`demo_features`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import finished_episodes
 from robot_rl.policies.chunk_policy import ChunkPolicy
 from robot_rl.policies.composed import residual_action
+from robot_rl.prior_data import OfflineData
 from robot_rl.replay import PRIOR_FRACTION_RANGE, ReplayBuffer, prior_fraction_ok
 from robot_rl.runner import MethodDefaults
 
@@ -61,16 +66,47 @@ class ResidualConfig:
 
 
 @torch.no_grad()
-def first_actions(base: ChunkPolicy, state: Tensor, deterministic: bool) -> Tensor:
-    """The base's first action of a fresh chunk from `state` [M, O] (its action at an episode's last state)."""
-    return base.predict_chunk(state, deterministic=deterministic)[:, 0]
+def first_actions(base: ChunkPolicy, features: Tensor, deterministic: bool) -> Tensor:
+    """The base's first action of a fresh chunk from `base.features` [M, F] (its action at an episode's end)."""
+    return base.chunk_from_features(features, deterministic=deterministic)[:, 0]
+
+
+@torch.no_grad()
+def demo_features(base: ChunkPolicy, data: OfflineData, batch: int = 256) -> OfflineData:
+    """`data` with observations replaced by `base.features` (and no frames): itself for a state base. Camera data
+    keeps the steps whose next frame it has (`OfflineData.frame_steps`: a truncated episode's last step is dropped
+    and the step before it ends the episode); a terminal step's next features are its own (never bootstrapped)."""
+    if not base.cameras:
+        return data
+    missing = sorted(set(base.cameras) - set(data.frames))
+    if missing:
+        raise ValueError(f"the demos have no {missing[0]} frames, which the base policy reads; record them in the "
+                         "base's -pixels task (and load them with its cameras)")
+    kept, last, terminated, truncated = data.frame_steps()
+    nxt = torch.where(last[kept], kept, kept + 1)
+
+    def features(state: Tensor, frame_rows: Tensor) -> Tensor:  # state [K, O] with the frames of frame_rows [K]
+        return torch.cat([
+            base.features({"state": state[i : i + batch],
+                           **{g: data.frames[g][frame_rows[i : i + batch]] for g in base.cameras}})
+            for i in range(0, frame_rows.numel(), batch)
+        ])
+
+    dev = data.obs.device
+    return OfflineData(
+        obs=features(data.obs.cpu()[kept], kept).to(dev), action=data.action[kept.to(dev)],
+        reward=data.reward[kept.to(dev)], next_obs=features(data.next_obs.cpu()[kept], nxt).to(dev),
+        terminated=terminated[kept].to(dev), truncated=truncated[kept].to(dev),
+        mc_return=data.mc_return[kept.to(dev)], num_episodes=data.num_episodes, success_rate=data.success_rate,
+        episode_index=None if data.episode_index is None else data.episode_index[kept],
+    )
 
 
 @torch.no_grad()
 def demo_replay(
     base: ChunkPolicy, data, scale: float, deterministic: bool, capacity: int, sac: SACConfig, device
 ) -> ReplayBuffer:
-    """A prior buffer of the demos `data` (`robot_rl.prior_data.OfflineData`) in residual form (module docstring).
+    """A prior buffer of the demos `data` (`demo_features` of an `OfflineData`) in residual form (module docstring).
 
     All episodes are replayed as one batch (shorter ones padded with their last frame, rows past their end
     dropped), with the base's queues reset at the start, so each episode's base actions are exactly those the
@@ -84,7 +120,7 @@ def demo_replay(
     steps = torch.arange(int(lengths.max()), device=first.device)
     rows = first[None, :] + torch.minimum(steps[:, None], lengths[None, :] - 1)  # [T, E]
     base.reset()
-    base_action = torch.stack([base.act(data.obs[rows[t]], deterministic) for t in range(rows.shape[0])])
+    base_action = torch.stack([base.act_from_features(data.obs[rows[t]], deterministic) for t in range(rows.shape[0])])
     base.reset()
     valid = steps[:, None] < lengths[None, :]
     order = rows.T[valid.T]  # dataset order: episode by episode
@@ -124,7 +160,7 @@ class ResidualRL(MethodDefaults):
         self.base = base.to(device).eval().requires_grad_(False)
         self.eval_base = copy.deepcopy(self.base)  # its own queues: evaluation must not disturb training episodes
         self.action_dim = env.action_dim
-        dim = base.obs_dim + self.action_dim
+        dim = base.features_dim + self.action_dim
         self.agent = SAC(dim, self.action_dim, sac, device)
         self.agent.zero_actor_mean()
         spec = {"state": ((dim,), torch.float32)}
@@ -132,7 +168,8 @@ class ResidualRL(MethodDefaults):
                                    capacity_key="replay_capacity")
         self.prior = (
             None if demos is None
-            else demo_replay(self.base, demos, cfg.scale, cfg.base_deterministic, capacity, sac, device)
+            else demo_replay(self.base, demo_features(self.base, demos), cfg.scale, cfg.base_deterministic, capacity,
+                             sac, device)
         )
         self.env_steps = 0
         self.updates = 0
@@ -142,8 +179,8 @@ class ResidualRL(MethodDefaults):
     def start(self, seed: int) -> None:
         """Start fresh episodes (also after a resume: the simulator state is not checkpointed)."""
         self.base.reset()
-        self._state = self.env.reset(seed=seed)["state"].float()
-        self._base_action = self.base.act(self._state, self.cfg.base_deterministic)
+        self._state = self.base.features(self.env.reset(seed=seed))
+        self._base_action = self.base.act_from_features(self._state, self.cfg.base_deterministic)
 
     def executed(self, base_action: Tensor, residual: Tensor) -> Tensor:
         return residual_action(base_action, residual, self.cfg.scale)
@@ -158,12 +195,13 @@ class ResidualRL(MethodDefaults):
         done = terminated | truncated
         self.agent.observe(obs, reward, done)
         self.base.reset(done)
-        state = next_obs["state"].float()
-        base_action = self.base.act(state, cfg.base_deterministic)
-        final_state, final_base = info["final_obs"]["state"].float(), base_action
+        state = self.base.features(next_obs)
+        base_action = self.base.act_from_features(state, cfg.base_deterministic)
+        final_state, final_base = state, base_action
         if bool(done.any()):
             ids = done.nonzero().squeeze(1)
-            final_base = base_action.clone()
+            final_state, final_base = state.clone(), base_action.clone()
+            final_state[ids] = self.base.features({k: v[ids] for k, v in info["final_obs"].items()})
             final_base[ids] = first_actions(self.base, final_state[ids], cfg.base_deterministic)
         self.replay.add(
             obs, residual, reward, {"state": torch.cat([final_state, final_base], 1)}, terminated, truncated
@@ -184,8 +222,8 @@ class ResidualRL(MethodDefaults):
         self.eval_base.reset()
 
         def act(obs: dict[str, Tensor]) -> Tensor:
-            state = obs["state"].float()
-            base_action = self.eval_base.act(state, self.cfg.base_deterministic)
+            state = self.eval_base.features(obs)
+            base_action = self.eval_base.act_from_features(state, self.cfg.base_deterministic)
             residual = self.agent.act({"state": torch.cat([state, base_action], 1)}, deterministic=True)
             return self.executed(base_action, residual.to(base_action))
 

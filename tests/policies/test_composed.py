@@ -170,9 +170,9 @@ def test_noise_steered_policy_maps_zero_noise_to_the_mean_steering():
 
 def test_mismatched_parts_are_refused():
     base = fitted(FlowPolicy(OBS, A, H, hidden=[16]))
-    with pytest.raises(ValueError, match=r"\[state, base action\] \(7 values\), not 5"):
+    with pytest.raises(ValueError, match=r"\[base features, base action\] \(7 values\), not 5"):
         ResidualPolicy(base_spec(base), actor(OBS, A), scale=0.1)
-    with pytest.raises(ValueError, match="must map 5 states to 8 noise values"):
+    with pytest.raises(ValueError, match="must map 5 base features to 8 noise values"):
         NoiseSteeredPolicy(base_spec(base), actor(OBS, A), noise_bound=1.0)
     with pytest.raises(ValueError, match="steers a diffusion or flow policy, not a MLPPolicy"):
         NoiseSteeredPolicy(base_spec(MLPPolicy(OBS, A, H)), actor(OBS, H * A), noise_bound=1.0)

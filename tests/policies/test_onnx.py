@@ -79,6 +79,23 @@ def bc_pixels(kind: type) -> MLPPolicy | FlowPolicy:
     return policy.eval()
 
 
+def residual_pixels() -> ResidualPolicy:
+    """A residual correction on a camera BC policy: it reads the base's conditioning (state + camera features)."""
+    base = bc_pixels(FlowPolicy)
+    policy = ResidualPolicy(base_spec(base), actor(base.cond_dim + A, A), scale=0.3)
+    policy.base.load_state_dict(base.state_dict())
+    with_obs_stats(policy.correction, base.cond_dim + A)
+    return policy.eval()
+
+
+def dsrl_pixels() -> NoiseSteeredPolicy:
+    base = bc_pixels(FlowPolicy)
+    policy = NoiseSteeredPolicy(base_spec(base), actor(base.cond_dim, H * A), noise_bound=1.5)
+    policy.base.load_state_dict(base.state_dict())
+    with_obs_stats(policy.steering, base.cond_dim)
+    return policy.eval()
+
+
 KINDS = {
     "sac_mlp": lambda: with_obs_stats(ActorPolicy(**actor(OBS, A)), OBS),
     "sac_default_agent": lambda: with_obs_stats(ActorPolicy(**actor(OBS, A, "hyper")), OBS),
@@ -90,12 +107,16 @@ KINDS = {
     "dsrl": dsrl,
     "bc_mlp_pixels": lambda: bc_pixels(MLPPolicy),
     "flow_pixels": lambda: bc_pixels(FlowPolicy),
+    "residual_pixels": residual_pixels,
+    "dsrl_pixels": dsrl_pixels,
 }
 INPUTS = {
     "sac_mlp": ["obs"], "sac_default_agent": ["obs"], "sac_pixels": ["state", "pixels/front", "pixels/wrist"], "bc_mlp": ["obs"], "diffusion": ["obs", "noise"],
     "flow": ["obs", "noise"], "residual": ["obs", "queue", "pos"], "dsrl": ["obs", "noise"],
     "bc_mlp_pixels": ["state", "pixels/front", "pixels/wrist"],
     "flow_pixels": ["state", "pixels/front", "pixels/wrist", "noise"],
+    "residual_pixels": ["state", "pixels/front", "pixels/wrist", "queue", "pos"],
+    "dsrl_pixels": ["state", "pixels/front", "pixels/wrist", "noise"],
 }
 
 
@@ -127,7 +148,7 @@ def test_onnxruntime_matches_torch(tmp_path, kind):
         assert action.abs().max() <= 1 and (action.abs() < 0.999).any()  # in range, and not all clipped
         base = getattr(policy, "base", policy)
         if hasattr(base, "action_norm"):  # and the chunks are not all on the sampler's clip bounds either
-            chunk = expected[1] if kind == "residual" else expected[0]
+            chunk = expected[1] if kind.startswith("residual") else expected[0]
             assert (base.action_norm.normalize(chunk).abs() < 0.999).float().mean() > 0.5
 
 

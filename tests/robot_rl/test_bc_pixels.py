@@ -107,11 +107,46 @@ def test_bc_camera_choice_and_its_errors_are_one_line(pixel_demos, tmp_path, cap
     assert code == 0 and "cameras" not in load_policy(tmp_path / "n" / "policy").config()
 
 
-def test_fine_tuning_a_camera_policy_is_refused_in_one_line(pixel_demos, tmp_path, capsys):
+FINETUNE = ["env.spec=arm:push-sparse-pixels", "env.max_episode_steps=6", "env.num_eval_envs=1", "steps=12",
+            "eval_every=12", "quiet=true", "threads=1", "agent.hidden_dims=[16,16]", "agent.critic_width=16",
+            "agent.actor_width=16", "agent.batch_size=4"]
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("residual", ["residual.learning_starts=4", "residual.critic_warmup_updates=2"]),  # + camera demos below
+    ("dsrl", ["dsrl.learning_starts=4"]),
+])
+def test_residual_and_dsrl_fine_tune_a_camera_policy_then_export_it(pixel_demos, tmp_path, capsys, method, extra):
+    code, _, err = _bc(capsys, f"dataset={pixel_demos}", "policy=flow", f"run_dir={tmp_path / 'b'}")
+    assert code == 0, err
+    base = load_policy(tmp_path / "b" / "policy")
+    demos = [f"data={pixel_demos}"] if method == "residual" else []
+    run = tmp_path / "f"
+    # env.pixel_size is left at its default (84x84): the run renders at the base's 24x24
+    assert main(["finetune", f"method={method}", f"base_policy={tmp_path / 'b' / 'policy'}", f"run_dir={run}",
+                 *FINETUNE, *extra, *demos]) == 0, capsys.readouterr().err
+    stored = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["replay"]["obs"]
+    wide = base.cond_dim + (4 if method == "residual" else 0)  # the base's features (+ the base action): no frames
+    assert set(stored) == {"state"} and stored["state"].shape[-1] == wide
+    assert main(["export", f"run={run}", f"out={tmp_path / 'p'}"]) == 0, capsys.readouterr().err
+    policy = load_policy(tmp_path / "p")
+    assert policy.cameras == base.cameras
+    from robot_rl.api import Agent
+
+    single = {"state": np.zeros(7, np.float32), **{g: np.zeros((24, 24, 3), np.uint8) for g in base.cameras}}
+    assert Agent.load(tmp_path / "p").predict(single).shape == (4,)
+
+
+def test_ppo_fine_tuning_of_a_camera_policy_is_refused_in_one_line(pixel_demos, tmp_path, capsys):
     code, _, err = _bc(capsys, f"dataset={pixel_demos}", "policy=flow", f"run_dir={tmp_path / 'b'}")
     assert code == 0, err
     capsys.readouterr()
-    assert main(["finetune", "method=dsrl", f"base_policy={tmp_path / 'b' / 'policy'}",
+    assert main(["finetune", "method=reinflow", f"base_policy={tmp_path / 'b' / 'policy'}",
                  "env.spec=arm:push-sparse-pixels", "steps=10", f"run_dir={tmp_path / 'f'}", "quiet=true"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "reads cameras (pixels/front, pixels/wrist)" in err and len(err.splitlines()) == 1
+    assert "reads cameras (pixels/front, pixels/wrist); reinflow fine-tunes state policies only" in err
+    assert len(err.splitlines()) == 1
+    assert main(["finetune", "method=dsrl", f"base_policy={tmp_path / 'b' / 'policy'}",
+                 "env.spec=arm:push-sparse", "steps=10", f"run_dir={tmp_path / 'g'}", "quiet=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no camera group 'pixels/front'" in err and len(err.splitlines()) == 1

@@ -22,14 +22,14 @@ def test_denoises_once_per_executed_chunk_and_counts_executed_actions() -> None:
     env = ScriptedEnv([4, 7], [True, False])  # chunks play 3 actions; episodes end mid-chunk
     m = make(env)
     rows, calls = [], []
-    real = m.base.predict_chunk
+    real = m.base.chunk_from_features
 
     def counting(state, noise=None, deterministic=False, num_steps=None):
         rows.append(state.shape[0])
         calls.append(state.clone())
         return real(state, noise, deterministic, num_steps)
 
-    m.base.predict_chunk = counting
+    m.base.chunk_from_features = counting
     m.start(seed=0)
     for _ in range(14):
         m.advance()

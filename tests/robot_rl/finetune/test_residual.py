@@ -7,10 +7,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 from robot_rl.policies.bc_mlp import MLPPolicy
+from robot_rl.policies.flow import FlowPolicy
 from scripted_env import ScriptedEnv
+from torch import Tensor
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.finetune.residual import ResidualConfig, ResidualRL, demo_replay
+from robot_rl.finetune.residual import ResidualConfig, ResidualRL, demo_features, demo_replay
+from robot_rl.prior_data import OfflineData
 
 SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=8, n_step=2)
 
@@ -101,3 +104,36 @@ def test_the_actor_waits_for_the_critic_warm_up() -> None:
 def test_bad_settings_name_the_key() -> None:
     with pytest.raises(ValueError, match="residual.scale"):
         ResidualConfig(scale=0.0).validate()
+
+
+def test_camera_demos_become_the_base_features_without_frames() -> None:
+    """A camera base's demos are stored as its features (state + frozen camera features); a truncated episode's
+    last step has no next frame, so it is dropped and the step before it ends the episode as a truncation."""
+    torch.manual_seed(0)
+    camera = {"pixels/front": [16, 16, 3]}
+    base = FlowPolicy(3, 2, horizon=4, execute=2, hidden=[16], num_inference_steps=2, cameras=camera,
+                      encoder={"feature_dim": 4, "channels": 4, "layers": 2, "shift_pad": 2})
+    base.fit_normalization(torch.randn(20, 3), torch.rand(20, 2) * 2 - 1)
+    base.eval()
+    m = 7  # episode 0: steps 0-2, terminated; episode 1: steps 3-6, cut by the time limit
+    obs, next_obs = torch.randn(m, 3), torch.randn(m, 3)
+    frames = torch.randint(0, 256, (m, 16, 16, 3), dtype=torch.uint8)
+    terminated, truncated = torch.zeros(m, dtype=torch.bool), torch.zeros(m, dtype=torch.bool)
+    terminated[2], truncated[6] = True, True
+    data = OfflineData(obs, torch.rand(m, 2), torch.arange(m).float(), next_obs, terminated, truncated, torch.zeros(m), 2,
+                       None,
+                       episode_index=torch.tensor([0, 0, 0, 1, 1, 1, 1]), frames={"pixels/front": frames})
+    out = demo_features(base, data)
+    assert out.frames == {} and len(out) == 6 and out.obs.shape[1] == base.features_dim == 3 + 4
+    assert out.terminated.tolist() == [False, False, True, False, False, False]
+    assert out.truncated.tolist() == [False, False, False, False, False, True]
+    assert torch.equal(out.reward, torch.tensor([0.0, 1, 2, 3, 4, 5]))
+
+    def features(state: Tensor, frame: int) -> Tensor:
+        return base.features({"state": state[None], "pixels/front": frames[frame : frame + 1]})[0]
+
+    torch.testing.assert_close(out.obs[4], features(obs[4], 4))
+    torch.testing.assert_close(out.next_obs[4], features(next_obs[4], 5))  # the next step's frame
+    torch.testing.assert_close(out.next_obs[5], features(next_obs[5], 6))  # truncated: the episode's last frame
+    with pytest.raises(ValueError, match="no pixels/wrist frames"):
+        demo_features(FlowPolicy(3, 2, cameras={"pixels/wrist": [16, 16, 3]}), data)
