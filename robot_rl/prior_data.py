@@ -10,7 +10,8 @@ buffer (`ReplayBuffer(frames=...)`, each frame stored once) that `replay.sample_
 buffer. A dataset keeps no frame after an episode's last step, so the last step of an episode cut off by its time
 limit (truncated) has no next frame: it is left out of that buffer and the step before it, whose next frame is the
 episode's last recorded one, is marked truncated (bootstrapped, as the time limit's cut is). Every stored
-transition is then exact. Offline pretraining (`sample`) reads states only and refuses camera data.
+transition is then exact. Offline pretraining samples the same steps (`sample`: each step's frames and the next
+step's), and a pixel agent's Cal-QL, CQL or IQL critic loss trains its encoder as the online one does.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class OfflineData:
     # replay buffer made from them holds the device copy. With cached embeddings the trainer replaces them by the
     # frozen backbone's features (`SAC.dataset_for_replay`).
     frames: dict[str, Tensor] = field(default_factory=dict)
+    _frame_rows: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)  # `sample`'s, made once
 
     @classmethod
     def load(
@@ -116,18 +118,24 @@ class OfflineData:
                                    f"dataset with the same env.pixel_size")
 
     def sample(self, batch_size: int, gamma: float) -> tuple[Batch, Tensor]:
-        """A uniform one-step batch and the Monte-Carlo returns of its transitions."""
-        if self.frames:
-            raise ValueError(f"offline pretraining reads states only; this data has camera frames "
-                             f"({', '.join(self.frames)}): use it as RLPD prior data (offline.steps=0)")
-        i = torch.randint(len(self), (batch_size,), device=self.obs.device)
-        batch = Batch(
-            obs={"state": self.obs[i]},
-            action=self.action[i],
-            reward=self.reward[i],
-            next_obs={"state": self.next_obs[i]},
-            discount=gamma * (~self.terminated[i]).float(),
-        )
+        """A uniform one-step batch and the Monte-Carlo returns of its transitions; with `frames`, over the steps a
+        frame buffer keeps (`frame_steps`), each step's frames as obs and the next step's as next_obs."""
+        if not self.frames:
+            i = torch.randint(len(self), (batch_size,), device=self.obs.device)
+            obs, next_obs, terminated = {"state": self.obs[i]}, {"state": self.next_obs[i]}, self.terminated[i]
+        else:
+            if self._frame_rows is None:
+                kept, last, ends, _ = self.frame_steps()
+                self._frame_rows = (kept, torch.where(last[kept], kept, kept + 1), ends[kept])
+            kept, nxt, ends = self._frame_rows
+            pick = torch.randint(kept.numel(), (batch_size,))
+            j, i = kept[pick], kept[pick].to(self.obs.device)
+            obs = {"state": self.obs[i], **{g: f[j].to(self.obs.device) for g, f in self.frames.items()}}
+            next_obs = {"state": self.next_obs[i],
+                        **{g: f[nxt[pick]].to(self.obs.device) for g, f in self.frames.items()}}
+            terminated = ends[pick].to(self.obs.device)
+        batch = Batch(obs=obs, action=self.action[i], reward=self.reward[i], next_obs=next_obs,
+                      discount=gamma * (~terminated).float())
         return batch, self.mc_return[i]
 
     def to_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:

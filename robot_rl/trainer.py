@@ -74,9 +74,6 @@ class OnlineSAC(MethodDefaults):
         if "state" not in env.observation_spec:
             raise ValueError(f"{cfg.env.spec} has no 'state' observation group; SAC needs state observations")
         cameras = tuple(camera_groups(env.observation_spec))
-        if cameras and cfg.data.path and (cfg.offline.steps > 0 or not cfg.data.mix_online):
-            raise ConfigError(f"data.path={cfg.data.path} with cameras ({', '.join(cameras)}): only RLPD reads camera "
-                              f"datasets (offline.steps=0, data.mix_online=true); offline pretraining reads states only")
         self.agent = build_agent(cfg, env)
         # Only the groups the agent reads are stored (`state` and the cameras); camera frames once per step, not
         # as obs and next_obs (ReplayBuffer's `frames`), which halves what an image costs.

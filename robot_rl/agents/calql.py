@@ -57,13 +57,14 @@ class CalQL:
     def update(self, batch: Batch, mc_return: Tensor) -> dict[str, Tensor]:
         """One critic step (TD + conservative term) and one actor/temperature step on a batch [B]."""
         sac = self.sac
-        obs, next_obs = batch.obs["state"], batch.next_obs["state"]
-        td_loss, q_data = sac.critic_loss(obs, batch.action, *sac.td_target(batch.reward, batch.discount, next_obs))
+        obs, next_obs, target_next_obs = sac.batch_features(batch)  # a pixel agent's encoder learns from this loss
+        target = sac.td_target(batch.reward, batch.discount, next_obs, target_next_obs)
+        td_loss, q_data = sac.critic_loss(obs, batch.action, *target)
         # Q is in the agent's reward units (agent.reward_scale), so the Monte-Carlo bound is scaled the same way
         gap, q_ood = self._conservative_gap(obs, next_obs, q_data, mc_return * sac.reward_scale())
         critic_loss = td_loss + self.cfg.cql_alpha * gap.sum()
         sac.step_critic(critic_loss)
-        actor_metrics = sac.update_actor_and_temperature(obs)
+        actor_metrics = sac.update_actor_and_temperature(obs.detach())
         return {
             "critic_loss": critic_loss.detach(),
             "td_loss": td_loss.detach(),

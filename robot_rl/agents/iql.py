@@ -50,16 +50,19 @@ class IQL:
         cfg.validate()
         self.sac, self.cfg = sac, cfg
         hidden, ln = sac.cfg.hidden_dims, sac.cfg.critic_layer_norm
-        self.value = mlp(sac.obs_dim, 1, hidden, ln).to(sac.device)
+        self.value = mlp(sac.net_dim, 1, hidden, ln).to(sac.device)
         self.value_opt = torch.optim.Adam(self.value.parameters(), lr=sac.cfg.critic_lr)
 
     def update(self, batch: Batch, mc_return: Tensor | None = None) -> dict[str, Tensor]:
         """Value, critic and actor steps on one batch [B]; `mc_return` is unused (same call as Cal-QL)."""
         sac, cfg = self.sac, self.cfg
-        obs, action, next_obs = batch.obs["state"], batch.action, batch.next_obs["state"]
+        # a pixel agent's encoder learns from the critic loss only; V and the actor read its features detached
+        obs, next_obs, _ = sac.batch_features(batch)
+        action, features = batch.action, obs.detach()
         with torch.no_grad():
-            q_target = sac.critic_target(obs, action).min(dim=0).values  # [B]
-        v = self.value(obs).squeeze(-1)
+            target_obs = features if sac.encoder is None else sac.features(batch.obs, augment=True, target=True)
+            q_target = sac.critic_target(target_obs, action).min(dim=0).values  # [B]
+        v = self.value(features).squeeze(-1)
         value_loss = expectile_loss(q_target - v, cfg.expectile)
         self.value_opt.zero_grad(set_to_none=True)
         value_loss.backward()
@@ -72,7 +75,7 @@ class IQL:
 
         with torch.no_grad():
             adv_weight = torch.exp(cfg.beta * (q_target - v.detach())).clamp(max=cfg.max_weight)
-        actor_loss = -(adv_weight * sac.actor.log_prob(obs, action)).mean()
+        actor_loss = -(adv_weight * sac.actor.log_prob(features, action)).mean()
         sac.step_actor(actor_loss)
         return {
             "critic_loss": critic_loss.detach(),

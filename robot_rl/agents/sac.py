@@ -317,6 +317,7 @@ class SAC:
             self.encoder_target = copy.deepcopy(self.encoder, memo=frozen).requires_grad_(False)
             # The statistics normalise `state` before the fusion (features of a changing encoder have none).
             net_dim, net_norm = self.encoder.out_dim, None
+        self.net_dim = net_dim  # width of what the actor and critics read (`features`)
         # A pixel agent's actor gets no normaliser of its own: `features` has normalised the state already.
         actor_cfg = cfg if self.encoder is None else dataclasses.replace(cfg, obs_norm=False)
         self.actor = build_actor(net_dim, action_dim, actor_cfg, obs_norm=net_norm)
@@ -573,16 +574,21 @@ class SAC:
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16)
 
-    def _update_critic(self, b: Batch) -> dict[str, Tensor]:
+    def batch_features(self, b: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(obs, next_obs, target_next_obs) as a critic update reads them: a state agent's states (and None); a pixel
+        agent's obs through the encoder with gradients (the critic loss trains it), next_obs through the encoder and
+        the target encoder without; random shifts on all three. Offline learners (Cal-QL, IQL) read the same."""
         if self.encoder is None:
-            critic_loss, q_mean = self._critic_loss_fn(
-                b.obs["state"], b.action, b.reward, b.discount, b.next_obs["state"]
-            )
+            return b.obs["state"], b.next_obs["state"], None
+        obs = self.features(b.obs, augment=True)
+        with torch.no_grad():
+            return obs, self.features(b.next_obs, augment=True), self.features(b.next_obs, augment=True, target=True)
+
+    def _update_critic(self, b: Batch) -> dict[str, Tensor]:
+        obs, next_obs, target_next_obs = self.batch_features(b)
+        if target_next_obs is None:
+            critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs)
         else:
-            obs = self.features(b.obs, augment=True)  # with gradients: the critic loss trains the encoder
-            with torch.no_grad():
-                next_obs = self.features(b.next_obs, augment=True)
-                target_next_obs = self.features(b.next_obs, augment=True, target=True)
             critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs, target_next_obs)
             self._actor_features = obs.detach()
         self.step_critic(critic_loss)

@@ -1,6 +1,7 @@
 """Pixel demonstrations: `robot-rl collect` in an `arm:<task>-pixels` task (a privileged scripted expert, cameras
 recorded as videos, no privileged state in the dataset), read back as RLPD prior data into a frame replay buffer
-(`OfflineData.load(cameras=...)`, `to_replay`), and `robot-rl train ... data.path=` using it. Small frames (32x32)
+(`OfflineData.load(cameras=...)`, `to_replay`), and `robot-rl train ... data.path=` using it, for RLPD and for
+offline pretraining (WSRL). Small frames (32x32)
 and short episodes keep the module at a few seconds."""
 
 from __future__ import annotations
@@ -102,8 +103,17 @@ def test_prior_buffer_from_pixel_demos(demos) -> None:
                          generator=torch.Generator().manual_seed(0))
     assert mixed.obs["pixels/wrist"].shape == (2, 8, *SIZE, 3) and mixed.next_obs["state"].shape == (2, 8, 7)
     assert mixed.obs["pixels/front"][:, :4].float().mean() > 10 and not mixed.obs["pixels/front"][:, 4:].any()
-    with pytest.raises(ValueError, match="offline pretraining reads states only"):
-        data.sample(4, 0.99)
+    # offline pretraining's uniform batches: the kept steps only, each with its own frames and the next step's
+    torch.manual_seed(0)
+    sampled, mc_return = data.sample(64, 0.99)
+    for r in range(64):
+        (i,) = [j for j in kept if torch.equal(t.obs[j], sampled.obs["state"][r])]
+        assert torch.equal(sampled.next_obs["state"][r], t.next_obs[i]) and mc_return[r] == data.mc_return[i]
+        assert float(sampled.discount[r]) == pytest.approx(0.0 if t.terminated[i] else 0.99)
+        for group in CAMERAS:
+            assert torch.equal(sampled.obs[group][r], data.frames[group][i])
+            if not t.terminated[i]:
+                assert torch.equal(sampled.next_obs[group][r], data.frames[group][i + 1])
 
 
 def test_collect_appends_noisy_pixel_demos(demos, tmp_path) -> None:
@@ -144,6 +154,29 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
     args = CollectArgs(env=CollectEnvArgs(spec=SPEC, num_envs=1, max_episode_steps=3, pixel_size=list(SIZE)),
                        out=str(tmp_path / "sac"), episodes=1, policy=str(tmp_path / "run/checkpoints/latest.pt"))
     assert collect(args, message=lambda m: None)["episodes"] == 1
+
+
+@pytest.mark.parametrize("algorithm", ["calql", "iql"])
+def test_offline_pretraining_from_pixel_demos_trains_the_encoder_then_goes_online(demos, tmp_path, algorithm) -> None:
+    """WSRL from cameras: Cal-QL or IQL on the pixel demos (the critic loss trains the encoder), then online."""
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    cfg = compose_train_config([
+        f"env.spec={SPEC}", f"data.path={demos}", "offline.steps=6", "offline.eval_every=6",
+        f"offline.algorithm={algorithm}", "data.mix_online=false", "train.steps=8", "train.learning_starts=4",
+        "agent=sac", "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder_channels=4",
+        "agent.encoder_layers=1", "agent.encoder_feature_dim=8", "env.pixel_size=[32,32]",
+        f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=8", "train.replay_capacity=200",
+        "train.video=false", "quiet=true", "threads=1"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    before = [p.detach().clone() for p in trainer.method.agent.encoder.parameters()]
+    trainer.run()
+    after = list(trainer.method.agent.encoder.parameters())
+    assert trainer.method.offline_updates == 6 and trainer.prior_replay is None
+    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))  # the encoder learned offline
+    with open(tmp_path / "run" / "offline_metrics.csv") as f:
+        assert len(f.read().strip().splitlines()) == 2  # header + the row at step 6
 
 
 def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp_path) -> None:

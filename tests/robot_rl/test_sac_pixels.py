@@ -145,16 +145,6 @@ def test_reach_pixels_preset_runs(tmp_path) -> None:
     assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64: a full batch
 
 
-def test_offline_pretraining_on_camera_data_is_a_one_line_error(tmp_path, capsys) -> None:
-    """Camera datasets feed RLPD's prior buffer (tests/robot_rl/test_pixel_demos.py); offline pretraining reads
-    states only and refuses them."""
-    assert main(["train", "env.spec=arm:reach-pixels", f"data.path={tmp_path}", "offline.steps=10",
-                 "train.video=false", "quiet=true", f"run_dir={tmp_path / 'run'}"]) != 0
-    err = capsys.readouterr().err
-    assert f"data.path={tmp_path} with cameras (pixels/front, pixels/wrist): only RLPD reads camera" in err
-    assert len(err.strip().splitlines()) == 1
-
-
 # -- a frozen pretrained backbone (HIL-SERL) --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def resnet10_weights(tmp_path_factory):
