@@ -110,6 +110,7 @@ class OnlineSAC(MethodDefaults):
         self.env_steps = 0
         self.updates = 0
         self._obs: dict[str, torch.Tensor] | None = None
+        self._obs_stored: dict[str, torch.Tensor] | None = None  # `_stored(self._obs)` with cached embeddings
 
     def load_init_agent(self, path: Path) -> None:
         state = checkpoint.load(path)
@@ -123,6 +124,7 @@ class OnlineSAC(MethodDefaults):
 
     def start(self, seed: int) -> None:
         self._obs = self.env.reset(seed=seed)
+        self._obs_stored = self._stored(self._obs) if self.cfg.agent.cache_embeddings else None
 
     def pretrain(self, run: Runner) -> None:
         """Offline pretraining up to `offline.steps` (resumable), then the pretrained policy's evaluation at
@@ -145,13 +147,20 @@ class OnlineSAC(MethodDefaults):
         if obs is None:
             raise RuntimeError("call start(seed) first")
         n = env.num_envs
+        # with cached embeddings the agent acts on the features the replay stores (`_cached_step`)
+        stored = self._obs_stored if self._obs_stored is not None else obs
         if self.env_steps < cfg.train.learning_starts and not self.pretrained:
             action = torch.rand(n, env.action_dim, device=env.device) * 2 - 1
         else:
-            action = agent.act(obs).to(env.device)
+            action = agent.act(stored).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(action)
-        self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
         done = terminated | truncated
+        if self._obs_stored is not None:
+            next_stored, final_stored = self._cached_step(next_obs, info["final_obs"], done)
+            self.replay.add(stored, action, reward, final_stored, terminated, truncated)
+            self._obs_stored = next_stored
+        else:
+            self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
         agent.observe(obs, reward, done)
         self._obs = next_obs
         self.env_steps += n
@@ -166,6 +175,20 @@ class OnlineSAC(MethodDefaults):
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})
+
+    def _cached_step(self, next_obs: dict[str, torch.Tensor], final_obs: dict[str, torch.Tensor], done: torch.Tensor
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """(stored next_obs, stored final_obs) with cached embeddings: the backbone runs once on the new observations,
+        which are the next step's obs and, where no episode ended, this transition's next_obs too; only the envs that
+        finished also pass their final observation. One backbone pass per camera and step instead of three."""
+        next_stored = self._stored(next_obs)
+        if not bool(done.any()):
+            return next_stored, next_stored
+        ids = done.nonzero().squeeze(1)
+        final = {k: v.clone() for k, v in next_stored.items()}
+        for k, v in self._stored({k: final_obs[k][ids] for k in self.groups}).items():
+            final[k][ids] = v
+        return next_stored, final
 
     def eval_policy(self):
         return lambda o: self.agent.act(o, deterministic=True).to(self.env.device), None

@@ -203,3 +203,38 @@ def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp
     result = trainer.run()
     assert trainer.method.updates == 9 and "best_eval_return" in result
     assert trainer.replay.obs["pixels/front"][: trainer.replay._size].abs().sum() > 0
+
+
+def test_cached_embeddings_run_the_backbone_once_per_camera_and_step(tmp_path) -> None:
+    """With cached embeddings the new observations pass the backbone once: they are the next step's obs and, where
+    no episode ended, this transition's next_obs; only finished envs pass their final observation too. The stored
+    next_obs features are those of the true final observation."""
+    from robot_rl.policies.encoders import ResNetBackbone
+
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    weights = tmp_path / "resnet10.pt"
+    torch.save(ResNetBackbone("resnet10").state_dict(), weights)
+    cfg = compose_train_config([
+        f"env.spec={SPEC}", "train.steps=20", "train.learning_starts=0", "agent=sac", "agent.hidden_dims=[32,32]",
+        "agent.batch_size=64", "agent.encoder=pretrained", f"agent.encoder_weights={weights}", "agent.image_shift=0",
+        "agent.cache_embeddings=true", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
+        "env.pixel_size=[32,32]", "env.max_episode_steps=4", "env.num_envs=2", "env.num_eval_envs=1",
+        "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1"])
+    method = Trainer(cfg, tmp_path / "run").method
+    method.start(seed=0)
+    backbone = next(m for m in method.agent.encoder.modules() if isinstance(m, ResNetBackbone))
+    rows, added, real_forward, real_add = [], [], backbone.forward, method.replay.add
+    backbone.forward = lambda x: rows.append(x.shape[0]) or real_forward(x)
+    method.replay.add = lambda obs, a, r, nxt, te, tr: added.append(nxt) or real_add(obs, a, r, nxt, te, tr)
+    real_step, finals = method.env.step, []
+    method.env.step = lambda a: (out := real_step(a), finals.append(out[4]["final_obs"]))[0]
+    for _ in range(6):  # episodes of 4 steps: both envs finish at step 4
+        method.advance()
+    cameras = 2
+    assert sum(rows) == cameras * (6 * 2 + 2)  # 6 steps x 2 envs of new observations + the 2 final observations
+    method.replay.add = real_add
+    expected = method.agent.for_replay({k: finals[3][k] for k in method.groups})
+    for group in CAMERAS:
+        torch.testing.assert_close(added[3][group], expected[group])
