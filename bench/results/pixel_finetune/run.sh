@@ -14,7 +14,7 @@ BC="dataset=data/push_px policy=flow steps=5000 batch_size=64 log_every=500 enco
 for seed in "$@"; do
   [ -f runs/pixel_bc/flow_px_s$seed/policy/config.json ] || .venv/bin/robot-rl bc $BC seed=$seed \
     run_dir=runs/pixel_bc/flow_px_s$seed > runs/pixel_bc/flow_px_s$seed.log 2>&1
-  .venv/bin/robot-rl finetune experiment=residual_push env.spec=arm:push-sparse-pixels \
-    base_policy=runs/pixel_bc/flow_px_s$seed/policy steps=40000 eval_every=10000 env.num_eval_envs=50 threads=1 \
+  .venv/bin/robot-rl finetune experiment=residual_push_pixels \
+    base_policy=runs/pixel_bc/flow_px_s$seed/policy threads=1 \
     quiet=true seed=$seed run_dir=runs/pixel_finetune/residual_s$seed > runs/pixel_finetune/residual_s$seed.log 2>&1
 done
