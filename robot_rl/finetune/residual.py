@@ -1,7 +1,7 @@
 """Residual RL on a frozen behaviour-cloning policy (ResFiT mechanics, Ankile et al. 2025).
 
 A frozen base policy (any `ChunkPolicy`, usually action-chunked) proposes an action a_base at every step; a
-SAC actor that sees the state and a_base outputs a correction r in [-1, 1]^A, and the env executes
+SAC actor that sees the state (or the base's features, below) and a_base outputs a correction r in [-1, 1]^A, and the env executes
 
     a = clip(a_base + scale * r, -1, 1),        scale ~ 0.1-0.2 of the normalised action range.
 
@@ -173,40 +173,40 @@ class ResidualRL(MethodDefaults):
         )
         self.env_steps = 0
         self.updates = 0
-        self._state: Tensor | None = None
+        self._features: Tensor | None = None
         self._base_action: Tensor | None = None
 
     def start(self, seed: int) -> None:
         """Start fresh episodes (also after a resume: the simulator state is not checkpointed)."""
         self.base.reset()
-        self._state = self.base.features(self.env.reset(seed=seed))
-        self._base_action = self.base.act_from_features(self._state, self.cfg.base_deterministic)
+        self._features = self.base.features(self.env.reset(seed=seed))
+        self._base_action = self.base.act_from_features(self._features, self.cfg.base_deterministic)
 
     def executed(self, base_action: Tensor, residual: Tensor) -> Tensor:
         return residual_action(base_action, residual, self.cfg.scale)
 
     def advance(self) -> dict[str, Tensor]:
         cfg, env = self.cfg, self.env
-        if self._state is None:
+        if self._features is None:
             raise RuntimeError("call start(seed) first")
-        obs = {"state": torch.cat([self._state, self._base_action], 1)}
+        obs = {"state": torch.cat([self._features, self._base_action], 1)}
         residual = self.agent.act(obs).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(self.executed(self._base_action, residual))
         done = terminated | truncated
         self.agent.observe(obs, reward, done)
         self.base.reset(done)
-        state = self.base.features(next_obs)
-        base_action = self.base.act_from_features(state, cfg.base_deterministic)
-        final_state, final_base = state, base_action
+        features = self.base.features(next_obs)
+        base_action = self.base.act_from_features(features, cfg.base_deterministic)
+        final_features, final_base = features, base_action
         if bool(done.any()):
             ids = done.nonzero().squeeze(1)
-            final_state, final_base = state.clone(), base_action.clone()
-            final_state[ids] = self.base.features({k: v[ids] for k, v in info["final_obs"].items()})
-            final_base[ids] = first_actions(self.base, final_state[ids], cfg.base_deterministic)
+            final_features, final_base = features.clone(), base_action.clone()
+            final_features[ids] = self.base.features({k: v[ids] for k, v in info["final_obs"].items()})
+            final_base[ids] = first_actions(self.base, final_features[ids], cfg.base_deterministic)
         self.replay.add(
-            obs, residual, reward, {"state": torch.cat([final_state, final_base], 1)}, terminated, truncated
+            obs, residual, reward, {"state": torch.cat([final_features, final_base], 1)}, terminated, truncated
         )
-        self._state, self._base_action = state, base_action
+        self._features, self._base_action = features, base_action
         self.env_steps += env.num_envs
 
         metrics: dict[str, Tensor] = {}
@@ -222,9 +222,9 @@ class ResidualRL(MethodDefaults):
         self.eval_base.reset()
 
         def act(obs: dict[str, Tensor]) -> Tensor:
-            state = self.eval_base.features(obs)
-            base_action = self.eval_base.act_from_features(state, self.cfg.base_deterministic)
-            residual = self.agent.act({"state": torch.cat([state, base_action], 1)}, deterministic=True)
+            features = self.eval_base.features(obs)
+            base_action = self.eval_base.act_from_features(features, self.cfg.base_deterministic)
+            residual = self.agent.act({"state": torch.cat([features, base_action], 1)}, deterministic=True)
             return self.executed(base_action, residual.to(base_action))
 
         return act, self.eval_base.reset
