@@ -164,7 +164,7 @@ class OfflineData:
             int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
             frames=tuple(self.frames), episode_steps=int(lengths.min()),
         )
-        self.addframe_steps(buffer)
+        self.add_frame_steps(buffer)
         return buffer
 
     def _episodes(self) -> Tensor:
@@ -193,7 +193,7 @@ class OfflineData:
             raise DatasetError("the camera data has no transition with a next frame (only one-step truncated episodes)")
         return kept, last, terminated, truncated
 
-    def addframe_steps(self, buffer: ReplayBuffer) -> int:
+    def add_frame_steps(self, buffer: ReplayBuffer) -> int:
         """Append the steps a frame buffer can hold exactly (`frame_steps`) to `buffer`, a single-env buffer with
         these camera groups as `frames` (this data's own, or a learner's prior buffer); returns how many."""
         kept, last, terminated, truncated = self.frame_steps()
