@@ -107,8 +107,9 @@ class ResidualPolicy(nn.Module):
 
     def step(self, obs: Obs, queue: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`act` as a pure function of the queue state, for the exported graph (no Python state, no branch):
-        obs [N, O] (with a camera base: the dict of state and images), queue [N, H, A] (the base chunk each env plays), pos [N] int64 (index of its next action;
-        >= execute: plan a new chunk from obs, e.g. at an episode's first step) -> (action [N, A], queue, pos).
+        obs [N, O] (with a camera base: the dict of state and images), queue [N, H, A] (the base chunk each env
+        plays), pos [N] int64 (index of its next action; >= execute: plan a new chunk from obs, e.g. at an episode's
+        first step) -> (action [N, A], queue, pos).
         The base plans every call and `where` keeps it only for the envs that need it; a base that samples
         (base_deterministic=False) has no such pure form."""
         if not self.base_deterministic:

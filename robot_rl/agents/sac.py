@@ -586,10 +586,8 @@ class SAC:
 
     def _update_critic(self, b: Batch) -> dict[str, Tensor]:
         obs, next_obs, target_next_obs = self.batch_features(b)
-        if target_next_obs is None:
-            critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs)
-        else:
-            critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs, target_next_obs)
+        critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs, target_next_obs)
+        if self.encoder is not None:  # the actor's update reads these, detached (`update`)
             self._actor_features = obs.detach()
         self.step_critic(critic_loss)
         return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
