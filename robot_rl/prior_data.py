@@ -125,15 +125,15 @@ class OfflineData:
             obs, next_obs, terminated = {"state": self.obs[i]}, {"state": self.next_obs[i]}, self.terminated[i]
         else:
             if self._frame_rows is None:
-                kept, last, ends, _ = self.frame_steps()
-                self._frame_rows = (kept, torch.where(last[kept], kept, kept + 1), ends[kept])
-            kept, nxt, ends = self._frame_rows
+                kept, last, terminated, _ = self.frame_steps()
+                self._frame_rows = (kept, torch.where(last[kept], kept, kept + 1), terminated[kept])
+            kept, nxt, kept_terminated = self._frame_rows
             pick = torch.randint(kept.numel(), (batch_size,))
             j, i = kept[pick], kept[pick].to(self.obs.device)
             obs = {"state": self.obs[i], **{g: f[j].to(self.obs.device) for g, f in self.frames.items()}}
             next_obs = {"state": self.next_obs[i],
                         **{g: f[nxt[pick]].to(self.obs.device) for g, f in self.frames.items()}}
-            terminated = ends[pick].to(self.obs.device)
+            terminated = kept_terminated[pick].to(self.obs.device)
         batch = Batch(obs=obs, action=self.action[i], reward=self.reward[i], next_obs=next_obs,
                       discount=gamma * (~terminated).float())
         return batch, self.mc_return[i]
