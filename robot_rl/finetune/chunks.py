@@ -19,7 +19,10 @@ sum_j gamma^j r_j over the k executed actions, the bootstrap discount is gamma^k
 
 What the learner decides on is `features(obs)`, by default the `state` group; DSRL on a camera policy passes the
 base's own `ChunkPolicy.features` (its frozen conditioning), so decisions and stored transitions hold features
-rather than frames. The final observation's features are computed only for the envs whose chunk completed.
+rather than frames. Features are computed only for the envs whose chunk completed at a step — of the final
+observation (the transition's `next_obs`) and of the new one (the next decision's) —, so a camera base's encoder
+runs twice per decision rather than on every executed step. `state` rows of envs still playing a chunk are stale
+until their chunk completes; nothing reads them before.
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class ChunkRunner:
 
     def reset(self, seed: int | None = None) -> Tensor:
         """Reset every env and empty every queue; returns the features batch [N, F]."""
-        self.state = self.features(self.env.reset(seed=seed))
+        self.state = self.features(self.env.reset(seed=seed)).clone()  # rows are written in place by step()
         if self.start_obs.shape != self.state.shape:
             self.start_obs = torch.zeros_like(self.state)
         self.pos.fill_(self.execute)
@@ -169,6 +172,6 @@ class ChunkRunner:
                 payload={k: v[ids].clone() for k, v in self.payload.items()},
             )
             self.pos[ids] = self.execute
-        self.state = self.features(obs)
+            self.state[ids] = self.features({k: v[ids] for k, v in obs.items()}).to(self.state)
         success = info["success"].bool() if "success" in info else None
         return StepResult(macro, done, info["episode_return"], success, finished_episodes(done, info))

@@ -81,3 +81,24 @@ def test_misuse_is_an_error() -> None:
     runner.plan(torch.tensor([0]), torch.zeros(1, 2, 2))
     with pytest.raises(ValueError, match="still playing"):
         runner.plan(torch.tensor([0]), torch.zeros(1, 2, 2))
+
+
+def test_features_are_computed_only_for_envs_whose_chunk_completed() -> None:
+    # A camera base's features cost an encoder pass per row: rows are computed at reset, then for the final and
+    # the new observation of each completed chunk, never for envs in the middle of one (was: every env, every step).
+    rows = []
+
+    def features(obs: dict) -> torch.Tensor:
+        rows.append(obs["state"].shape[0])
+        return obs["state"].float() * 10
+
+    env = ScriptedEnv([7, 9], [True, False])
+    runner = ChunkRunner(env, execute=3, gamma=GAMMA, features=features)
+    runner.reset(seed=0)
+    macros, planned = run(runner, 12)
+    completed = sum(m.env_ids.numel() for m in macros)
+    assert sum(rows) == 2 + 2 * completed < 2 * 12
+    # decisions are still made on the features of the observation they start from (x10 marks the features)
+    starts = torch.cat([m.obs for m in macros])
+    assert starts[:, 0].tolist() == torch.cat([10 * m.env_ids.float() for m in macros]).tolist()
+    assert sorted(set(starts[:, 1].tolist())) == [0, 30, 60]  # each chunk starts at t = 0, 3, 6 of its episode
