@@ -48,6 +48,11 @@ HAND_QUAT = (0.0, 0.0, 1.0, 0.0)  # desired hand orientation: a half turn about 
 IK_DAMPING = 0.03
 IK_MAX_DQ = 0.4  # rad per IK iteration
 MAX_LEAD = 0.05  # the desired grip position may lead the measured one by at most this much
+# The desired grip point is kept where the arm reaches it: its wrist centre at most this far from the shoulder (the
+# straight arm reaches 0.64 m; 0.63 m leaves the elbow bent by 0.35 rad). The workspace box's far corners lie beyond
+# the arm; chasing such a point, the IK crossed the straight-arm singularity every tick and its clipped steps flipped
+# the elbow back and forth, so the hand shook at 1.1-1.5 m/s, holding or not. Every reset box and target is within.
+REACH_MAX = 0.63
 
 # Reset: uniform boxes ((low...), (high...)).
 EE0_BOX = ((0.3, -0.12, 0.1), (0.42, 0.12, 0.2))  # grip point at the start

@@ -13,7 +13,7 @@ only expose ``qpos``/``qvel`` and accept ``ctrl``, so everything is computed fro
 * the Jacobian analytically (a revolute joint with world axis w through anchor p contributes
   ``jacp = w x (site - p)``, ``jacr = w``, which is what ``mj_jacSite`` returns; tested against it);
 * the per-step controller: the desired grip point moved by the action (``max_delta`` per step), clipped to the
-  workspace and to ``MAX_LEAD`` from the measured grip point, then ONE damped-least-squares IK iteration from the
+  workspace, to the arm's reach (``within_reach``) and to ``MAX_LEAD`` from the measured grip point, then ONE damped-least-squares IK iteration from the
   previously commanded joints (6-D error: position plus the orientation error ``quat2Vel(HAND_QUAT *
   conj(hand))`` with the error quaternion sign-normalised, as ``mju_mat2Quat``/``mju_negQuat``/``mju_mulQuat``/
   ``mju_quat2Vel`` would give; the test compares with exactly those calls), the step clipped to ``IK_MAX_DQ``
@@ -55,6 +55,7 @@ from robot_rl.envs.arm.constants import (
     MAX_YAW,
     MIN_TARGET_DIST,
     PICK_HEIGHT,
+    REACH_MAX,
     REACH_TARGET_BOX,
     REWARDS,
     STATE_DIM,
@@ -226,6 +227,16 @@ def ik_step(q: torch.Tensor, x_des: torch.Tensor, q_low: torch.Tensor, q_high: t
     return torch.clamp(q + dq, q_low, q_high)
 
 
+def within_reach(grip: torch.Tensor) -> torch.Tensor:
+    """Grip points ``[..., 3]`` moved horizontally towards the base until the wrist centre is at most ``REACH_MAX``
+    from the shoulder (``REACH_MAX`` says why); the height is kept, so the point stays in the workspace box."""
+    height = grip[..., 2] + WRIST_TO_GRIP - SHOULDER_HEIGHT  # of the wrist centre above the shoulder
+    reach = torch.linalg.vector_norm(grip[..., :2], dim=-1)
+    allowed = torch.sqrt((REACH_MAX**2 - height**2).clamp_min(0.0))
+    scale = (allowed / reach.clamp_min(1e-9)).clamp(max=1.0)
+    return torch.cat([grip[..., :2] * scale.unsqueeze(-1), grip[..., 2:]], dim=-1)
+
+
 def analytic_ik(grip: torch.Tensor) -> torch.Tensor:
     """Closed-form elbow-up joints ``[..., 5]`` that put the grip point at ``grip [..., 3]``, the hand pointing down.
 
@@ -392,7 +403,7 @@ class ArmTask(SimTask):
 
     def control(self, action: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         ee = grip_position(qpos[:, self._arm])  # the measured grip point
-        x_des = torch.clamp(self.x_des + action[:, :3] * self.max_delta, self._ws_low, self._ws_high)
+        x_des = within_reach(torch.clamp(self.x_des + action[:, :3] * self.max_delta, self._ws_low, self._ws_high))
         lead = x_des - ee
         dist = torch.linalg.vector_norm(lead, dim=1, keepdim=True)
         x_des = torch.where(dist > MAX_LEAD, ee + lead * (MAX_LEAD / dist.clamp_min(MAX_LEAD)), x_des)

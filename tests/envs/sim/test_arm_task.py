@@ -19,6 +19,7 @@ from robot_rl.envs.arm.constants import (
     IK_DAMPING,
     IK_MAX_DQ,
     LIFT_MARGIN,
+    REACH_MAX,
     REACH_TARGET_BOX,
     STATE_LAYOUT,
     SUCCESS_RADIUS,
@@ -28,7 +29,14 @@ from robot_rl.envs.arm.constants import (
     WORKSPACE_LOW,
 )
 from robot_rl.envs.arm.experts import ScriptedExpert
-from robot_rl.envs.arm.model import ARM_JOINTS, CUBE_HALF, FINGER_RANGE, build_model
+from robot_rl.envs.arm.model import (
+    ARM_JOINTS,
+    CUBE_HALF,
+    FINGER_RANGE,
+    SHOULDER_HEIGHT,
+    WRIST_TO_GRIP,
+    build_model,
+)
 from robot_rl.envs.sim import SimEnv, make_task
 from robot_rl.envs.sim.rng import CounterRNG
 from robot_rl.envs.sim.tasks.arm import (
@@ -39,6 +47,7 @@ from robot_rl.envs.sim.tasks.arm import (
     hand_quat,
     ik_step,
     jacobian,
+    within_reach,
 )
 
 L = STATE_LAYOUT
@@ -264,6 +273,40 @@ def test_control_hz() -> None:
         speeds[hz] = (obs[0] - start[0]) / 0.5
         arm.close()
     assert speeds[20.0] > 0.2 and speeds[50.0] == pytest.approx(speeds[20.0], rel=0.1)
+
+
+@pytest.mark.parametrize("hz", [20.0, 100.0])
+def test_the_hand_settles_in_every_corner_of_the_workspace(hz: float) -> None:
+    """Driven at full speed into each corner of the workspace box and held there (zero actions), the hand comes to
+    rest. The box's far corners are beyond the arm's reach: before ``within_reach`` the IK chased them across the
+    straight-arm singularity, its clipped steps flipped the elbow every tick and the hand shook at 1.1-1.5 m/s
+    (above the bridge supervisor's 1.3 m/s soft limit at 100 Hz, so a policy that went there latched the e-stop)."""
+    arm = ArmEnv("push", control_hz=hz)
+    corners = [np.array([x, y, z]) for x in (WORKSPACE_LOW[0], WORKSPACE_HIGH[0])
+               for y in (WORKSPACE_LOW[1], WORKSPACE_HIGH[1]) for z in (WORKSPACE_LOW[2], WORKSPACE_HIGH[2])]
+    for corner in corners:
+        obs, _ = arm.reset(seed=0)
+        for _ in range(int(2 * hz)):  # two seconds towards the corner, pushing on once there
+            obs, *_ = arm.step(np.r_[np.clip(50 * (corner - obs[L["ee_pos"]]), -1, 1), -1.0])
+        ee = [obs[L["ee_pos"]]]
+        for _ in range(int(0.5 * hz)):  # then zero actions: the servos keep their targets
+            obs, *_ = arm.step(np.array([0.0, 0.0, 0.0, -1.0]))
+            ee.append(obs[L["ee_pos"]])
+        speed = np.linalg.norm(np.diff(ee, axis=0), axis=1) * hz
+        assert speed[int(0.3 * hz):].max() < 0.01, f"hand still moving at {speed.max():.2f} m/s at {corner}"
+        assert np.all(obs[L["ee_pos"]] >= WORKSPACE_LOW - 1e-3) and np.all(obs[L["ee_pos"]] <= WORKSPACE_HIGH + 1e-3)
+    arm.close()
+
+
+def test_within_reach_keeps_reachable_points_and_the_height() -> None:
+    inside = torch.tensor([[0.45, 0.15, 0.02], [0.5, 0.2, 0.25], [0.15, -0.28, 0.32]], dtype=torch.float64)
+    torch.testing.assert_close(within_reach(inside), inside, rtol=0, atol=0)  # every task box is within reach
+    far = torch.tensor([[0.6, 0.28, 0.32], [0.6, 0.2, 0.018]], dtype=torch.float64)
+    moved = within_reach(far)
+    torch.testing.assert_close(moved[:, 2], far[:, 2], rtol=0, atol=0)
+    wrist = torch.cat([moved[:, :2], moved[:, 2:] + WRIST_TO_GRIP - SHOULDER_HEIGHT], dim=1)
+    torch.testing.assert_close(wrist.norm(dim=1), torch.full((2,), REACH_MAX, dtype=torch.float64))
+    torch.testing.assert_close(moved[:, 1] / moved[:, 0], far[:, 1] / far[:, 0])  # towards the base, same bearing
 
 
 def test_reset_position_and_hold() -> None:

@@ -1,0 +1,28 @@
+#!/bin/bash
+# hil-train on the simulated arm's sparse push over the bridge, with the scripted operator (it takes over when the
+# policy stops making progress) and 20 scripted demos recorded over the bridge first; then deploy of the run's
+# best weights (autonomous, no operator) on 50 episodes. One served robot per seed, each on its own port.
+# Usage: run.sh SEED [SEED...] [-- hil-train keys...]   e.g. run.sh 0 1 2 -- agent.utd=2
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+export OMP_NUM_THREADS=1 MUJOCO_GL=egl
+export ROBOT_RL_TOKEN=${ROBOT_RL_TOKEN:-$(.venv/bin/python -c "import secrets; print(secrets.token_hex(16))")}
+STEPS=${STEPS:-12000}; OUT=${OUT:-runs/hil_push}; HZ=${HZ:-100}
+seeds=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do seeds+=("$1"); shift; done; [ $# -gt 0 ] && shift
+mkdir -p $OUT
+for seed in "${seeds[@]}"; do
+  port=$((50070 + seed))
+  .venv/bin/robot-rl serve-robot driver=sim_arm task=push reward=sparse control_hz=$HZ port=$port seed=$seed \
+    status_every=0 > $OUT/serve_s$seed.log 2>&1 &
+  server=$!
+  trap "kill $server 2>/dev/null" EXIT
+  sleep 8
+  robot=127.0.0.1:$port
+  [ -d $OUT/demos_s$seed ] || .venv/bin/robot-rl teleop robot=$robot teleop=scripted episodes=20 seed=$((1000 + seed)) \
+    out=$OUT/demos_s$seed > $OUT/demos_s$seed.log 2>&1
+  .venv/bin/robot-rl hil-train robot=$robot teleop=scripted steps=$STEPS seed=$seed demos=$OUT/demos_s$seed \
+    step_timeout_s=5 run_dir=$OUT/s$seed "$@" > $OUT/s$seed.log 2>&1
+  .venv/bin/robot-rl deploy robot=$robot checkpoint=$OUT/s$seed episodes=50 step_timeout_s=5 \
+    > $OUT/deploy_s$seed.log 2>&1
+  kill $server; wait $server 2>/dev/null || true
+done
