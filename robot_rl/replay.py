@@ -588,6 +588,14 @@ def prior_fraction_ok(fraction: float) -> bool:
     return 0.0 <= fraction < 1.0
 
 
+def prior_rows(prior: ReplayBuffer | None, batch_size: int, prior_fraction: float) -> int:
+    """How many leading rows of each `sample_mixed` minibatch come from `prior`: 0 without prior data, else
+    max(1, round(batch_size * prior_fraction))."""
+    if prior is None or len(prior) == 0 or prior_fraction == 0.0:
+        return 0
+    return max(1, round(batch_size * prior_fraction))
+
+
 def sample_mixed(
     online: ReplayBuffer,
     prior: ReplayBuffer | None,
@@ -602,9 +610,9 @@ def sample_mixed(
     `utd` minibatches takes its first max(1, round(batch_size * prior_fraction)) rows from `prior` and the rest
     from `online`, so every update sees both in a fixed ratio. `prior_fraction` is in `PRIOR_FRACTION_RANGE`.
     """
-    if prior is None or len(prior) == 0 or prior_fraction == 0.0:
+    n_prior = prior_rows(prior, batch_size, prior_fraction)
+    if n_prior == 0:
         return online.sample(batch_size * utd, generator).reshape(utd, batch_size)
-    n_prior = max(1, round(batch_size * prior_fraction))
     n_online = batch_size - n_prior
     prior_batch = prior.sample(n_prior * utd, generator).reshape(utd, n_prior)
     if n_online == 0:

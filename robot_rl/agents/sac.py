@@ -59,7 +59,7 @@ from robot_rl.policies.actor_policy import make_actor
 from robot_rl.policies.encoders import ENCODERS, RESNET_BLOCKS, CameraFusion, ResNetBackbone, camera_fusion
 from robot_rl.policies.hyper import HyperQEnsemble, project_
 from robot_rl.policies.normalize import RunningNorm
-from robot_rl.replay import Batch, ReplayBuffer, sample_mixed
+from robot_rl.replay import Batch, ReplayBuffer, prior_rows, sample_mixed
 
 NETWORKS = ("mlp", "hyper")
 REDUCTIONS = ("min", "mean")
@@ -97,6 +97,11 @@ class SACConfig:
     target_entropy_scale: float = _help(1.0, "target entropy = -scale * action_dim")
     backup_entropy: bool = _help(True, "include the entropy bonus in the TD target")
     critic_weight_decay: float = _help(0.0, "AdamW weight decay of the critics")
+    bc_weight: float = _help(
+        0.0, "with prior data: the actor loss adds bc_weight x mean|Q| x the squared distance between its "
+             "deterministic action and the prior data's action, on each batch's prior rows (TD3+BC's scaling; "
+             "0: pure RLPD)"
+    )
     noise_repeat_max: int = _help(
         1, "1: fresh exploration noise every step; >1: hold each noise sample for 1..this many steps (FlashSAC)"
     )
@@ -131,6 +136,7 @@ class SACConfig:
             (min(self.critic_width, self.actor_width) >= 8, "agent.critic_width and agent.actor_width must be >= 8"),
             (min(self.critic_blocks, self.actor_blocks) >= 1, "agent.critic_blocks and agent.actor_blocks must be >= 1"),
             (self.utd >= 1, "agent.utd must be >= 1"),
+            (self.bc_weight >= 0.0, "agent.bc_weight must be >= 0"),
             (self.batch_size >= 1, "agent.batch_size must be >= 1"),
             (0.0 < self.gamma <= 1.0, "agent.gamma must be in (0, 1]"),
             (self.n_step >= 1, "agent.n_step must be >= 1"),
@@ -480,13 +486,15 @@ class SAC:
     def learn(self, online: ReplayBuffer, prior: ReplayBuffer | None = None, prior_fraction: float = 0.0,
               actor: bool = True, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """`update` on `sample(...)`: the agent owns its update-to-data ratio and batch size."""
-        return self.update(self.sample(online, prior, prior_fraction, generator), actor=actor)
+        return self.update(self.sample(online, prior, prior_fraction, generator), actor=actor,
+                           prior_rows=prior_rows(prior, self.cfg.batch_size, prior_fraction))
 
-    def update(self, batch: Batch, actor: bool = True) -> dict[str, Tensor]:
+    def update(self, batch: Batch, actor: bool = True, prior_rows: int = 0) -> dict[str, Tensor]:
         """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update.
 
         `actor=False` updates the critics only: the critic warm-up of fine-tuning (ResFiT), which fits Q to the
-        starting policy before the actor may follow it.
+        starting policy before the actor may follow it. `prior_rows`: how many leading rows of each minibatch
+        are prior data (`replay.prior_rows`), which `bc_weight` pulls the actor towards.
         """
         for i in range(batch.action.shape[0]):
             if self._cuda_graphs:
@@ -498,8 +506,10 @@ class SAC:
             torch.compiler.cudagraph_mark_step_begin()
         # A pixel agent's actor reads the last critic update's features, detached: no actor gradient reaches
         # the encoder (module docstring).
-        actor_obs = batch.index(-1).obs["state"] if self.encoder is None else self._actor_features
-        actor_metrics = self._update_actor_and_temperature(actor_obs)
+        last = batch.index(-1)
+        actor_obs = last.obs["state"] if self.encoder is None else self._actor_features
+        bc_action = last.action[:prior_rows] if self.cfg.bc_weight > 0 and prior_rows > 0 else None
+        actor_metrics = self._update_actor_and_temperature(actor_obs, bc_action)
         metrics = {**critic_metrics, **actor_metrics}
         return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
 
@@ -562,14 +572,19 @@ class SAC:
         critic_loss, q = self.critic_loss(obs, action, target, target_probs)
         return critic_loss, q.detach().mean()
 
-    def _actor_loss(self, obs: Tensor, alpha: Tensor):
+    def _actor_loss(self, obs: Tensor, alpha: Tensor, bc_action: Tensor | None = None):
         with self._autocast():
             action, log_prob = self.actor(obs)
             q_all = self.critic(obs, action).float()
         # the actor follows the ensemble mean (RLPD) or its minimum (clipped double Q)
         q = q_all.mean(dim=0) if self.cfg.actor_q == "mean" else q_all.min(dim=0).values
         log_prob = log_prob.float()
-        return (alpha * log_prob - q).mean(), log_prob.detach()
+        loss = (alpha * log_prob - q).mean()
+        if bc_action is not None:  # the first rows are prior data; scaled by |Q| so the weight does not depend on
+            with self._autocast():  # the reward scale (TD3+BC)
+                mode = self.actor(obs[: bc_action.shape[0]], deterministic=True)[0].float()
+            loss = loss + self.cfg.bc_weight * q.abs().mean().detach() * (mode - bc_action).pow(2).sum(-1).mean()
+        return loss, log_prob.detach()
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16)
@@ -614,11 +629,11 @@ class SAC:
         """One actor step against the ensemble and one temperature step (also used by offline learners)."""
         return self._update_actor_and_temperature(obs)
 
-    def _update_actor_and_temperature(self, obs: Tensor) -> dict[str, Tensor]:
+    def _update_actor_and_temperature(self, obs: Tensor, bc_action: Tensor | None = None) -> dict[str, Tensor]:
         alpha = self.log_alpha.exp().detach()
         # The critic is not trained here: freezing it skips its weight gradients.
         self.critic.requires_grad_(False)
-        actor_loss, log_prob = self._actor_loss_fn(obs, alpha)
+        actor_loss, log_prob = self._actor_loss_fn(obs, alpha, bc_action)
         self.step_actor(actor_loss)
         self.critic.requires_grad_(True)
 

@@ -106,6 +106,7 @@ def test_state_dict_round_trip_restores_behaviour():
         ({"num_target_critics": 5, "num_critics": 2}, "num_target_critics"),
         ({"utd": 0}, "utd"),
         ({"gamma": 1.5}, "gamma"),
+        ({"bc_weight": -1.0}, "bc_weight"),
     ],
 )
 def test_bad_config_names_the_field(bad, message):
@@ -329,3 +330,46 @@ def test_build_actor_rebuilds_a_simba_actor_with_its_observation_statistics():
     obs = torch.randn(8, 4) * 5 + 3
     with torch.no_grad():
         torch.testing.assert_close(actor(obs, deterministic=True)[0], agent.act({"state": obs}, deterministic=True))
+
+
+@pytest.mark.parametrize("network", ["mlp", "hyper"])
+def test_bc_weight_pulls_the_actor_to_the_prior_rows_actions_only(network):
+    """`bc_weight` adds a behaviour-cloning term on the batch's prior rows (`prior_rows` leading rows): with it the
+    actor's deterministic action on prior states goes to the prior data's action; the online rows' actions (here
+    the opposite sign) are not imitated; with bc_weight 0 (or no prior rows) nothing is cloned."""
+    target = torch.tensor([0.6, -0.4])
+
+    def train(bc_weight: float, rows: int) -> float:
+        torch.manual_seed(0)
+        extra = {"num_atoms": 21, "reward_scale": True, "critic_width": 32, "actor_width": 32} if network == "hyper" \
+            else {}
+        agent = SAC(4, 2, SACConfig(network=network, hidden_dims=[32], bc_weight=bc_weight, actor_lr=1e-3, **extra))
+        b = _batch(128)
+        b.action[:64] = target  # prior rows first, as sample_mixed lays them out
+        b.action[64:] = -target
+        b.reward.fill_(1.0)
+        for _ in range(100):
+            agent.update(b.reshape(1, 128), prior_rows=rows)
+        mode = agent.actor(b.obs["state"][:64], deterministic=True)[0].detach()
+        return (mode - target).norm(dim=1).mean().item()
+
+    cloned = train(10.0, 64)
+    assert cloned < 0.15, cloned
+    assert train(0.0, 64) > 3 * cloned and train(10.0, 0) > 3 * cloned
+
+
+def test_prior_rows_is_what_sample_mixed_takes_from_prior():
+    from robot_rl.replay import ReplayBuffer, prior_rows, sample_mixed
+
+    spec = {"state": ((3,), torch.float32)}
+    online, prior = ReplayBuffer(100, 1, spec, 1), ReplayBuffer(100, 1, spec, 1)
+    for buf, value in ((online, 0.0), (prior, 1.0)):
+        for _ in range(20):
+            obs = {"state": torch.full((1, 3), value)}
+            buf.add(obs, torch.zeros(1, 1), torch.zeros(1), obs, torch.zeros(1, dtype=torch.bool),
+                    torch.zeros(1, dtype=torch.bool))
+    for fraction in (0.25, 0.5, 0.01):
+        rows = prior_rows(prior, 32, fraction)
+        batch = sample_mixed(online, prior, 32, 2, fraction)
+        assert bool((batch.obs["state"][:, :rows] == 1).all()) and bool((batch.obs["state"][:, rows:] == 0).all())
+    assert prior_rows(None, 32, 0.5) == 0 and prior_rows(prior, 32, 0.0) == 0

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl
 export ROBOT_RL_TOKEN=${ROBOT_RL_TOKEN:-$(.venv/bin/python -c "import secrets; print(secrets.token_hex(16))")}
-STEPS=${STEPS:-12000}; OUT=${OUT:-runs/hil_push}; HZ=${HZ:-100}
+STEPS=${STEPS:-12000}; OUT=${OUT:-runs/hil_push}; HZ=${HZ:-20}
 seeds=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do seeds+=("$1"); shift; done; [ $# -gt 0 ] && shift
 mkdir -p $OUT
 for seed in "${seeds[@]}"; do
@@ -15,7 +15,7 @@ for seed in "${seeds[@]}"; do
   .venv/bin/robot-rl serve-robot driver=sim_arm task=push reward=sparse control_hz=$HZ port=$port seed=$seed \
     status_every=0 > $OUT/serve_s$seed.log 2>&1 &
   server=$!
-  trap "kill $server 2>/dev/null" EXIT
+  trap "kill $server 2>/dev/null || true" EXIT
   sleep 8
   robot=127.0.0.1:$port
   [ -d $OUT/demos_s$seed ] || .venv/bin/robot-rl teleop robot=$robot teleop=scripted episodes=20 seed=$((1000 + seed)) \
