@@ -1,0 +1,105 @@
+"""Summary of run.sh's hil-train runs on the simulated arm's sparse push: per seed, the intervention rate and the
+autonomous success (successful episodes without any takeover) over the first and the last 2,000 training steps,
+and deploy's success on 50 autonomous episodes of the run's best weights; over seeds: mean, IQM, 95% bootstrap
+interval. Copies each run's small files (config, metrics, per-episode log, console logs) next to this script."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+from pathlib import Path
+
+from robot_rl.stats import summarize, write_json
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent.parent
+RUNS = Path("runs") / "hil_push"  # relative to ROOT, as the summary records them
+WINDOW = 2000  # env steps
+
+
+def window_means(rows: list[dict], first: bool) -> dict[str, float]:
+    """Step-weighted intervention rate and the autonomous success rate of the episodes in the first or last window."""
+    end = int(rows[-1]["env_steps"])
+    chosen = [r for r in rows if (int(r["env_steps"]) <= WINDOW if first else int(r["env_steps"]) > end - WINDOW)]
+    steps = sum(int(r["length"]) for r in chosen)
+    return {
+        "episodes": len(chosen),
+        "intervention_rate": round(sum(int(r["interventions"]) for r in chosen) / steps, 3),
+        "autonomous_success": round(sum(r["success"] == "True" and int(r["interventions"]) == 0 for r in chosen)
+                                    / len(chosen), 3),
+    }
+
+
+def plot(runs: list[Path]) -> None:
+    """Each seed's intervention rate over the last 20 episodes against env steps (the seeds' episodes end at
+    different steps, so there is no shared x for a band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for run in runs:
+        rows = list(csv.DictReader(open(run / "hil_metrics.csv")))
+        x, y = [], []
+        for i in range(19, len(rows)):
+            last = rows[i - 19 : i + 1]
+            x.append(int(rows[i]["env_steps"]))
+            y.append(sum(int(r["interventions"]) for r in last) / sum(int(r["length"]) for r in last))
+        ax.plot(x, y, label=f"seed {run.name[1:]}")
+    ax.set(xlabel="env steps", ylabel="intervention rate (last 20 episodes)", ylim=(0, 1),
+           title="hil-train, sparse push (sim arm, scripted operator)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(HERE / "intervention_rate.png", dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    os.chdir(ROOT)
+    per_seed, runs = {}, []
+    for run in sorted(RUNS.glob("s[0-9]*")):
+        deploy = run.parent / f"deploy_{run.name}.log"
+        if not (run / "hil_metrics.csv").is_file() or not deploy.is_file():
+            continue
+        done = re.search(r"success (\d+)/(\d+)", deploy.read_text())
+        if done is None:
+            continue
+        rows = list(csv.DictReader(open(run / "hil_metrics.csv")))
+        per_seed[run.name[1:]] = {
+            "env_steps": int(rows[-1]["env_steps"]), "first_2k": window_means(rows, True),
+            "last_2k": window_means(rows, False),
+            "deploy_success_percent": round(100 * int(done.group(1)) / int(done.group(2)), 1),
+        }
+        runs.append(run)
+        dest = HERE / run.name
+        dest.mkdir(exist_ok=True)
+        for f in ("config.yaml", "metrics.csv", "hil_metrics.csv", "learning_curve.png"):
+            shutil.copy2(run / f, dest / f)
+        for log in (f"{run.name}.log", f"deploy_{run.name}.log", f"demos_{run.name}.log"):
+            shutil.copy2(run.parent / log, dest / log.replace(f"_{run.name}", "").replace(run.name, "hil-train"))
+    values = lambda key, sub: [s[key][sub] for s in per_seed.values()]  # noqa: E731
+    summary = {
+        "task": "sim_arm push, sparse reward (1 on success, which ends the episode), served by serve-robot at 20 Hz",
+        "operator": "teleop=scripted: the arm's scripted expert takes over when the policy stops making progress",
+        "demos": "20 scripted episodes recorded over the bridge first (robot-rl teleop ... teleop=scripted), in the "
+                 "prior buffer with every intervention",
+        "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics, UTD 1); one update per transition",
+        "steps": "12k env steps (= agent steps, action repeat 1)",
+        "evaluation": "training episodes (no separate evaluation on a robot); deploy: 50 episodes of the run's "
+                      "best.pt, deterministic, no operator",
+        "per_seed": per_seed,
+        "intervention_rate_last_2k": summarize(values("last_2k", "intervention_rate")),
+        "autonomous_success_last_2k": summarize(values("last_2k", "autonomous_success")),
+        "deploy_success_percent": summarize([s["deploy_success_percent"] for s in per_seed.values()]),
+    }
+    write_json(summary, HERE / "summary.json")
+    plot(runs)
+    for k in ("intervention_rate_last_2k", "autonomous_success_last_2k", "deploy_success_percent"):
+        print(k, summary[k]["values"], round(summary[k]["mean"], 3))
+
+
+if __name__ == "__main__":
+    main()
