@@ -16,6 +16,41 @@ RUNS = Path("runs") / "push_rlpd"  # relative to ROOT, as the summary records th
 LABELS = {"rlpd": "RLPD, 20 demos", "sac": "SAC from scratch"}
 
 
+def critic_check(run: Path) -> dict | None:
+    """What the run's final critics think of the demos against their true discounted returns (at most 1 here: the
+    only reward is the 1 that ends the episode), of the actor's own action in the demo states, and the largest value
+    they give the online data; None without its checkpoint. A critic that has diverged values the demos far above
+    1; one that extrapolates values the actor's action like the demo's while the actor fails."""
+    import torch
+
+    from robot_rl.agents.sac import SAC
+    from robot_rl.config import load_run_config
+    from robot_rl.prior_data import OfflineData
+
+    path = run / "checkpoints" / "latest.pt"
+    if not path.is_file():
+        return None
+    state = torch.load(path, weights_only=False, map_location="cpu")
+    cfg = load_run_config(run).agent
+    demos = OfflineData.load("data/push_demos", gamma=cfg.gamma)
+    agent = SAC(demos.obs.shape[1], demos.action.shape[1], cfg)
+    agent.load_state_dict(state["agent"])
+    online = state["replay"]["obs"]["state"][:, 0], state["replay"]["action"][:, 0]
+    with torch.no_grad():
+        unscale = 1.0 / float(agent.reward_scale())  # categorical critics value scaled returns
+        q_demo = agent.critic(demos.obs, demos.action).min(0).values * unscale
+        mode = agent.actor(demos.obs, deterministic=True)[0]
+        q_actor = agent.critic(demos.obs, mode).min(0).values * unscale
+        q_online = agent.critic(*online).min(0).values * unscale
+    return {
+        "demo_mc_return_mean": round(float(demos.mc_return.mean()), 3),
+        "demo_q_mean": round(float(q_demo.mean()), 3),
+        "demo_states_q_of_actor_action_mean": round(float(q_actor.mean()), 3),
+        "online_q_max": round(float(q_online.max()), 3),
+        "actor_distance_to_demo_actions": round(float((mode - demos.action).norm(dim=1).mean()), 3),
+    }
+
+
 def main() -> None:
     os.chdir(ROOT)
     groups: dict[str, list[Path]] = {}
@@ -54,6 +89,7 @@ def main() -> None:
                 if (run / f).is_file():
                     shutil.copy2(run / f, dest / f)
             shutil.copy2(run.parent / f"{run.name}.log", dest / "output.log")
+        summary["groups"][name]["critic_check"] = {run.name.rsplit("_s", 1)[1]: critic_check(run) for run in runs}
         print(name, "20k:", at[20_000], summary["groups"][name]["summary_20k"])
     write_json(summary, HERE / "summary.json")
     plot_curves(curves, HERE / "success.png", title="arm:push-sparse, 20k env steps", ylabel="success rate")
