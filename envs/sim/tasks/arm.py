@@ -14,9 +14,10 @@ only expose ``qpos``/``qvel`` and accept ``ctrl``, so everything is computed fro
   ``jacp = w x (site - p)``, ``jacr = w``, which is what ``mj_jacSite`` returns; tested against it);
 * the per-step controller: the desired grip point moved by the action (``max_delta`` per step), clipped to the
   workspace, to the arm's reach (``within_reach``) and to ``MAX_LEAD`` from the measured grip point, then ONE
-  damped-least-squares IK iteration from the previously commanded joints (6-D error: position plus the orientation error ``quat2Vel(HAND_QUAT *
-  conj(hand))`` with the error quaternion sign-normalised, as ``mju_mat2Quat``/``mju_negQuat``/``mju_mulQuat``/
-  ``mju_quat2Vel`` would give; the test compares with exactly those calls), the step clipped to ``IK_MAX_DQ``
+  damped-least-squares IK iteration from the previously commanded joints (6-D error: position plus the
+  orientation error ``quat2Vel(HAND_QUAT * conj(hand))`` with the error quaternion sign-normalised, as
+  ``mju_mat2Quat``/``mju_negQuat``/``mju_mulQuat``/``mju_quat2Vel`` would give; the test compares with exactly
+  those calls), the step clipped to ``IK_MAX_DQ``
   and to the joint ranges; the hand quaternion is ``qz(j1) qy(j2+j3+j4) qz(j5)`` multiplied out;
 * reset: the grip point uniform in ``EE0_BOX`` (joints from the closed-form ``analytic_ik``), gripper open; the
   cube uniform in ``CUBE_XY_BOX`` with yaw in ``[-MAX_YAW, MAX_YAW]`` (reach: parked at ``CUBE_PARKED``); the
