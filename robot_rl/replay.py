@@ -607,7 +607,7 @@ def sample_mixed(
     """`utd` minibatches of `batch_size`, shaped [utd, batch_size]: the one RLPD prior/online mixer.
 
     Without a prior buffer (or an empty one, or `prior_fraction` 0) every row is online. Otherwise each of the
-    `utd` minibatches takes its first max(1, round(batch_size * prior_fraction)) rows from `prior` and the rest
+    `utd` minibatches takes its first `prior_rows(prior, batch_size, prior_fraction)` rows from `prior` and the rest
     from `online`, so every update sees both in a fixed ratio. `prior_fraction` is in `PRIOR_FRACTION_RANGE`.
     """
     n_prior = prior_rows(prior, batch_size, prior_fraction)

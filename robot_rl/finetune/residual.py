@@ -1,7 +1,8 @@
 """Residual RL on a frozen behaviour-cloning policy (ResFiT mechanics, Ankile et al. 2025).
 
 A frozen base policy (any `ChunkPolicy`, usually action-chunked) proposes an action a_base at every step; a
-SAC actor that sees the state (or the base's features, below) and a_base outputs a correction r in [-1, 1]^A, and the env executes
+SAC actor that sees the state (or the base's features, below) and a_base outputs a correction r in [-1, 1]^A,
+and the env executes
 
     a = clip(a_base + scale * r, -1, 1),        scale ~ 0.1-0.2 of the normalised action range.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import cache
 from pathlib import Path
 
 from robot_rl.stats import load_curve, plot_curves, summarize, summarize_runs, write_json
@@ -14,6 +15,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
 RUNS = Path("runs") / "push_rlpd"  # relative to ROOT, as the summary records them
 LABELS = {"rlpd": "RLPD, 20 demos", "sac": "SAC from scratch"}
+
+
+@cache
+def _demos(gamma: float):  # the same 20 demos for every run: read once
+    from robot_rl.prior_data import OfflineData
+
+    return OfflineData.load("data/push_demos", gamma=gamma)
 
 
 def critic_check(run: Path) -> dict | None:
@@ -25,14 +33,12 @@ def critic_check(run: Path) -> dict | None:
 
     from robot_rl.agents.sac import SAC
     from robot_rl.config import load_run_config
-    from robot_rl.prior_data import OfflineData
-
     path = run / "checkpoints" / "latest.pt"
     if not path.is_file():
         return None
     state = torch.load(path, weights_only=False, map_location="cpu")
     cfg = load_run_config(run).agent
-    demos = OfflineData.load("data/push_demos", gamma=cfg.gamma)
+    demos = _demos(cfg.gamma)
     agent = SAC(demos.obs.shape[1], demos.action.shape[1], cfg)
     agent.load_state_dict(state["agent"])
     online = state["replay"]["obs"]["state"][:, 0], state["replay"]["action"][:, 0]
