@@ -45,10 +45,11 @@ def test_pendulum_compiled_learns_as_well_as_eager(tmp_path):
 def test_rlpd_with_20_demos_learns_sparse_push(tmp_path):
     """The RLPD result of the tasks-and-datasets issue, shortened: 20 scripted demos, sparse reward.
 
-    Measured (seed 0, 1 thread): RLPD 10% at 10k env steps, 30% at 20k; SAC from scratch 0% throughout.
+    Measured with the preset's gamma 0.95 (seed 0, 1 thread, bench/results/push_rlpd): 10% at 12k env steps, 25% at
+    14k, 40% at 20k; SAC from scratch 0% throughout.
     """
     demos = tmp_path / "push_demos"
     assert main(["collect", "env.spec=arm:push-sparse", "policy=expert", "episodes=20", f"out={demos}"]) == 0
     rows = _train(tmp_path / "rlpd", "experiment=rlpd_push", f"data.path={demos}", "seed=0", "threads=1",
-                  "train.steps=12000")
+                  "train.steps=14000")
     assert max(r["success_rate"] for r in rows) >= 0.1, [r["success_rate"] for r in rows]

@@ -1,7 +1,10 @@
 """Summary of run.sh's hil-train runs on the simulated arm's sparse push: per seed, the intervention rate and the
 autonomous success (successful episodes without any takeover) over the first and the last 2,000 training steps,
 and deploy's success on 50 autonomous episodes of the run's best weights; over seeds: mean, IQM, 95% bootstrap
-interval. Copies each run's small files (config, metrics, per-episode log, console logs) next to this script."""
+interval. Copies each run's small files (config, metrics, per-episode log, console logs) next to this script.
+
+Usage: summarize.py [RUNS [OUT]]: the runs of `OUT=RUNS run.sh ...` (default runs/hil_push), summarised into OUT, a
+folder beside this script (default: this folder), e.g. `summarize.py runs/hil_push_g95 gamma0.95`."""
 
 from __future__ import annotations
 
@@ -9,13 +12,15 @@ import csv
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from robot_rl.stats import summarize, write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
-RUNS = Path("runs") / "hil_push"  # relative to ROOT, as the summary records them
+RUNS = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/hil_push")  # relative to ROOT, as the summary records them
+OUT = HERE / sys.argv[2] if len(sys.argv) > 2 else HERE
 WINDOW = 2000  # env steps
 
 
@@ -53,8 +58,15 @@ def plot(runs: list[Path]) -> None:
            title="hil-train, sparse push (sim arm, scripted operator)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(HERE / "intervention_rate.png", dpi=120)
+    fig.savefig(OUT / "intervention_rate.png", dpi=120)
     plt.close(fig)
+
+
+def gamma(run: Path) -> float:
+    """The discount the run trained with (its config.yaml's agent.gamma)."""
+    import yaml
+
+    return float(yaml.safe_load((run / "config.yaml").read_text())["agent"]["gamma"])
 
 
 def main() -> None:
@@ -74,8 +86,8 @@ def main() -> None:
             "deploy_success_percent": round(100 * int(done.group(1)) / int(done.group(2)), 1),
         }
         runs.append(run)
-        dest = HERE / run.name
-        dest.mkdir(exist_ok=True)
+        dest = OUT / run.name
+        dest.mkdir(parents=True, exist_ok=True)
         for f in ("config.yaml", "metrics.csv", "hil_metrics.csv", "learning_curve.png"):
             shutil.copy2(run / f, dest / f)
         for log in (f"{run.name}.log", f"deploy_{run.name}.log", f"demos_{run.name}.log"):
@@ -87,6 +99,7 @@ def main() -> None:
         "demos": "20 scripted episodes recorded over the bridge first (robot-rl teleop ... teleop=scripted), in the "
                  "prior buffer with every intervention",
         "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics, UTD 1); one update per transition",
+        "agent_gamma": gamma(runs[0]) if runs else None,
         "steps": "12k env steps (= agent steps, action repeat 1)",
         "evaluation": "training episodes (no separate evaluation on a robot); deploy: 50 episodes of the run's "
                       "best.pt, deterministic, no operator",
@@ -95,7 +108,7 @@ def main() -> None:
         "autonomous_success_last_2k": summarize(values("last_2k", "autonomous_success")),
         "deploy_success_percent": summarize([s["deploy_success_percent"] for s in per_seed.values()]),
     }
-    write_json(summary, HERE / "summary.json")
+    write_json(summary, OUT / "summary.json")
     plot(runs)
     for k in ("intervention_rate_last_2k", "autonomous_success_last_2k", "deploy_success_percent"):
         print(k, summary[k]["values"], round(summary[k]["mean"], 3))

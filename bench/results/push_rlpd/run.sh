@@ -3,17 +3,20 @@
 # arm:push-sparse, with the plain SAC agent (agent=sac, the presets' own) or the default agent (agent=simba), the
 # presets' settings otherwise: 20k env steps (= agent steps, action repeat 1), evaluation every 2k env steps on 20
 # deterministic episodes. The demos: 20 scripted expert episodes (seed 0).
-# Usage: run.sh rlpd|sac sac|simba SEED [SEED...]   (one run after another; two invocations side by side)
+# Usage: run.sh rlpd|sac sac|simba SEED [SEED...] [-- KEY=VALUE...]   (one run after another; two invocations side
+# by side). Extra keys need TAG, which names their group: TAG=gamma0.95 run.sh rlpd sac 0 1 2 -- agent.gamma=0.95
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl
 [ -d data/push_demos ] || .venv/bin/robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 \
   out=data/push_demos seed=0
 kind=$1; agent=$2; shift 2
+seeds=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do seeds+=("$1"); shift; done; [ $# -gt 0 ] && shift
+if [ $# -gt 0 ] && [ -z "${TAG:-}" ]; then echo "extra keys need TAG=<name> for their runs' group" >&2; exit 2; fi
 mkdir -p runs/push_rlpd
-for seed in "$@"; do
-  name=${kind}_${agent}_s$seed
+for seed in "${seeds[@]}"; do
+  name=${kind}_${agent}${TAG:+_$TAG}_s$seed
   [ -f runs/push_rlpd/$name/metrics.csv ] && continue
   .venv/bin/robot-rl train experiment=${kind}_push agent=$agent threads=1 quiet=true seed=$seed \
-    run_dir=runs/push_rlpd/$name > runs/push_rlpd/$name.log 2>&1
+    run_dir=runs/push_rlpd/$name "$@" > runs/push_rlpd/$name.log 2>&1
 done

@@ -72,7 +72,7 @@ def main() -> None:
     }
     curves = {}
     for name, runs in groups.items():
-        kind, agent = name.split("_", 1)
+        kind, agent, *tag = name.split("_", 2)  # run.sh's names: KIND_AGENT[_TAG]_sSEED
         at = {}
         for step in (10_000, 20_000):
             per_seed = {}
@@ -82,12 +82,12 @@ def main() -> None:
                     per_seed[run.name.rsplit("_s", 1)[1]] = round(100 * curve[step], 1)
             at[step] = per_seed
         summary["groups"][name] = {
-            "experiment": f"{kind}_push", "agent": agent,
+            "experiment": f"{kind}_push", "agent": agent, "tag": tag[0] if tag else None,
             "success_percent_10k": at[10_000], "success_percent_20k": at[20_000],
             "summary_10k": summarize(list(at[10_000].values())) if at[10_000] else None,
             "summary_20k": summarize(list(at[20_000].values())) if at[20_000] else None,
         }
-        curves[f"{LABELS[kind]} (agent={agent})"] = summarize_runs(runs, "success_rate")
+        curves[f"{LABELS[kind]} (agent={agent}{', ' + tag[0] if tag else ''})"] = summarize_runs(runs, "success_rate")
         for run in runs:
             dest = HERE / run.name
             dest.mkdir(exist_ok=True)
