@@ -9,6 +9,7 @@ import shutil
 from functools import cache
 from pathlib import Path
 
+from robot_rl.config import load_run_config
 from robot_rl.stats import load_curve, plot_curves, summarize, summarize_runs, write_json
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +33,6 @@ def critic_check(run: Path) -> dict | None:
     import torch
 
     from robot_rl.agents.sac import SAC
-    from robot_rl.config import load_run_config
     path = run / "checkpoints" / "latest.pt"
     if not path.is_file():
         return None
@@ -87,7 +87,9 @@ def main() -> None:
             "summary_10k": summarize(list(at[10_000].values())) if at[10_000] else None,
             "summary_20k": summarize(list(at[20_000].values())) if at[20_000] else None,
         }
-        curves[f"{LABELS[kind]} (agent={agent}{', ' + tag[0] if tag else ''})"] = summarize_runs(runs, "success_rate")
+        label = f"agent={agent}, gamma {load_run_config(runs[0]).agent.gamma:g}"  # the tags so far are gammas
+        label += f", {tag[0]}" if tag and not tag[0].startswith("gamma") else ""
+        curves[f"{LABELS[kind]} ({label})"] = summarize_runs(runs, "success_rate")
         for run in runs:
             dest = HERE / run.name
             dest.mkdir(exist_ok=True)
