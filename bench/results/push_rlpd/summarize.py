@@ -1,6 +1,6 @@
-"""Summary of run.sh's push runs: success at 10k and 20k env steps per seed and over seeds (mean, IQM, 95% bootstrap
-interval) for each (experiment, agent) that has runs, plus the curves with bands. Copies each run's small files
-(config, metrics, log; no checkpoints) next to this script."""
+"""Summary of run.sh's push runs: success at 10k, 20k (and 40k, for runs that go on) env steps per seed and over
+seeds (mean, IQM, 95% bootstrap interval) for each (experiment, agent, tag) that has runs, plus the curves with
+bands. Copies each run's small files (config, metrics, log; no checkpoints) next to this script."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def main() -> None:
     summary: dict = {
         "task": "arm:push-sparse (sparse reward 1 on success, which ends the episode; 100-step time limit)",
         "demos": "20 scripted expert episodes (robot-rl collect ... policy=expert episodes=20, seed 0)",
-        "steps": "20k env steps = agent steps (action repeat 1), 1 env",
+        "steps": "20k env steps = agent steps (action repeat 1), 1 env; the 40k group goes on to 40k",
         "evaluation": "every 2k env steps, 20 episodes (one per eval env), deterministic actor",
         "groups": {},
     }
@@ -74,7 +74,7 @@ def main() -> None:
     for name, runs in groups.items():
         kind, agent, *tag = name.split("_", 2)  # run.sh's names: KIND_AGENT[_TAG]_sSEED
         at = {}
-        for step in (10_000, 20_000):
+        for step in (10_000, 20_000, 40_000):
             per_seed = {}
             for run in runs:
                 curve = load_curve(run, "success_rate")
@@ -86,6 +86,8 @@ def main() -> None:
             "success_percent_10k": at[10_000], "success_percent_20k": at[20_000],
             "summary_10k": summarize(list(at[10_000].values())) if at[10_000] else None,
             "summary_20k": summarize(list(at[20_000].values())) if at[20_000] else None,
+            **({"success_percent_40k": at[40_000], "summary_40k": summarize(list(at[40_000].values()))}
+               if at[40_000] else {}),
         }
         label = f"agent={agent}, gamma {load_run_config(runs[0]).agent.gamma:g}"  # the tags so far are gammas
         label += f", {tag[0]}" if tag and not tag[0].startswith("gamma") else ""
@@ -100,7 +102,7 @@ def main() -> None:
         summary["groups"][name]["critic_check"] = {run.name.rsplit("_s", 1)[1]: critic_check(run) for run in runs}
         print(name, "20k:", at[20_000], summary["groups"][name]["summary_20k"])
     write_json(summary, HERE / "summary.json")
-    plot_curves(curves, HERE / "success.png", title="arm:push-sparse, 20k env steps", ylabel="success rate")
+    plot_curves(curves, HERE / "success.png", title="arm:push-sparse", ylabel="success rate")
 
 
 if __name__ == "__main__":
