@@ -42,7 +42,7 @@ from torch import Tensor
 from robot_rl.agents.sac import SAC, SACConfig, actor_policy_kwargs, build_actor, policy_state_dict
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricMean
-from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok, prior_rows
+from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok
 
 __all__ = [
     "TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "agent_weights", "build_policy", "check_transitions",
@@ -391,11 +391,6 @@ class HILLearner:
         """One update's batch, [sac.utd, batch_size]; with prior data each minibatch mixes both buffers (RLPD)."""
         return self.agent.sample(self.online, self.prior, self.cfg.prior_fraction, self._gen)
 
-    @property
-    def prior_rows(self) -> int:
-        """Leading rows of each minibatch of `sample` that are prior data (demos, interventions)."""
-        return prior_rows(self.prior, self.agent.cfg.batch_size, self.cfg.prior_fraction)
-
     def train(self, num_updates: int) -> dict[str, float]:
         """Make `num_updates` agent updates (none before `ready`) and return their mean metrics ({} if none).
 
@@ -405,7 +400,8 @@ class HILLearner:
             return {}
         means = MetricMean()
         for _ in range(num_updates):
-            metrics = self.agent.update(self.sample(), prior_rows=self.prior_rows)
+            # `SAC.learn` = `update(sample)` with the batch's prior-row count (agent.bc_weight reads it)
+            metrics = self.agent.learn(self.online, self.prior, self.cfg.prior_fraction, generator=self._gen)
             means.add({k: v.detach().float() for k, v in metrics.items()})
             self.updates += 1
         self.version += 1
