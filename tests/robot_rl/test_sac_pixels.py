@@ -145,6 +145,20 @@ def test_reach_pixels_preset_runs(tmp_path) -> None:
     assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64: a full batch
 
 
+def test_rlpd_push_pixels_preset_runs_on_camera_demos(tmp_path) -> None:
+    """`experiment=rlpd_push_pixels` as it is (48x48 frames, half of each batch from camera demos), cut to a few
+    steps, on two demos recorded here as its comment says."""
+    demos, run = tmp_path / "demos", tmp_path / "run"
+    assert main(["collect", "env.spec=arm:push-sparse-pixels", "policy=expert", "episodes=2",
+                 "env.pixel_size=[48,48]", f"out={demos}"]) == 0
+    assert main(["train", "experiment=rlpd_push_pixels", f"data.path={demos}", "train.steps=80",
+                 "train.learning_starts=64", "train.eval_every=80", "env.num_eval_envs=1", "train.video=false",
+                 "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    with open(run / "metrics.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["env_step"]) == 80 and int(row["updates"]) == 17
+
+
 # -- a frozen pretrained backbone (HIL-SERL) --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def resnet10_weights(tmp_path_factory):
