@@ -102,12 +102,6 @@ class SACConfig:
              "deterministic action and the prior data's action, on each batch's prior rows (TD3+BC's scaling; "
              "0: pure RLPD)"
     )
-    demo_margin: float = _help(
-        0.0, "with prior data that are expert demonstrations: the critics' loss adds DQfD's large-margin term on each "
-             "batch's prior rows, relu(Q(s, a_actor) + demo_margin x |a_actor - a_demo| - Q(s, a_demo)) per critic, "
-             "so the critics rank the demo's action above the actor's (in the critics' units; 0: off; not for "
-             "mixed-quality data)"
-    )
     noise_repeat_max: int = _help(
         1, "1: fresh exploration noise every step; >1: hold each noise sample for 1..this many steps (FlashSAC)"
     )
@@ -143,7 +137,6 @@ class SACConfig:
             (min(self.critic_blocks, self.actor_blocks) >= 1, "agent.critic_blocks and agent.actor_blocks must be >= 1"),
             (self.utd >= 1, "agent.utd must be >= 1"),
             (self.bc_weight >= 0.0, "agent.bc_weight must be >= 0"),
-            (self.demo_margin >= 0.0, "agent.demo_margin must be >= 0"),
             (self.batch_size >= 1, "agent.batch_size must be >= 1"),
             (0.0 < self.gamma <= 1.0, "agent.gamma must be in (0, 1]"),
             (self.n_step >= 1, "agent.n_step must be >= 1"),
@@ -501,12 +494,12 @@ class SAC:
 
         `actor=False` updates the critics only: the critic warm-up of fine-tuning (ResFiT), which fits Q to the
         starting policy before the actor may follow it. `prior_rows`: how many leading rows of each minibatch
-        are prior data (`replay.prior_rows`), which `bc_weight` pulls the actor towards and `demo_margin` ranks.
+        are prior data (`replay.prior_rows`), which `bc_weight` pulls the actor towards.
         """
         for i in range(batch.action.shape[0]):
             if self._cuda_graphs:
                 torch.compiler.cudagraph_mark_step_begin()
-            critic_metrics = self._update_critic(batch.index(i), prior_rows)
+            critic_metrics = self._update_critic(batch.index(i))
         if not actor:
             return {k: v.clone() for k, v in critic_metrics.items()} if self._cuda_graphs else critic_metrics
         if self._cuda_graphs:
@@ -606,28 +599,13 @@ class SAC:
         with torch.no_grad():
             return obs, self.features(b.next_obs, augment=True), self.features(b.next_obs, augment=True, target=True)
 
-    def _update_critic(self, b: Batch, prior_rows: int = 0) -> dict[str, Tensor]:
+    def _update_critic(self, b: Batch) -> dict[str, Tensor]:
         obs, next_obs, target_next_obs = self.batch_features(b)
         critic_loss, q_mean = self._critic_loss_fn(obs, b.action, b.reward, b.discount, next_obs, target_next_obs)
-        if self.cfg.demo_margin > 0 and prior_rows > 0:  # part of critic_loss, as metrics.csv logs it
-            critic_loss = critic_loss + self.demo_margin_loss(obs[:prior_rows], b.action[:prior_rows])
         if self.encoder is not None:  # the actor's update reads these, detached (`update`)
             self._actor_features = obs.detach()
         self.step_critic(critic_loss)
         return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
-
-    def demo_margin_loss(self, obs: Tensor, demo_action: Tensor) -> Tensor:
-        """DQfD's large-margin loss for continuous actions, with the actor's sampled action as the alternative: zero
-        once every critic values the demo's action at least `demo_margin` x the distance above the actor's. With
-        sparse rewards TD alone leaves the critics nearly blind to the action (the demo's and the actor's action
-        valued alike in the demo's states: bench/results/push_rlpd), so the actor gets no direction from them."""
-        with torch.no_grad():
-            actor_action = self.actor(obs.detach())[0]
-        with self._autocast():
-            q_demo = self.critic(obs, demo_action).float()  # [E, B]
-            q_actor = self.critic(obs, actor_action).float()
-        gap = self.cfg.demo_margin * (actor_action - demo_action).norm(dim=-1)
-        return F.relu(q_actor + gap - q_demo).mean(dim=1).sum()
 
     def step_critic(self, critic_loss: Tensor) -> None:
         """One optimiser step of the critics on `critic_loss`, then the Polyak update of the targets."""

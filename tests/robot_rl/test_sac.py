@@ -107,7 +107,6 @@ def test_state_dict_round_trip_restores_behaviour():
         ({"utd": 0}, "utd"),
         ({"gamma": 1.5}, "gamma"),
         ({"bc_weight": -1.0}, "bc_weight"),
-        ({"demo_margin": -0.1}, "demo_margin"),
     ],
 )
 def test_bad_config_names_the_field(bad, message):
@@ -357,47 +356,6 @@ def test_bc_weight_pulls_the_actor_to_the_prior_rows_actions_only(network):
     cloned = train(10.0, 64)
     assert cloned < 0.15, cloned
     assert train(0.0, 64) > 3 * cloned and train(10.0, 0) > 3 * cloned
-
-
-@pytest.mark.parametrize("network", ["mlp", "hyper"])
-def test_demo_margin_makes_the_critics_rank_the_demo_action_so_the_actor_follows_it(network):
-    """With a reward that does not depend on the action, TD alone values every action alike and gives the actor no
-    direction; `demo_margin` makes the critics value the prior rows' action above the actor's, and the actor,
-    following the critics (no behaviour-cloning term), moves to the demo's action on prior states. Without the
-    margin (or without prior rows) it does not."""
-    target = torch.tensor([0.6, -0.4])
-
-    def train(margin: float, rows: int) -> float:
-        torch.manual_seed(0)
-        extra = {"num_atoms": 21, "critic_width": 32, "actor_width": 32} if network == "hyper" else {}
-        agent = SAC(4, 2, SACConfig(network=network, hidden_dims=[32], demo_margin=margin, init_temperature=0.01,
-                                    actor_lr=1e-3, **extra))
-        b = _batch(128)
-        b.action[:64] = target
-        b.reward.fill_(1.0)
-        b.discount.fill_(0.0)  # Q = 1 for every action: nothing but the margin term separates them
-        for _ in range(300):
-            agent.update(b.reshape(1, 128), prior_rows=rows)
-        with torch.no_grad():
-            mode = agent.actor(b.obs["state"][:64], deterministic=True)[0]
-        return (mode - target).norm(dim=1).mean().item()
-
-    ranked = train(0.5, 64)  # measured: 0.23 (mlp), 0.09 (hyper); without: 0.41, 0.68
-    assert train(0.0, 64) > 1.6 * ranked and train(0.5, 0) > 1.6 * ranked, ranked
-
-
-def test_demo_margin_loss_is_zero_once_the_demo_action_leads_by_the_margin():
-    torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[32], demo_margin=0.1))
-    obs, demo = torch.randn(16, 4), torch.rand(16, 2) * 2 - 1
-    assert agent.demo_margin_loss(obs, demo) > 0  # a fresh critic values both alike: the margin is not met
-    with torch.no_grad():  # a critic whose value is 10 x -|a - demo|: the demo's action leads by 10 x distance
-        for layer in agent.critic.modules():
-            if isinstance(layer, torch.nn.Linear):
-                layer.weight.zero_()
-                layer.bias.zero_()
-    agent.critic.forward = lambda o, a: -10 * (a - demo).norm(dim=-1).expand(2, -1)
-    assert agent.demo_margin_loss(obs, demo) == 0
 
 
 def test_prior_rows_is_what_sample_mixed_takes_from_prior():
