@@ -47,7 +47,8 @@ def main() -> None:
         print(run.name, {k: v["success_percent"].get(run.name.rsplit("_s", 1)[1]) for k, v in per_step.items()})
     write_json(summary, HERE / "summary.json")
     state = sorted((HERE.parent / "push_rlpd").glob("rlpd_sac_40k_s[0-9]*"))
-    curves = {f"RLPD from cameras, 20 demos ({len(runs)} seed(s))": summarize_runs(runs, "success_rate")}
+    seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
+    curves = {f"RLPD from cameras, 20 demos ({seeds})": summarize_runs(runs, "success_rate")}
     if state:
         curves[f"RLPD from state, 20 demos ({len(state)} seeds)"] = summarize_runs(state, "success_rate")
     plot_curves(curves, HERE / "success.png", title="arm:push-sparse(-pixels), gamma 0.95", ylabel="success rate")
