@@ -6,8 +6,9 @@ the middle 50% of runs, robust to one outlier seed and more efficient than the m
 seeds, each with a 95% percentile-bootstrap confidence interval (runs resampled with replacement). Written here
 with numpy (a few lines) rather than pulling in a plotting stack as a dependency.
 
-`load_curves` reads `metrics.csv` of run directories; `summarize_runs` aggregates them at every evaluation step
-they share; `plot_curves` draws one line per group (IQM or mean) with its confidence band.
+`load_curve` reads `metrics.csv` of a run directory; `summarize_runs` aggregates runs at every evaluation step
+they share; `plot_curves` draws one line per group (IQM or mean) with its confidence band; `copy_run_files` puts
+a run's small files beside the summary that cites it.
 """
 
 from __future__ import annotations
@@ -149,6 +150,27 @@ def plot_curves(
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+RUN_FILES = ("config.yaml", "metrics.csv", "learning_curve.png")
+
+
+def copy_run_files(run_dir: str | Path, dest: str | Path, files: Sequence[str] = RUN_FILES,
+                   logs: dict[str, str | Path] | None = None) -> Path:
+    """Copy the small files of a run (`files`, those it has; never checkpoints or tensorboard logs) into `dest`, to
+    be committed beside the summary that cites the run; `logs` adds files kept outside the run directory, such as
+    its console log: {name in dest: path}."""
+    import shutil
+
+    run_dir, dest = Path(run_dir), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, dest / name)
+    for name, path in (logs or {}).items():
+        if Path(path).is_file():
+            shutil.copy2(path, dest / name)
+    return dest
 
 
 def write_json(obj: dict, path: str | Path) -> Path:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import csv
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
-from robot_rl.stats import summarize, write_json
+from robot_rl.stats import RUN_FILES, copy_run_files, summarize, write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
@@ -86,12 +85,10 @@ def main() -> None:
             "deploy_success_percent": round(100 * int(done.group(1)) / int(done.group(2)), 1),
         }
         runs.append(run)
-        dest = OUT / run.name
-        dest.mkdir(parents=True, exist_ok=True)
-        for f in ("config.yaml", "metrics.csv", "hil_metrics.csv", "learning_curve.png"):
-            shutil.copy2(run / f, dest / f)
-        for log in (f"{run.name}.log", f"deploy_{run.name}.log", f"demos_{run.name}.log"):
-            shutil.copy2(run.parent / log, dest / log.replace(f"_{run.name}", "").replace(run.name, "hil-train"))
+        copy_run_files(run, OUT / run.name, (*RUN_FILES, "hil_metrics.csv"),
+                       logs={"hil-train.log": run.parent / f"{run.name}.log",
+                             "deploy.log": run.parent / f"deploy_{run.name}.log",
+                             "demos.log": run.parent / f"demos_{run.name}.log"})
     values = lambda key, sub: [s[key][sub] for s in per_seed.values()]  # noqa: E731
     summary = {
         "task": "sim_arm push, sparse reward (1 on success, which ends the episode), served by serve-robot at 20 Hz",

@@ -3,11 +3,10 @@ run itself) and at the end, per seed and over seeds (mean, IQM, 95% bootstrap in
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
-from robot_rl.stats import load_curve, plot_curves, summarize, summarize_runs, write_json
+from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent.parent
@@ -20,11 +19,7 @@ def main(seeds: list[int]) -> None:
     end = {s: round(100 * c[max(c)], 1) for s, c in curves.items()}
     gain = {s: round(end[s] - start[s], 1) for s in seeds}
     for s, run in zip(seeds, runs, strict=True):  # the small files of each run (no checkpoints, no tensorboard)
-        dest = HERE / f"residual_s{s}"
-        dest.mkdir(exist_ok=True)
-        for name in ("config.yaml", "metrics.csv", "learning_curve.png"):
-            shutil.copy2(run / name, dest / name)
-        shutil.copy2(run.parent / f"residual_s{s}.log", dest / "output.log")
+        copy_run_files(run, HERE / f"residual_s{s}", logs={"output.log": run.parent / f"residual_s{s}.log"})
     summary = {
         "task": "arm:push-sparse-pixels, two 48x48 cameras (front, wrist) + 7 proprioception numbers",
         "base": "flow BC policies of bench/results/pixel_bc/run.sh (same data, settings and seeds)",

@@ -6,10 +6,9 @@ next to this script."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-from robot_rl.stats import load_curve, plot_curves, summarize, summarize_runs, write_json
+from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
@@ -37,13 +36,7 @@ def main() -> None:
         "success_at": {str(k): v for k, v in per_step.items()},
     }
     for run in runs:
-        dest = HERE / run.name
-        dest.mkdir(exist_ok=True)
-        for f in ("config.yaml", "metrics.csv", "learning_curve.png"):
-            if (run / f).is_file():
-                shutil.copy2(run / f, dest / f)
-        if (run.parent / f"{run.name}.log").is_file():
-            shutil.copy2(run.parent / f"{run.name}.log", dest / "output.log")
+        copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
         print(run.name, {k: v["success_percent"].get(run.name.rsplit("_s", 1)[1]) for k, v in per_step.items()})
     write_json(summary, HERE / "summary.json")
     state = sorted((HERE.parent / "push_rlpd").glob("rlpd_sac_40k_s[0-9]*"))

@@ -5,12 +5,11 @@ bands. Copies each run's small files (config, metrics, log; no checkpoints) next
 from __future__ import annotations
 
 import os
-import shutil
 from functools import cache
 from pathlib import Path
 
 from robot_rl.config import load_run_config
-from robot_rl.stats import load_curve, plot_curves, summarize, summarize_runs, write_json
+from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
@@ -93,12 +92,7 @@ def main() -> None:
         label += f", {tag[0]}" if tag and not tag[0].startswith("gamma") else ""
         curves[f"{LABELS[kind]} ({label})"] = summarize_runs(runs, "success_rate")
         for run in runs:
-            dest = HERE / run.name
-            dest.mkdir(exist_ok=True)
-            for f in ("config.yaml", "metrics.csv", "learning_curve.png"):
-                if (run / f).is_file():
-                    shutil.copy2(run / f, dest / f)
-            shutil.copy2(run.parent / f"{run.name}.log", dest / "output.log")
+            copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
         summary["groups"][name]["critic_check"] = {run.name.rsplit("_s", 1)[1]: critic_check(run) for run in runs}
         print(name, "20k:", at[20_000], summary["groups"][name]["summary_20k"])
     write_json(summary, HERE / "summary.json")
