@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -160,8 +161,6 @@ def copy_run_files(run_dir: str | Path, dest: str | Path, files: Sequence[str] =
     """Copy the small files of a run (`files`, those it has; never checkpoints or tensorboard logs) into `dest`, to
     be committed beside the summary that cites the run; `logs` adds files kept outside the run directory, such as
     its console log: {name in dest: path}."""
-    import shutil
-
     run_dir, dest = Path(run_dir), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in files:
