@@ -14,6 +14,7 @@ from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, s
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
 RUNS = Path("runs") / "push_rlpd"  # relative to ROOT, as the summary records them
+BC_RUN = Path("runs") / "push_bc_mlp"  # the cloning reference (summary's bc_reference_failure_modes)
 LABELS = {"rlpd": "RLPD, 20 demos", "sac": "SAC from scratch"}
 
 
@@ -56,6 +57,49 @@ def critic_check(run: Path) -> dict | None:
     }
 
 
+def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000) -> dict | None:
+    """How a policy (a run's checkpoint or a `robot-rl bc` policy directory) fails: `episodes` deterministic episodes from held-out seeds, each failure put in
+    one class by what the cube did: the hand never came within 5 cm of it (`never_reached`), it moved less than
+    2 cm (`barely_moved`), or it was pushed but ended no closer to the target than it started (`pushed_wrong`);
+    the rest got closer without arriving (`short`). None where `policy` does not exist."""
+    import numpy as np
+    from robot_rl.envs.arm.constants import STATE_LAYOUT
+    from robot_rl.envs.arm.tasks import ArmEnv
+
+    from robot_rl.api import Agent
+
+    if not policy.exists():
+        return None
+    agent, env = Agent.load(policy), ArmEnv("push", "sparse")
+
+    def xy(obs: np.ndarray, key: str) -> np.ndarray:
+        return obs[STATE_LAYOUT[key]][:2]
+
+    counts = dict.fromkeys(("success", "never_reached", "barely_moved", "pushed_wrong", "short"), 0)
+    for seed in range(first_seed, first_seed + episodes):
+        obs, _ = env.reset(seed=seed)
+        agent.reset()
+        start_cube, start_gap = xy(obs, "cube_pos").copy(), np.linalg.norm(xy(obs, "target_rel_cube"))
+        closest, done = np.inf, False
+        for _ in range(100):  # the task's time limit
+            obs, _, done, _, _ = env.step(agent.predict(obs))
+            closest = min(closest, float(np.linalg.norm(obs[STATE_LAYOUT["cube_rel_ee"]])))
+            if done:
+                break
+        if done:
+            counts["success"] += 1
+        elif closest > 0.05:
+            counts["never_reached"] += 1
+        elif np.linalg.norm(xy(obs, "cube_pos") - start_cube) < 0.02:
+            counts["barely_moved"] += 1
+        elif np.linalg.norm(xy(obs, "target_rel_cube")) >= start_gap:
+            counts["pushed_wrong"] += 1
+        else:
+            counts["short"] += 1
+    env.close()
+    return {"episodes": episodes, "seeds": f"{first_seed}-{first_seed + episodes - 1}", **counts}
+
+
 def main() -> None:
     os.chdir(ROOT)
     groups: dict[str, list[Path]] = {}
@@ -94,7 +138,13 @@ def main() -> None:
         for run in runs:
             copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
         summary["groups"][name]["critic_check"] = {run.name.rsplit("_s", 1)[1]: critic_check(run) for run in runs}
+        summary["groups"][name]["failure_modes"] = {run.name.rsplit("_s", 1)[1]: failure_modes(run / "checkpoints" / "latest.pt")
+                                                  for run in runs}
         print(name, "20k:", at[20_000], summary["groups"][name]["summary_20k"])
+    summary["bc_reference_failure_modes"] = {  # what cloning the same demos gets wrong, for comparison
+        "command": f"robot-rl bc dataset=data/push_demos policy=mlp steps=3000 run_dir={BC_RUN}",
+        **(failure_modes(ROOT / BC_RUN / "policy") or {"missing": "run the command first"}),
+    }
     write_json(summary, HERE / "summary.json")
     plot_curves(curves, HERE / "success.png", title="arm:push-sparse", ylabel="success rate")
 
