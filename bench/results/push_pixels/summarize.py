@@ -1,11 +1,13 @@
 """Summary of run.sh's pixel push runs: success at 10k, 20k, 30k and 40k env steps per seed and over seeds (mean,
 IQM, 95% bootstrap interval), and the curves with bands beside state-based RLPD on the same task (the committed
-`../push_rlpd/rlpd_sac_40k_s*`, 3 seeds). Copies each run's small files (config, metrics, log; no checkpoints)
+`../push_rlpd/rlpd_sac_40k_s*`, 3 seeds), and how each run's latest policy fails on 50 held-out episodes (the
+state runs' classes: `../push_rlpd/summarize.py`'s `failure_modes`). Copies each run's small files (config, metrics, log; no checkpoints)
 next to this script."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
@@ -14,6 +16,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
 RUNS = Path("runs") / "push_pixels"  # relative to ROOT, as the summary records them
 STEPS = (10_000, 20_000, 30_000, 40_000)
+sys.path.insert(0, str(HERE.parent / "push_rlpd"))  # its summarize.py's failure_modes, shared with the state runs
 
 
 def main() -> None:
@@ -34,6 +37,11 @@ def main() -> None:
         "wall_time_s": {r.name.rsplit("_s", 1)[1]: round(max(load_curve(r, "wall_time_s").values()))
                         for r in runs},
         "success_at": {str(k): v for k, v in per_step.items()},
+    }
+    from summarize import failure_modes  # ../push_rlpd/summarize.py (this module is __main__)
+
+    summary["failure_modes_final"] = {  # the latest checkpoint of each run, 50 held-out episodes
+        r.name.rsplit("_s", 1)[1]: failure_modes(r / "checkpoints" / "latest.pt", pixel_size=(48, 48)) for r in runs
     }
     for run in runs:
         copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})

@@ -57,11 +57,14 @@ def critic_check(run: Path) -> dict | None:
     }
 
 
-def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000) -> dict | None:
+def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000,
+                  pixel_size: tuple[int, int] | None = None) -> dict | None:
     """How a policy (a run's checkpoint or a `robot-rl bc` policy directory) fails: `episodes` deterministic episodes from held-out seeds, each failure put in
     one class by what the cube did: the hand never came within 5 cm of it (`never_reached`), it moved less than
     2 cm (`barely_moved`), or it was pushed but ended no closer to the target than it started (`pushed_wrong`);
-    the rest got closer without arriving (`short`). None where `policy` does not exist."""
+    the rest got closer without arriving (`short`). `pixel_size`: a camera policy's (it then sees
+`arm:push-sparse-pixels`; the classes are read from the simulator's state either way). None where `policy` does not
+exist."""
     import numpy as np
     from robot_rl.envs.arm.constants import STATE_LAYOUT
     from robot_rl.envs.arm.tasks import ArmEnv
@@ -70,29 +73,32 @@ def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000) -> d
 
     if not policy.exists():
         return None
-    agent, env = Agent.load(policy), ArmEnv("push", "sparse")
+    agent = Agent.load(policy)
+    env = ArmEnv("push", "sparse", pixels=pixel_size is not None, pixel_size=pixel_size or (84, 84))
 
-    def xy(obs: np.ndarray, key: str) -> np.ndarray:
-        return obs[STATE_LAYOUT[key]][:2]
+    def xy(state: np.ndarray, key: str) -> np.ndarray:
+        return state[STATE_LAYOUT[key]][:2]
 
     counts = dict.fromkeys(("success", "never_reached", "barely_moved", "pushed_wrong", "short"), 0)
     for seed in range(first_seed, first_seed + episodes):
         obs, _ = env.reset(seed=seed)
         agent.reset()
-        start_cube, start_gap = xy(obs, "cube_pos").copy(), np.linalg.norm(xy(obs, "target_rel_cube"))
+        state = env.privileged_state()
+        start_cube, start_gap = xy(state, "cube_pos"), np.linalg.norm(xy(state, "target_rel_cube"))
         closest, done = np.inf, False
         for _ in range(100):  # the task's time limit
             obs, _, done, _, _ = env.step(agent.predict(obs))
-            closest = min(closest, float(np.linalg.norm(obs[STATE_LAYOUT["cube_rel_ee"]])))
+            state = env.privileged_state()
+            closest = min(closest, float(np.linalg.norm(state[STATE_LAYOUT["cube_rel_ee"]])))
             if done:
                 break
         if done:
             counts["success"] += 1
         elif closest > 0.05:
             counts["never_reached"] += 1
-        elif np.linalg.norm(xy(obs, "cube_pos") - start_cube) < 0.02:
+        elif np.linalg.norm(xy(state, "cube_pos") - start_cube) < 0.02:
             counts["barely_moved"] += 1
-        elif np.linalg.norm(xy(obs, "target_rel_cube")) >= start_gap:
+        elif np.linalg.norm(xy(state, "target_rel_cube")) >= start_gap:
             counts["pushed_wrong"] += 1
         else:
             counts["short"] += 1

@@ -1,0 +1,56 @@
+"""`robot-rl` with the prior data doubled by its mirror image (y -> -y): a one-off experiment, not a feature.
+
+The arm's workspace, resets and hand are symmetric about the plane y = 0, so a demo reflected in it is another valid
+demo: every y coordinate of the state (positions, velocities, relative vectors; the cube quaternion's x and z) and
+the action's y displacement change sign. This script patches `OfflineData.load` to append those reflections and then
+runs the CLI, e.g.
+
+    .venv/bin/python bench/results/push_rlpd/anecdotes/mirror_demos.py train experiment=rlpd_push seed=0 ...
+
+It tests whether RLPD's failures on push come from what the 20 demos cover (the held-out episodes it fails most are
+a cube on the +y side pushed towards -y, which two of the demos show).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from robot_rl.envs.arm.constants import STATE_LAYOUT
+
+from robot_rl import prior_data
+from robot_rl.cli import main
+
+FLIP_STATE = [s.start + 1 for k, s in STATE_LAYOUT.items() if k != "cube_quat" and s.stop - s.start == 3]
+FLIP_STATE += [STATE_LAYOUT["cube_quat"].start + 1, STATE_LAYOUT["cube_quat"].start + 3]  # (w, x, y, z) -> (w, -x, y, -z)
+FLIP_ACTION = [1]  # (dx, dy, dz, gripper)
+_load = prior_data.OfflineData.load.__func__
+
+
+def _mirrored(x: torch.Tensor, columns: list[int]) -> torch.Tensor:
+    x = x.clone()
+    x[:, columns] = -x[:, columns]
+    return x
+
+
+def _load_with_mirror(cls, *args, **kwargs):  # noqa: ANN001, ANN202 (the patched classmethod's signature)
+    d = _load(cls, *args, **kwargs)
+    if d.frames:
+        raise SystemExit("mirror_demos.py: state datasets only (a camera image is not mirrored by a sign change)")
+    shift = int(d.episode_index.max()) + 1
+
+    def both(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cat([a, b])
+
+    return cls(
+        obs=both(d.obs, _mirrored(d.obs, FLIP_STATE)), action=both(d.action, _mirrored(d.action, FLIP_ACTION)),
+        reward=both(d.reward, d.reward), next_obs=both(d.next_obs, _mirrored(d.next_obs, FLIP_STATE)),
+        terminated=both(d.terminated, d.terminated), truncated=both(d.truncated, d.truncated),
+        mc_return=both(d.mc_return, d.mc_return), num_episodes=2 * d.num_episodes, success_rate=d.success_rate,
+        episode_index=both(d.episode_index, d.episode_index + shift),
+    )
+
+
+if __name__ == "__main__":
+    prior_data.OfflineData.load = classmethod(_load_with_mirror)
+    sys.exit(main(sys.argv[1:]))
