@@ -1,8 +1,8 @@
 """Summary of run.sh's pixel push runs: success at 10k, 20k, 30k and 40k env steps per seed and over seeds (mean,
 IQM, 95% bootstrap interval), and the curves with bands beside state-based RLPD on the same task (the committed
 `../push_rlpd/rlpd_sac_40k_s*`, 3 seeds), and how each run's latest policy fails on 50 held-out episodes (the
-state runs' classes: `../push_rlpd/summarize.py`'s `failure_modes`). Copies each run's small files (config, metrics, log; no checkpoints)
-next to this script."""
+state runs' classes: `../push_rlpd/summarize.py`'s `failure_modes`). Copies each run's small files (config,
+metrics, log; no checkpoints) next to this script."""
 
 from __future__ import annotations
 

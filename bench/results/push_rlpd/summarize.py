@@ -59,12 +59,12 @@ def critic_check(run: Path) -> dict | None:
 
 def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000,
                   pixel_size: tuple[int, int] | None = None) -> dict | None:
-    """How a policy (a run's checkpoint or a `robot-rl bc` policy directory) fails: `episodes` deterministic episodes from held-out seeds, each failure put in
-    one class by what the cube did: the hand never came within 5 cm of it (`never_reached`), it moved less than
-    2 cm (`barely_moved`), or it was pushed but ended no closer to the target than it started (`pushed_wrong`);
-    the rest got closer without arriving (`short`). `pixel_size`: a camera policy's (it then sees
-`arm:push-sparse-pixels`; the classes are read from the simulator's state either way). None where `policy` does not
-exist."""
+    """How a policy (a run's checkpoint or a `robot-rl bc` policy directory) fails: `episodes` deterministic episodes
+    from held-out seeds, each failure put in one class by what the cube did: the hand never came within 5 cm of it
+    (`never_reached`), it moved less than 2 cm (`barely_moved`), or it was pushed but ended no closer to the target
+    than it started (`pushed_wrong`); the rest got closer without arriving (`short`). `pixel_size`: a camera
+    policy's (it then sees `arm:push-sparse-pixels`; the classes are read from the simulator's state either way).
+    None where `policy` does not exist."""
     import numpy as np
     from robot_rl.envs.arm.constants import STATE_LAYOUT
     from robot_rl.envs.arm.tasks import ArmEnv
@@ -144,8 +144,9 @@ def main() -> None:
         for run in runs:
             copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
         summary["groups"][name]["critic_check"] = {run.name.rsplit("_s", 1)[1]: critic_check(run) for run in runs}
-        summary["groups"][name]["failure_modes"] = {run.name.rsplit("_s", 1)[1]: failure_modes(run / "checkpoints" / "latest.pt")
-                                                  for run in runs}
+        summary["groups"][name]["failure_modes"] = {
+            run.name.rsplit("_s", 1)[1]: failure_modes(run / "checkpoints" / "latest.pt") for run in runs
+        }
         print(name, "20k:", at[20_000], summary["groups"][name]["summary_20k"])
     summary["bc_reference_failure_modes"] = {  # what cloning the same demos gets wrong, for comparison
         "command": f"robot-rl bc dataset=data/push_demos policy=mlp steps=3000 run_dir={BC_RUN}",

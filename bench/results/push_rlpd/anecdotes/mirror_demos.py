@@ -22,7 +22,8 @@ from robot_rl import prior_data
 from robot_rl.cli import main
 
 FLIP_STATE = [s.start + 1 for k, s in STATE_LAYOUT.items() if k != "cube_quat" and s.stop - s.start == 3]
-FLIP_STATE += [STATE_LAYOUT["cube_quat"].start + 1, STATE_LAYOUT["cube_quat"].start + 3]  # (w, x, y, z) -> (w, -x, y, -z)
+# the cube quaternion (w, x, y, z) reflects to (w, -x, y, -z)
+FLIP_STATE += [STATE_LAYOUT["cube_quat"].start + 1, STATE_LAYOUT["cube_quat"].start + 3]
 FLIP_ACTION = [1]  # (dx, dy, dz, gripper)
 _load = prior_data.OfflineData.load.__func__
 
