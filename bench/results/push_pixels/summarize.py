@@ -6,9 +6,10 @@ metrics, log; no checkpoints) next to this script."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
 from pathlib import Path
+from types import ModuleType
 
 from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
 
@@ -16,7 +17,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
 RUNS = Path("runs") / "push_pixels"  # relative to ROOT, as the summary records them
 STEPS = (10_000, 20_000, 30_000, 40_000)
-sys.path.insert(0, str(HERE.parent / "push_rlpd"))  # its summarize.py's failure_modes, shared with the state runs
+
+
+def _state_summary() -> ModuleType:
+    """`../push_rlpd/summarize.py`, whose `failure_modes` the camera runs share, loaded by path: its module name is
+    this script's own."""
+    spec = importlib.util.spec_from_file_location("push_rlpd_summarize", HERE.parent / "push_rlpd" / "summarize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
@@ -38,8 +47,7 @@ def main() -> None:
                         for r in runs},
         "success_at": {str(k): v for k, v in per_step.items()},
     }
-    from summarize import failure_modes  # ../push_rlpd/summarize.py (this module is __main__)
-
+    failure_modes = _state_summary().failure_modes
     summary["failure_modes_final"] = {  # the latest checkpoint of each run, 50 held-out episodes
         r.name.rsplit("_s", 1)[1]: failure_modes(r / "checkpoints" / "latest.pt", pixel_size=(48, 48)) for r in runs
     }

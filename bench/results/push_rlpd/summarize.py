@@ -66,7 +66,7 @@ def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000,
     policy's (it then sees `arm:push-sparse-pixels`; the classes are read from the simulator's state either way).
     None where `policy` does not exist."""
     import numpy as np
-    from robot_rl.envs.arm.constants import STATE_LAYOUT
+    from robot_rl.envs.arm.constants import STATE_LAYOUT, TIME_LIMITS
     from robot_rl.envs.arm.tasks import ArmEnv
 
     from robot_rl.api import Agent
@@ -86,7 +86,7 @@ def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000,
         state = env.privileged_state()
         start_cube, start_gap = xy(state, "cube_pos"), np.linalg.norm(xy(state, "target_rel_cube"))
         closest, done = np.inf, False
-        for _ in range(100):  # the task's time limit
+        for _ in range(TIME_LIMITS["push"]):
             obs, _, done, _, _ = env.step(agent.predict(obs))
             state = env.privileged_state()
             closest = min(closest, float(np.linalg.norm(state[STATE_LAYOUT["cube_rel_ee"]])))
