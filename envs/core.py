@@ -52,6 +52,21 @@ class BackendStep(NamedTuple):
     info: dict[str, Any] | None = None
 
 
+class Reflection(NamedTuple):
+    """A mirror symmetry of a task as sign changes (``BatchedEnv.reflection``): multiplying every ``state``
+    observation by ``state`` and every action by ``action`` (float32 +-1 vectors on the CPU) turns an episode into
+    another episode of the same task, with the same rewards."""
+
+    state: torch.Tensor
+    action: torch.Tensor
+
+    @classmethod
+    def from_signs(cls, state: Any, action: Any) -> Reflection:
+        """From a task's sign arrays (``ArmTask.reflection``)."""
+        return cls(torch.as_tensor(state, dtype=torch.float32).clone(),
+                   torch.as_tensor(action, dtype=torch.float32).clone())
+
+
 class UnknownEnvError(ValueError):
     """Raised by ``robot_rl.envs.make`` for a spec no backend knows; the message names the valid choices."""
 
@@ -221,6 +236,11 @@ class BatchedEnv(abc.ABC):
         Backends without such a state raise ``NotImplementedError``.
         """
         raise NotImplementedError(f"{self.spec}: this env exposes no privileged state (only arm: envs do)")
+
+    def reflection(self) -> Reflection | None:
+        """The task's mirror symmetry, if it declares one (``data.mirror=true`` then also learns from the prior data's
+        reflection; ``arm:push`` and ``arm:pick_place`` declare y -> -y). None (the default): no symmetry declared."""
+        return None
 
     @abc.abstractmethod
     def render(self, index: int = 0) -> np.ndarray:
@@ -428,6 +448,12 @@ class SyncBatchedEnv(BatchedEnv):
         if not self._has_reset:
             raise RuntimeError("call reset() before privileged_state()")
         return self._to_torch(np.stack([np.asarray(fn(), dtype=np.float32) for fn in getters]))
+
+    def reflection(self) -> Reflection | None:
+        """``BatchedEnv.reflection``: the sub-envs' ``unwrapped.reflection()`` (``ArmEnv`` has one), else None."""
+        getter = getattr(self._envs[0].unwrapped, "reflection", None)
+        signs = getter() if getter is not None else None
+        return None if signs is None else Reflection.from_signs(*signs)
 
     def reset_envs(self, mask: torch.Tensor) -> Obs:
         """Start a new episode in the sub-envs where ``mask`` (bool [N]) is True, as autoreset does (``seed=None``),

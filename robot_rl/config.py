@@ -68,6 +68,10 @@ class DataConfig:
         True, "sample prior data in every online batch (RLPD); false = online data only (WSRL after pretraining)"
     )
     prior_fraction: float = _help(0.5, "fraction of each online batch drawn from the prior data (RLPD: 0.5; 0: none)")
+    mirror: bool = _help(
+        False, "also learn from the prior data's mirror image where the task declares a symmetry (arm:push and "
+        "arm:pick_place, y -> -y): twice the demos' coverage; state tasks only"
+    )
 
 
 @dataclass
@@ -155,6 +159,7 @@ class TrainConfig:
              f"offline.algorithm must be one of {', '.join(OFFLINE_ALGORITHMS)}"),
             (self.offline.steps >= 0, "offline.steps must be >= 0"),
             (self.offline.eval_every >= 1, "offline.eval_every must be >= 1"),
+            (not self.data.mirror or self.data.path is not None, "data.mirror=true needs data.path=<dataset dir>"),
             (self.offline.steps == 0 or self.data.path is not None,
              "offline.steps > 0 needs a dataset: set data.path=<dataset dir>"),
             (self.offline.steps == 0 or self.offline.init is None, "set either offline.steps or offline.init, not both"),

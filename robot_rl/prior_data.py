@@ -98,6 +98,40 @@ class OfflineData:
             frames={group: t.images[feature][keep] for group, feature in features.items()},
         )
 
+    def with_reflection(self, state_sign: Tensor, action_sign: Tensor) -> OfflineData:
+        """These transitions followed by their mirror images (`BatchedEnv.reflection`: the states and actions times
+        the sign vectors; rewards, ends and returns unchanged; each mirrored episode a new episode index).
+
+        Where the task is symmetric (`arm:push`: y -> -y) a reflected demo is another valid demo, so this doubles
+        the states the demos cover at no cost: 20 push demos show a cube on the +y side pushed towards -y once and
+        the mirror case four times, and RLPD's policies most often failed to reach the cube in the first
+        (`bench/results/push_rlpd`). State data only: a camera frame is not reflected by a change of sign.
+        """
+        from robot_rl.datasets import DatasetError
+
+        if self.frames:
+            raise DatasetError("data.mirror=true reflects state observations only; this dataset has camera frames "
+                               f"({', '.join(self.frames)}): set data.mirror=false")
+        state_sign, action_sign = state_sign.to(self.obs), action_sign.to(self.action)
+        if state_sign.shape != self.obs.shape[1:] or action_sign.shape != self.action.shape[1:]:
+            raise DatasetError(f"the reflection's signs have shapes {tuple(state_sign.shape)} and "
+                               f"{tuple(action_sign.shape)}, the data {tuple(self.obs.shape[1:])} and "
+                               f"{tuple(self.action.shape[1:])}: record the dataset on the same task")
+
+        def twice(x: Tensor, sign: Tensor | None = None) -> Tensor:
+            return torch.cat([x, x if sign is None else x * sign])
+
+        episode_index = None
+        if self.episode_index is not None:
+            shift = int(self.episode_index.max()) + 1 if self.episode_index.numel() else 0
+            episode_index = torch.cat([self.episode_index, self.episode_index + shift])
+        return OfflineData(
+            obs=twice(self.obs, state_sign), action=twice(self.action, action_sign), reward=twice(self.reward),
+            next_obs=twice(self.next_obs, state_sign), terminated=twice(self.terminated),
+            truncated=twice(self.truncated), mc_return=twice(self.mc_return), num_episodes=2 * self.num_episodes,
+            success_rate=self.success_rate, episode_index=episode_index,
+        )
+
     def __len__(self) -> int:
         return int(self.action.shape[0])
 

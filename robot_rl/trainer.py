@@ -20,6 +20,7 @@ import torch
 from robot_rl import checkpoint, envs
 from robot_rl.agents.sac import SAC, camera_groups
 from robot_rl.config import ConfigError, TrainConfig
+from robot_rl.envs.core import Reflection
 from robot_rl.evaluation import record_video
 from robot_rl.logger import Episodes
 from robot_rl.offline import pretrain
@@ -98,6 +99,8 @@ class OnlineSAC(MethodDefaults):
                                           cameras=cameras)
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
                                   camera_groups(env.observation_spec))
+            if cfg.data.mirror:
+                self.prior = self.prior.with_reflection(*self._reflection(env, cfg.env.spec))
             self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
             # with cached embeddings the demos' frames become backbone features once, as online ones do
             self.prior.frames = self.agent.dataset_for_replay(self.prior.frames)
@@ -111,6 +114,15 @@ class OnlineSAC(MethodDefaults):
         self.updates = 0
         self._obs: dict[str, torch.Tensor] | None = None
         self._obs_stored: dict[str, torch.Tensor] | None = None  # `_stored(self._obs)` with cached embeddings
+
+    @staticmethod
+    def _reflection(env: envs.BatchedEnv, spec: str) -> Reflection:
+        """`data.mirror`'s symmetry: the env's, or a one-line error."""
+        reflection = env.reflection()
+        if reflection is None:
+            raise ConfigError(f"data.mirror=true: {spec} declares no mirror symmetry (arm:push and arm:pick_place "
+                              "state tasks do): set data.mirror=false")
+        return reflection
 
     def load_init_agent(self, path: Path) -> None:
         state = checkpoint.load(path)

@@ -43,6 +43,20 @@ PROPRIO_INDEX = tuple(i for key in PROPRIO_KEYS for i in range(STATE_LAYOUT[key]
 PROPRIO_DIM = len(PROPRIO_INDEX)  # 7
 PIXEL_CAMERAS = ("front", "wrist")  # the cameras of a -pixels observation, as groups "pixels/<camera>"
 
+# The mirror symmetry y -> -y (``ArmTask.reflection``). The arm (base yaw about z, pitch joints about the rotated
+# y axis, two identical fingers), the workspace and the push and pick_place reset boxes are all symmetric about the
+# plane y = 0, so an episode reflected in it is another episode of the same task: every y coordinate of the state
+# (positions, velocities, relative vectors) and the action's y displacement change sign, and the cube quaternion
+# (w, x, y, z) becomes (w, -x, y, -z). reach parks its cube at +y (``CUBE_PARKED``), which the reflection would move.
+MIRROR_TASKS = ("push", "pick_place")
+STATE_MIRROR_SIGN = np.ones(STATE_DIM, dtype=np.float32)
+for _key, _part in STATE_LAYOUT.items():  # the gripper's opening (1-D) keeps its sign
+    if _key == "cube_quat":
+        STATE_MIRROR_SIGN[[_part.start + 1, _part.start + 3]] = -1.0
+    elif _part.stop - _part.start == 3:
+        STATE_MIRROR_SIGN[_part.start + 1] = -1.0
+ACTION_MIRROR_SIGN = np.array([1.0, -1.0, 1.0, 1.0], dtype=np.float32)  # (dx, dy, dz, gripper)
+
 # Controller.
 HAND_QUAT = (0.0, 0.0, 1.0, 0.0)  # desired hand orientation: a half turn about world y (hand z = world -z)
 IK_DAMPING = 0.03

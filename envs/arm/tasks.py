@@ -253,6 +253,11 @@ class ArmEnv(gym.Env):
             raise RuntimeError("call reset() before privileged_state()")
         return self._full_state.copy()
 
+    def reflection(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``ArmTask.reflection`` for the state observation; None with ``pixels=True`` (a camera image is not
+        reflected by sign changes: the cameras would have to be symmetric and the frames flipped)."""
+        return None if self._pixel_renderer is not None else self.arm_task.reflection()
+
     def hold(self) -> None:
         """Freeze the servo targets on the measured pose (``ArmTask.hold``); time does not advance."""
         self.arm_task.hold(self.physics.state()[0])

@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 import torch
 
-from ..core import BackendStep, BatchedEnv, EnvOptions, Obs
+from ..core import BackendStep, BatchedEnv, EnvOptions, Obs, Reflection
 from ..wrappers import default_time_limit
 from .physics import make_physics
 from .rng import CounterRNG, ResetRNG
@@ -140,6 +140,12 @@ class SimEnv(BatchedEnv):
         return BackendStep({"state": obs}, reward, terminated, truncated, final_obs, info)
 
     # -- public API ------------------------------------------------------------------------------------------
+    def reflection(self) -> Reflection | None:
+        """``BatchedEnv.reflection``: the task's (``ArmTask.reflection``), if it declares one."""
+        getter = getattr(self.task, "reflection", None)
+        signs = getter() if getter is not None else None
+        return None if signs is None else Reflection.from_signs(*signs)
+
     def render(self, index: int = 0) -> np.ndarray:
         """Frame (H, W, 3) uint8 of sub-env ``index``; only when made with ``render=True``."""
         self._check_render(index)

@@ -316,3 +316,21 @@ def test_the_arm_tasks_are_registered_with_gymnasium() -> None:
         steps += 1
     assert truncated and steps == 50  # reach's 50-step limit; standing still never succeeds
     env.close()
+
+
+def test_reflection_of_the_arm_specs() -> None:
+    """``BatchedEnv.reflection`` through the gymnasium backend: push and pick_place state tasks declare y -> -y
+    (the dynamics are checked in ``tests/envs/sim/test_arm_task.py``); reach, the -pixels tasks (whose frames a sign
+    cannot reflect) and a task without the method declare none."""
+    for spec, expected in [("arm:push-sparse", True), ("arm:pick_place", True), ("arm:reach", False),
+                           ("arm:push-pixels", False), ("gym:Pendulum-v1", False)]:
+        env = envs.make(spec, num_envs=1, **({"pixel_size": (16, 16)} if "pixels" in spec else {}))
+        try:
+            reflection = env.reflection()
+            assert (reflection is not None) == expected, spec
+            if reflection is not None:
+                assert reflection.state.shape == (STATE_DIM,) and reflection.action.tolist() == [1, -1, 1, 1]
+                assert set(reflection.state.tolist()) == {1.0, -1.0}
+                assert reflection.state[STATE_LAYOUT["gripper"]].item() == 1.0
+        finally:
+            env.close()

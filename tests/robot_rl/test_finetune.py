@@ -10,7 +10,8 @@ import torch
 
 from robot_rl.cli import main
 from robot_rl.config import compose_train_config
-from robot_rl.datasets import read_dataset
+from robot_rl.datasets import DatasetError, read_dataset
+from robot_rl.prior_data import OfflineData
 from robot_rl.trainer import Trainer
 
 TINY = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
@@ -165,3 +166,40 @@ def test_interrupted_offline_pretraining_resumes_without_duplicate_rows(reach_da
     monkeypatch.setattr(CalQL, "update", update)
     Trainer(cfg, run, resume=True).run()
     assert [int(r["offline_step"]) for r in _rows(run / "offline_metrics.csv")] == [10, 20, 30, 40]
+
+
+def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, capsys) -> None:
+    """`data.mirror=true` on push: the prior data is the dataset followed by its reflection in y = 0 (the env's
+    `reflection()` signs), as new episodes, and RLPD's prior buffer holds both; a task without a symmetry, a
+    mirror without data, and camera data each stop with one line."""
+    out = tmp_path / "push"
+    assert main(["collect", "env.spec=arm:push-sparse", "episodes=2", "env.num_envs=1", f"out={out}"]) == 0
+    plain = Trainer(compose_train_config(["env.spec=arm:push-sparse", f"data.path={out}", *TINY]), tmp_path / "a")
+    cfg = compose_train_config(["env.spec=arm:push-sparse", f"data.path={out}", "data.mirror=true", *TINY])
+    trainer = Trainer(cfg, tmp_path / "b")
+    original, prior = plain.prior, trainer.prior
+    m = len(original)
+    sign = trainer.env.reflection()
+    assert len(prior) == 2 * m and prior.num_episodes == 4 and len(trainer.prior_replay) == 2 * m
+    assert torch.equal(prior.obs[:m], original.obs) and torch.equal(prior.obs[m:], original.obs * sign.state)
+    assert torch.equal(prior.next_obs[m:], original.next_obs * sign.state)
+    assert torch.equal(prior.action[m:, 1], -original.action[:, 1]) and torch.equal(prior.action[m:, 0], original.action[:, 0])
+    assert torch.equal(prior.obs[m:, 1], -original.obs[:, 1])  # the hand's y
+    for name in ("reward", "terminated", "truncated", "mc_return"):
+        assert torch.equal(getattr(prior, name)[m:], getattr(original, name)), name
+    assert set(prior.episode_index[m:].tolist()).isdisjoint(prior.episode_index[:m].tolist())
+    plain.env.close()
+    trainer.env.close()
+
+    for args, expected in [
+        (["env.spec=arm:reach-sparse", f"data.path={out}"], "arm:reach-sparse declares no mirror symmetry"),
+        (["env.spec=arm:push-sparse"], "data.mirror=true needs data.path"),
+    ]:
+        assert main(["train", *args, "data.mirror=true", f"run_dir={tmp_path / 'r'}", *TINY]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+    with_frames = OfflineData(original.obs, original.action, original.reward, original.next_obs, original.terminated,
+                              original.truncated, original.mc_return, 2, 1.0,
+                              frames={"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)})
+    with pytest.raises(DatasetError, match="reflects state observations only"):
+        with_frames.with_reflection(sign.state, sign.action)

@@ -43,6 +43,7 @@ import mujoco
 import numpy as np
 import torch
 from robot_rl.envs.arm.constants import (
+    ACTION_MIRROR_SIGN,
     CONTROL_DT,
     CUBE_PARKED,
     CUBE_XY_BOX,
@@ -55,12 +56,14 @@ from robot_rl.envs.arm.constants import (
     MAX_LEAD,
     MAX_YAW,
     MIN_TARGET_DIST,
+    MIRROR_TASKS,
     PICK_HEIGHT,
     REACH_MAX,
     REACH_TARGET_BOX,
     REWARDS,
     STATE_DIM,
     STATE_LAYOUT,
+    STATE_MIRROR_SIGN,
     SUCCESS_RADIUS,
     TARGET_XY_BOX,
     TASKS,
@@ -468,6 +471,13 @@ class ArmTask(SimTask):
             "target_rel_ee": target - ee,
         }
         return torch.cat([parts[name] for name in STATE_LAYOUT], dim=1).to(torch.float32)
+
+    def reflection(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The signs ``(state [29], action [4])`` that reflect an episode in the plane y = 0 into another episode of
+        this task (``MIRROR_TASKS``: push and pick_place; None for reach), for ``BatchedEnv.reflection``."""
+        if self.task not in MIRROR_TASKS:
+            return None
+        return STATE_MIRROR_SIGN.copy(), ACTION_MIRROR_SIGN.copy()
 
     def mocap_pos(self, index: int) -> np.ndarray:
         """The target of env ``index`` as ``(1, 3)``, for the scene's target marker (the only mocap body)."""

@@ -413,3 +413,64 @@ def test_registry_names_and_spaces() -> None:
         ArmTask("stack")
     with pytest.raises(ValueError, match="unknown reward"):
         ArmTask("push", "shaped")
+
+
+def _mirror_physics(qpos: torch.Tensor, qvel: torch.Tensor, model: mujoco.MjModel) -> tuple[torch.Tensor, torch.Tensor]:
+    """The physics state reflected in y = 0, written from the scene (not from ``ArmTask.reflection``): the yaw
+    joints j1 and j5 change sign (a reflection turns a rotation about z the other way and keeps one about y), the
+    fingers swap, the cube's y, its quaternion's x and z, its linear y velocity and its angular x and z change sign."""
+    qpos, qvel = qpos.clone(), qvel.clone()
+    for name in ("j1", "j5"):
+        qpos[..., int(model.joint(name).qposadr[0])] *= -1
+        qvel[..., int(model.joint(name).dofadr[0])] *= -1
+    for x, adr in ((qpos, "qposadr"), (qvel, "dofadr")):
+        left, right = int(getattr(model.joint("finger_l"), adr)[0]), int(getattr(model.joint("finger_r"), adr)[0])
+        x[..., [left, right]] = x[..., [right, left]]
+    c, cd = int(model.joint("cube").qposadr[0]), int(model.joint("cube").dofadr[0])
+    qpos[..., [c + 1, c + 4, c + 6]] *= -1  # position y; quaternion (w, x, y, z) -> (w, -x, y, -z)
+    qvel[..., [cd + 1, cd + 3, cd + 5]] *= -1  # linear y; angular velocity is a pseudovector: x and z
+    return qpos, qvel
+
+
+@pytest.mark.parametrize("task_name", ["push", "pick_place"])
+def test_reflection_is_a_symmetry_of_the_task(task_name: str) -> None:
+    """``ArmTask.reflection`` (what ``data.mirror=true`` trusts): sub-env 1 starts as the mirror image of sub-env 0
+    (the physics reflected joint by joint, the task's target and commands reflected), then follows the mirrored
+    actions of the scripted expert that sub-env 0 follows while it pushes or lifts the cube to the target. Every
+    observation of sub-env 1 is sub-env 0's times the declared signs, with the same rewards and the same success step.
+    reach declares no reflection (its parked cube sits at +y)."""
+    assert ArmTask("reach").reflection() is None
+    env = SimEnv(ArmTask(task_name, "sparse"), "cpu", num_envs=2, seed=0)
+    try:
+        state_sign, action_sign = (torch.as_tensor(s) for s in env.task.reflection())
+        assert env.reflection() is not None and torch.equal(env.reflection().state, state_sign)
+        obs = env.reset(seed=11)["state"]
+        task, model = env.task, env._model
+        qpos, qvel = env.physics.state()
+        mirrored_q, mirrored_v = _mirror_physics(qpos[0], qvel[0], model)
+        qpos, qvel = qpos.clone(), qvel.clone()
+        qpos[1], qvel[1] = mirrored_q, mirrored_v
+        y = torch.tensor([1.0, -1.0, 1.0], dtype=qpos.dtype)
+        for name in ("target", "x_des", "prev_ee", "ee_vel"):
+            value = getattr(task, name).clone()
+            value[1] = value[0] * y
+            setattr(task, name, value)
+        task.q_cmd = task.q_cmd.clone()
+        task.q_cmd[1] = task.q_cmd[0] * torch.tensor([-1.0, 1.0, 1.0, 1.0, -1.0], dtype=qpos.dtype)
+        ctrl = task._ctrl(task.q_cmd, torch.full_like(task.q_cmd[:, 0], FINGER_RANGE[1]))
+        env.physics.reset(torch.tensor([False, True]), qpos, qvel, ctrl)
+        obs = task.observe(*env.physics.state())
+        torch.testing.assert_close(obs[1], obs[0] * state_sign, rtol=0, atol=1e-6)
+        expert = ScriptedExpert(task_name, 1, noise=0.0, seed=0)
+        for t in range(TIME_LIMITS[task_name] - 1):
+            a = expert.act(obs[:1])[0]
+            next_obs, reward, terminated, _, info = env.step(torch.stack([a, a * action_sign]))
+            obs = next_obs["state"]
+            last = info["final_obs"]["state"]
+            torch.testing.assert_close(last[1], last[0] * state_sign, rtol=0, atol=1e-6, msg=f"step {t}")
+            assert reward[1] == reward[0] and terminated[1] == terminated[0], f"step {t}"
+            if terminated[0]:
+                break
+        assert bool(terminated[0]), "the expert did not solve the episode: the contact phase went untested"
+    finally:
+        env.close()
