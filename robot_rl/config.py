@@ -54,6 +54,10 @@ class LoopConfig:
         "agent updates (each of agent.utd critic steps) per batched env step; default num_envs, i.e. one per "
         "transition. With hundreds of envs (experiment=gpu_fast) a few large-batch updates per step instead",
     )
+    mirror_online: bool = _help(
+        False, "also store the mirror image of every online transition where the task declares a symmetry (as "
+        "data.mirror does for the prior data): two replay transitions per env step; state tasks only"
+    )
     video: bool = _help(True, "record an MP4 of one evaluation episode at the end of training")
     video_size: list[int] = _help([240, 320], "video height and width")
 

@@ -80,9 +80,18 @@ class OnlineSAC(MethodDefaults):
         # as obs and next_obs (ReplayBuffer's `frames`), which halves what an image costs.
         self.groups = stored_groups(env)
         self._group_set = set(self.groups)
+        # train.mirror_online: the replay's second half of columns holds the reflections of the first half's
+        # transitions, so each column is still one episode's stream (n-step returns never mix the two)
+        self.reflection: Reflection | None = None
+        if cfg.train.mirror_online:
+            signs = self._reflection(env, cfg.env.spec, "train.mirror_online")
+            self.reflection = Reflection(signs.state.to(env.device), signs.action.to(env.device))
+        if self.reflection is not None and self.groups != ("state",):
+            raise ConfigError("train.mirror_online=true reflects state observations only; this env stores "
+                              f"{', '.join(self.groups)}: set train.mirror_online=false")
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
-            cfg.env.num_envs,
+            cfg.env.num_envs * (1 if self.reflection is None else 2),
             self.agent.replay_spec({k: env.observation_spec[k] for k in self.groups}),
             env.action_dim,
             device=cfg.device,
@@ -100,7 +109,7 @@ class OnlineSAC(MethodDefaults):
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
                                   camera_groups(env.observation_spec))
             if cfg.data.mirror:
-                self.prior = self.prior.with_reflection(*self._reflection(env, cfg.env.spec))
+                self.prior = self.prior.with_reflection(*self._reflection(env, cfg.env.spec, "data.mirror"))
             self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
             # with cached embeddings the demos' frames become backbone features once, as online ones do
             self.prior.frames = self.agent.dataset_for_replay(self.prior.frames)
@@ -116,12 +125,12 @@ class OnlineSAC(MethodDefaults):
         self._obs_stored: dict[str, torch.Tensor] | None = None  # `_stored(self._obs)` with cached embeddings
 
     @staticmethod
-    def _reflection(env: envs.BatchedEnv, spec: str) -> Reflection:
-        """`data.mirror`'s symmetry: the env's, or a one-line error."""
+    def _reflection(env: envs.BatchedEnv, spec: str, key: str) -> Reflection:
+        """The symmetry that `key` (data.mirror, train.mirror_online) uses: the env's, or a one-line error."""
         reflection = env.reflection()
         if reflection is None:
-            raise ConfigError(f"data.mirror=true: {spec} declares no mirror symmetry (arm:push and arm:pick_place "
-                              "state tasks do): set data.mirror=false")
+            raise ConfigError(f"{key}=true: {spec} declares no mirror symmetry (arm:push and arm:pick_place "
+                              f"state tasks do): set {key}=false")
         return reflection
 
     def load_init_agent(self, path: Path) -> None:
@@ -171,6 +180,8 @@ class OnlineSAC(MethodDefaults):
             next_stored, final_stored = self._cached_step(next_obs, info["final_obs"], done)
             self.replay.add(stored, action, reward, final_stored, terminated, truncated)
             self._obs_stored = next_stored
+        elif self.reflection is not None:
+            self._add_with_reflection(obs, action, reward, info["final_obs"], terminated, truncated)
         else:
             self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
         agent.observe(obs, reward, done)
@@ -184,6 +195,20 @@ class OnlineSAC(MethodDefaults):
                     metrics.setdefault(k, []).append(v)
                 self.updates += 1
         return metrics
+
+    def _add_with_reflection(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
+                             final_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor
+                             ) -> None:
+        """`train.mirror_online`: the N transitions and their N reflections, as one add of 2N columns."""
+        state_sign, action_sign = self.reflection
+
+        def both(x: torch.Tensor, sign: torch.Tensor | None = None) -> torch.Tensor:
+            return torch.cat([x, x if sign is None else x * sign])
+
+        self.replay.add(
+            self._stored({"state": both(obs["state"], state_sign)}), both(action, action_sign), both(reward),
+            self._stored({"state": both(final_obs["state"], state_sign)}), both(terminated), both(truncated),
+        )
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})

@@ -203,3 +203,31 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
                               frames={"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)})
     with pytest.raises(DatasetError, match="reflects state observations only"):
         with_frames.with_reflection(sign.state, sign.action)
+
+
+def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path, capsys) -> None:
+    """`train.mirror_online=true`: each env step stores 2 transitions per env, the second half of the replay's
+    columns the reflections of the first (so a column stays one episode's stream for n-step returns); updates run
+    on it; a task without a symmetry stops with one line."""
+    cfg = compose_train_config(["env.spec=arm:push-sparse", "train.mirror_online=true", "env.num_envs=2",
+                                "agent.n_step=3", "train.learning_starts=20", "agent.batch_size=8", *TINY])
+    trainer = Trainer(cfg, tmp_path / "run")
+    sign = trainer.env.reflection()
+    trainer.method.start(0)
+    for _ in range(30):
+        trainer.method.advance()
+    replay = trainer.replay
+    assert trainer.method.updates > 0
+    assert replay.num_envs == 4 and len(replay) == 2 * 30 * 2
+    for name in ("obs", "next_obs"):
+        stored = getattr(replay, name)["state"][:30]
+        assert torch.equal(stored[:, 2:], stored[:, :2] * sign.state), name
+    assert torch.equal(replay.action[:30, 2:], replay.action[:30, :2] * sign.action)
+    assert replay.action[:30, :2, 1].abs().sum() > 0  # the y displacement did change sign somewhere
+    for name in ("reward", "terminated", "truncated"):
+        assert torch.equal(getattr(replay, name)[:30, 2:], getattr(replay, name)[:30, :2]), name
+    assert replay.sample(16).action.shape == (16, 4)
+    trainer.env.close()
+    assert main(["train", "env.spec=arm:reach", "train.mirror_online=true", f"run_dir={tmp_path / 'r'}", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "train.mirror_online=true: arm:reach declares no mirror symmetry" in err and len(err.strip().splitlines()) == 1
