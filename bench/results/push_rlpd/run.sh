@@ -6,7 +6,10 @@
 # Usage: run.sh rlpd|sac sac|simba SEED [SEED...] [-- KEY=VALUE...]   (one run after another; two invocations side
 # by side). Extra keys need TAG, which names their group: TAG=gamma0.99 run.sh rlpd sac 0 1 2 -- agent.gamma=0.99
 # (the groups *_gamma0.99), TAG=40k run.sh rlpd sac 0 1 2 -- train.steps=40000 (the group rlpd_sac_40k, measured by
-# continuing rlpd_sac's runs with robot-rl train resume=<run> train.steps=40000), TAG=utd2 ... -- agent.utd=2.
+# continuing rlpd_sac's runs with robot-rl train resume=<run> train.steps=40000), TAG=utd2 ... -- agent.utd=2,
+# TAG=mirror ... -- data.mirror=true, TAG=mirror_online ... -- data.mirror=true train.mirror_online=true.
+# The groups without "mirror" in their name ran before rlpd_push set data.mirror and train.mirror_online (2026-11-27):
+# to repeat them under another tag add -- data.mirror=false train.mirror_online=false.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl

@@ -138,8 +138,11 @@ def main() -> None:
             **({"success_percent_40k": at[40_000], "summary_40k": summarize(list(at[40_000].values()))}
                if at[40_000] else {}),
         }
-        label = f"agent={agent}, gamma {load_run_config(runs[0]).agent.gamma:g}"  # the tags so far are gammas
-        label += f", {tag[0]}" if tag and not tag[0].startswith("gamma") else ""
+        cfg = load_run_config(runs[0])  # the label from the runs' settings, not the tag
+        label = f"agent={agent}, gamma {cfg.agent.gamma:g}" + (f", UTD {cfg.agent.utd}" if cfg.agent.utd != 1 else "")
+        if cfg.data.path and cfg.data.mirror:
+            label += ", mirrored demos" + (" and online data" if cfg.train.mirror_online else "")
+        label += ", to 40k" if tag and tag[0] == "40k" else ""
         curves[f"{LABELS[kind]} ({label})"] = summarize_runs(runs, "success_rate")
         for run in runs:
             copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})

@@ -1,0 +1,75 @@
+"""Summary of run.sh's WSRL and naive fine-tuning runs on arm:reach: per seed, the pretrained policy's success
+(the step-0 evaluation of the online run, and the offline curve), the lowest online evaluation and the step where
+it came, the success at 20k env steps; over seeds, mean, IQM and 95% bootstrap intervals; the curves with bands.
+The issue's WSRL criterion: no online evaluation below the offline policy's success. Copies each run's small files
+(config, metrics, log) next to this script."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent.parent
+RUNS = Path("runs") / "wsrl"
+LABELS = {"wsrl": "WSRL (5k warm-up, then online SAC)", "naive": "naive fine-tuning (updates from step 0)"}
+
+
+def per_run(run: Path) -> dict:
+    curve = {int(k): 100 * v for k, v in load_curve(run, "success_rate").items()}
+    start = curve[0]
+    online = {k: v for k, v in curve.items() if k > 0}
+    low_step = min(online, key=online.get)
+    return {
+        "offline_policy_success": round(start, 1), "lowest_online_success": round(online[low_step], 1),
+        "lowest_at_env_step": low_step, "dip_points": round(start - online[low_step], 1),
+        "evaluations_below_offline": sum(v < start for v in online.values()), "evaluations": len(online),
+        "success_20k": round(online.get(20_000, float("nan")), 1),
+    }
+
+
+def main() -> None:
+    os.chdir(ROOT)
+    summary: dict = {
+        "task": "arm:reach, dense reward (minus the distance to the target); success = within 3 cm, which ends the "
+                "episode; 50-step time limit",
+        "data": "data/reach_mixed: 50 expert, 50 noisy-expert (noise 1.0), 50 random episodes (3,125 transitions)",
+        "pretraining": "IQL, expectile 0.9, running observation normalisation (agent.obs_norm=true), 20k offline "
+                       "steps, one pretraining per seed shared by both methods",
+        "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false)",
+        "evaluation": "every 1k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
+                      "pretrained policy",
+        "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
+        "groups": {},
+    }
+    curves = {}
+    for kind in ("wsrl", "naive"):
+        runs = sorted(r for r in RUNS.glob(f"online_{kind}_s[0-9]*") if r.is_dir() and (r / "metrics.csv").is_file())
+        if not runs:
+            continue
+        seeds = {r.name.rsplit("_s", 1)[1]: per_run(r) for r in runs}
+        group = {"runs": [str(r) for r in runs], "per_seed": seeds}
+        for key in ("offline_policy_success", "lowest_online_success", "dip_points", "success_20k"):
+            group[key] = summarize([s[key] for s in seeds.values()])
+        offline_curves = {}
+        for r in runs:
+            pre = RUNS / f"iql20k_norm_s{r.name.rsplit('_s', 1)[1]}"
+            if (pre / "offline_metrics.csv").is_file():
+                offline_curves[pre.name] = {int(k): round(100 * v, 1) for k, v in
+                                            load_curve(pre, "success_rate", x="offline_step").items()}
+                copy_run_files(pre, HERE / pre.name, files=("config.yaml", "offline_metrics.csv"),
+                               logs={"output.log": pre.parent / f"{pre.name}.log"})
+            copy_run_files(r, HERE / r.name, logs={"output.log": r.parent / f"{r.name}.log"})
+        group["offline_success_curves"] = offline_curves
+        summary["groups"][kind] = group
+        curves[LABELS[kind]] = summarize_runs(runs, "success_rate")
+        print(kind, {s: (v["offline_policy_success"], v["lowest_online_success"], v["success_20k"])
+                     for s, v in seeds.items()})
+    write_json(summary, HERE / "summary.json")
+    plot_curves(curves, HERE / "success.png", title="arm:reach, from data/reach_mixed", ylabel="success rate")
+
+
+if __name__ == "__main__":
+    main()
