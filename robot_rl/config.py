@@ -86,6 +86,10 @@ class OfflineConfig:
     init: str | None = _help(
         None, "start from the agent of this checkpoint file (e.g. <run>/checkpoints/pretrained.pt) instead"
     )
+    freeze_statistics: bool = _help(
+        True, "a pretrained agent keeps its dataset's observation and return statistics online (agent.obs_norm, "
+        "agent.reward_scale): updating them would change the pretrained policy's inputs before any update"
+    )
     calql: CalQLConfig = field(default_factory=CalQLConfig)
     iql: IQLConfig = field(default_factory=IQLConfig)
 
