@@ -4,6 +4,7 @@ bands. Copies each run's small files (config, metrics, log; no checkpoints) next
 
 from __future__ import annotations
 
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -106,6 +107,16 @@ def failure_modes(policy: Path, episodes: int = 50, first_seed: int = 1000,
     return {"episodes": episodes, "seeds": f"{first_seed}-{first_seed + episodes - 1}", **counts}
 
 
+def _cached(previous: dict, group: str, key: str, run: Path) -> dict | None:
+    """The previous summary's `key` entry for `run`, if its checkpoint has not changed since that summary was
+    written (the checks replay 50 episodes per run: minutes for every group)."""
+    entry = previous.get("groups", {}).get(group, {}).get(key, {}).get(run.name.rsplit("_s", 1)[1])
+    checkpoint = run / "checkpoints" / "latest.pt"
+    if entry and checkpoint.is_file() and checkpoint.stat().st_mtime < (HERE / "summary.json").stat().st_mtime:
+        return entry
+    return None
+
+
 def main() -> None:
     os.chdir(ROOT)
     groups: dict[str, list[Path]] = {}
@@ -119,6 +130,7 @@ def main() -> None:
         "evaluation": "every 2k env steps, 20 episodes (one per eval env), deterministic actor",
         "groups": {},
     }
+    previous = json.loads((HERE / "summary.json").read_text()) if (HERE / "summary.json").is_file() else {}
     curves = {}
     for name, runs in groups.items():
         kind, agent, *tag = name.split("_", 2)  # run.sh's names: KIND_AGENT[_TAG]_sSEED
@@ -146,10 +158,11 @@ def main() -> None:
         curves[f"{LABELS[kind]} ({label})"] = summarize_runs(runs, "success_rate")
         for run in runs:
             copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
-        summary["groups"][name]["critic_check"] = {run.name.rsplit("_s", 1)[1]: critic_check(run) for run in runs}
-        summary["groups"][name]["failure_modes"] = {
-            run.name.rsplit("_s", 1)[1]: failure_modes(run / "checkpoints" / "latest.pt") for run in runs
-        }
+        for key, check in (("critic_check", critic_check),
+                           ("failure_modes", lambda r: failure_modes(r / "checkpoints" / "latest.pt"))):
+            summary["groups"][name][key] = {
+                run.name.rsplit("_s", 1)[1]: _cached(previous, name, key, run) or check(run) for run in runs
+            }
         print(name, "20k:", at[20_000], summary["groups"][name]["summary_20k"])
     summary["bc_reference_failure_modes"] = {  # what cloning the same demos gets wrong, for comparison
         "command": f"robot-rl bc dataset=data/push_demos policy=mlp steps=3000 run_dir={BC_RUN}",
