@@ -238,8 +238,9 @@ class BatchedEnv(abc.ABC):
         raise NotImplementedError(f"{self.spec}: this env exposes no privileged state (only arm: envs do)")
 
     def reflection(self) -> Reflection | None:
-        """The task's mirror symmetry, if it declares one (``data.mirror=true`` then also learns from the prior data's
-        reflection; ``arm:push`` and ``arm:pick_place`` declare y -> -y). None (the default): no symmetry declared."""
+        """The task's mirror symmetry, if it declares one (``data.mirror=true`` and ``train.mirror_online=true`` then
+        also learn from the prior and online data's reflections; ``arm:push`` and ``arm:pick_place`` declare
+        y -> -y). None (the default): no symmetry declared."""
         return None
 
     @abc.abstractmethod
