@@ -54,6 +54,10 @@ class LoopConfig:
         "agent updates (each of agent.utd critic steps) per batched env step; default num_envs, i.e. one per "
         "transition. With hundreds of envs (experiment=gpu_fast) a few large-batch updates per step instead",
     )
+    critic_warmup_updates: int = _help(
+        0, "critic-only updates once learning starts, before the actor moves: a pretrained agent's critic is first "
+        "fit to its own policy's values (WSRL; residual RL's residual.critic_warmup_updates does the same)"
+    )
     mirror_online: bool = _help(
         False, "also store the mirror image of every online transition where the task declares a symmetry (as "
         "data.mirror does for the prior data): two replay transitions per env step; state tasks only"
@@ -152,6 +156,7 @@ class TrainConfig:
             (self.env.reward_classifier_consecutive >= 1, "env.reward_classifier_consecutive must be >= 1"),
             (self.train.steps >= 1, "train.steps must be >= 1"),
             (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
+            (self.train.critic_warmup_updates >= 0, "train.critic_warmup_updates must be >= 0"),
             (self.train.eval_every >= 1, "train.eval_every must be >= 1"),
             (self.train.checkpoint_every is None or self.train.checkpoint_every >= 1,
              "train.checkpoint_every must be >= 1 or null"),

@@ -248,3 +248,23 @@ def test_wsrl_warm_up_keeps_the_pretrained_policy(reach_data: Path, tmp_path: Pa
     assert [int(r["updates"]) for r in rows] == [0, 0, 0]
     returns = [float(r["eval_return_mean"]) for r in rows]
     assert (returns[1] == returns[0] and returns[2] == returns[0]) == freeze, returns
+
+
+def test_critic_warmup_updates_leave_the_actor_alone(reach_data: Path, tmp_path: Path) -> None:
+    """`train.critic_warmup_updates`: the first updates after learning starts train the critics only, so the
+    policy evaluated after them is still the pretrained one (its return is step 0's exactly), while the critics
+    moved; once they are spent the actor moves too."""
+    run = tmp_path / "warm"
+    code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
+                 "offline.eval_every=30", "data.mix_online=false", "train.learning_starts=50",
+                 "train.critic_warmup_updates=100", "train.steps=250", "train.eval_every=125", "agent.batch_size=32",
+                 f"run_dir={run}", "seed=3", *TINY])
+    assert code == 0
+    rows = _rows(run / "metrics.csv")
+    assert [int(r["updates"]) for r in rows] == [0, 76, 201]
+    returns = [float(r["eval_return_mean"]) for r in rows]
+    assert returns[1] == returns[0] and returns[2] != returns[0], returns
+    assert rows[1]["critic_loss"] and not rows[1]["actor_loss"]  # critic-only updates log no actor loss
+    pretrained = torch.load(run / "checkpoints" / "pretrained.pt", weights_only=False)["agent"]
+    final = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["agent"]
+    assert any(not torch.equal(v, final["critic"][k]) for k, v in pretrained["critic"].items())
