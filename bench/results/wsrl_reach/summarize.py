@@ -14,20 +14,30 @@ from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, s
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
 RUNS = Path("runs") / "wsrl"
-LABELS = {"wsrl": "WSRL (5k warm-up, then online SAC)", "naive": "naive fine-tuning (updates from step 0)"}
+LABELS = {
+    "wsrl": "WSRL (5k warm-up, then online SAC)",
+    "naive": "naive fine-tuning (updates from step 0)",
+    "wsrl_cw2k": "WSRL + 2k critic-only updates first",
+    "wsrl_drift": "WSRL, statistics updated online",
+    "naive_drift": "naive, statistics updated online",
+    "rlpd": "RLPD (no pretraining, half of each batch from the data)",
+}
 
 
 def per_run(run: Path) -> dict:
+    """One run's figures; RLPD has no pretrained policy (no step-0 evaluation) and so no dip."""
     curve = {int(k): 100 * v for k, v in load_curve(run, "success_rate").items()}
-    start = curve[0]
     online = {k: v for k, v in curve.items() if k > 0}
     low_step = min(online, key=online.get)
-    return {
-        "offline_policy_success": round(start, 1), "lowest_online_success": round(online[low_step], 1),
-        "lowest_at_env_step": low_step, "dip_points": round(start - online[low_step], 1),
-        "evaluations_below_offline": sum(v < start for v in online.values()), "evaluations": len(online),
-        "success_20k": round(online.get(20_000, float("nan")), 1),
-    }
+    first_100 = min((k for k, v in online.items() if v == 100), default=None)
+    out = {"lowest_online_success": round(online[low_step], 1), "lowest_at_env_step": low_step,
+           "first_env_step_at_100": first_100, "success_20k": round(online.get(20_000, float("nan")), 1),
+           "evaluations": len(online)}
+    if 0 in curve:
+        start = curve[0]
+        out |= {"offline_policy_success": round(start, 1), "dip_points": round(start - online[low_step], 1),
+                "evaluations_below_offline": sum(v < start for v in online.values())}
+    return out
 
 
 def main() -> None:
@@ -42,17 +52,23 @@ def main() -> None:
         "evaluation": "every 1k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
                       "pretrained policy",
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
+        "drift_runs": "*_drift: the same runs before offline.freeze_statistics existed, i.e. with the observation "
+                      "statistics updated by online data (repeat with offline.freeze_statistics=false)",
+        "rlpd": "robot-rl train experiment=rlpd_push env.spec=arm:reach data.path=data/reach_mixed "
+                "train.learning_starts=500 agent.gamma=0.99 data.mirror=false train.mirror_online=false "
+                "train.eval_every=1000 seed=S (no pretraining: its first evaluation is at 1k)",
         "groups": {},
     }
     curves = {}
-    for kind in ("wsrl", "naive"):
+    for kind in LABELS:
         runs = sorted(r for r in RUNS.glob(f"online_{kind}_s[0-9]*") if r.is_dir() and (r / "metrics.csv").is_file())
         if not runs:
             continue
         seeds = {r.name.rsplit("_s", 1)[1]: per_run(r) for r in runs}
         group = {"runs": [str(r) for r in runs], "per_seed": seeds}
         for key in ("offline_policy_success", "lowest_online_success", "dip_points", "success_20k"):
-            group[key] = summarize([s[key] for s in seeds.values()])
+            if all(key in s for s in seeds.values()):
+                group[key] = summarize([s[key] for s in seeds.values()])
         offline_curves = {}
         for r in runs:
             pre = RUNS / f"iql20k_norm_s{r.name.rsplit('_s', 1)[1]}"
@@ -65,7 +81,7 @@ def main() -> None:
         group["offline_success_curves"] = offline_curves
         summary["groups"][kind] = group
         curves[LABELS[kind]] = summarize_runs(runs, "success_rate")
-        print(kind, {s: (v["offline_policy_success"], v["lowest_online_success"], v["success_20k"])
+        print(kind, {s: (v.get("offline_policy_success"), v["lowest_online_success"], v["success_20k"])
                      for s, v in seeds.items()})
     write_json(summary, HERE / "summary.json")
     plot_curves(curves, HERE / "success.png", title="arm:reach, from data/reach_mixed", ylabel="success rate")
