@@ -91,8 +91,9 @@ class OfflineConfig:
         None, "start from the agent of this checkpoint file (e.g. <run>/checkpoints/pretrained.pt) instead"
     )
     freeze_statistics: bool = _help(
-        True, "a pretrained agent keeps its dataset's observation and return statistics online (agent.obs_norm, "
-        "agent.reward_scale): updating them would change the pretrained policy's inputs before any update"
+        False, "a pretrained agent keeps its dataset's observation and return statistics online (agent.obs_norm, "
+        "agent.reward_scale), so the WSRL warm-up policy is exactly the pretrained one; off by default: on reach "
+        "the dip once updates began was deeper with it (bench/results/wsrl_reach)"
     )
     calql: CalQLConfig = field(default_factory=CalQLConfig)
     iql: IQLConfig = field(default_factory=IQLConfig)

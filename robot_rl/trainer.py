@@ -184,8 +184,9 @@ class OnlineSAC(MethodDefaults):
             self._add_with_reflection(obs, action, reward, info["final_obs"], terminated, truncated)
         else:
             self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
-        # A pretrained agent's networks were fit to its dataset's statistics: moving them with online data changed
-        # the WSRL warm-up policy (no updates) from 70% to 55% success on reach (bench/results/wsrl_reach)
+        # A pretrained agent's networks were fit to its dataset's statistics: moving them with online data changes
+        # the WSRL warm-up policy without an update (70% -> 55% on reach), but freezing them deepened the dip once
+        # updates began in 3 of 3 seeds (bench/results/wsrl_reach), so it is an option
         if not (self.pretrained and cfg.offline.freeze_statistics):
             agent.observe(obs, reward, done)
         self._obs = next_obs

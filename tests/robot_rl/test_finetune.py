@@ -236,8 +236,8 @@ def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path,
 @pytest.mark.parametrize("freeze", [True, False])
 def test_wsrl_warm_up_keeps_the_pretrained_policy(reach_data: Path, tmp_path: Path, freeze: bool) -> None:
     """With observation normalisation, the warm-up policy (no updates) is the pretrained one: its evaluations equal
-    the step-0 evaluation exactly (`offline.freeze_statistics`, the default). Updating the statistics with online
-    data (false) changes what the same networks do before any update (measured on reach: 70% -> 55%)."""
+    the step-0 evaluation exactly with `offline.freeze_statistics=true`. Updating the statistics with online data
+    (false, the default) changes what the same networks do before any update (measured on reach: 70% -> 55%)."""
     run = tmp_path / "wsrl"
     code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
                  "offline.eval_every=30", "data.mix_online=false", "agent.obs_norm=true", "train.learning_starts=200",
@@ -257,7 +257,7 @@ def test_critic_warmup_updates_leave_the_actor_alone(reach_data: Path, tmp_path:
     run = tmp_path / "warm"
     code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
                  "offline.eval_every=30", "data.mix_online=false", "train.learning_starts=50",
-                 "train.critic_warmup_updates=100", "train.steps=250", "train.eval_every=125", "agent.batch_size=32",
+                 "train.critic_warmup_updates=100", "offline.freeze_statistics=true", "train.steps=250", "train.eval_every=125", "agent.batch_size=32",
                  f"run_dir={run}", "seed=3", *TINY])
     assert code == 0
     rows = _rows(run / "metrics.csv")

@@ -14,13 +14,13 @@ from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, s
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent.parent
 RUNS = Path("runs") / "wsrl"
-LABELS = {
+LABELS = {  # run.sh's KIND[_TAG]
     "wsrl": "WSRL (5k warm-up, then online SAC)",
     "naive": "naive fine-tuning (updates from step 0)",
-    "wsrl_cw2k": "WSRL + 2k critic-only updates first",
-    "wsrl_drift": "WSRL, statistics updated online",
-    "naive_drift": "naive, statistics updated online",
     "rlpd": "RLPD (no pretraining, half of each batch from the data)",
+    "wsrl_frozen": "WSRL, statistics frozen",
+    "naive_frozen": "naive, statistics frozen",
+    "wsrl_frozen_cw2k": "WSRL, statistics frozen, 2k critic-only updates first",
 }
 
 
@@ -52,11 +52,9 @@ def main() -> None:
         "evaluation": "every 1k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
                       "pretrained policy",
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
-        "drift_runs": "*_drift: the same runs before offline.freeze_statistics existed, i.e. with the observation "
-                      "statistics updated by online data (repeat with offline.freeze_statistics=false)",
-        "rlpd": "robot-rl train experiment=rlpd_push env.spec=arm:reach data.path=data/reach_mixed "
-                "train.learning_starts=500 agent.gamma=0.99 data.mirror=false train.mirror_online=false "
-                "train.eval_every=1000 seed=S (no pretraining: its first evaluation is at 1k)",
+        "commands": "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
+                    "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
+                    "train.critic_warmup_updates=2000 (rlpd has no pretraining: its first evaluation is at 1k)",
         "groups": {},
     }
     curves = {}
