@@ -183,7 +183,8 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
     assert len(prior) == 2 * m and prior.num_episodes == 4 and len(trainer.prior_replay) == 2 * m
     assert torch.equal(prior.obs[:m], original.obs) and torch.equal(prior.obs[m:], original.obs * sign.state)
     assert torch.equal(prior.next_obs[m:], original.next_obs * sign.state)
-    assert torch.equal(prior.action[m:, 1], -original.action[:, 1]) and torch.equal(prior.action[m:, 0], original.action[:, 0])
+    assert torch.equal(prior.action[m:, 1], -original.action[:, 1])
+    assert torch.equal(prior.action[m:, 0], original.action[:, 0])
     assert torch.equal(prior.obs[m:, 1], -original.obs[:, 1])  # the hand's y
     for name in ("reward", "terminated", "truncated", "mc_return"):
         assert torch.equal(getattr(prior, name)[m:], getattr(original, name)), name
@@ -198,8 +199,8 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
         assert main(["train", *args, "data.mirror=true", f"run_dir={tmp_path / 'r'}", *TINY]) == 2
         err = capsys.readouterr().err
         assert expected in err and len(err.strip().splitlines()) == 1, err
-    with_frames = OfflineData(original.obs, original.action, original.reward, original.next_obs, original.terminated,
-                              original.truncated, original.mc_return, 2, 1.0,
+    o = original
+    with_frames = OfflineData(o.obs, o.action, o.reward, o.next_obs, o.terminated, o.truncated, o.mc_return, 2, 1.0,
                               frames={"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)})
     with pytest.raises(DatasetError, match="reflects state observations only"):
         with_frames.with_reflection(sign.state, sign.action)
@@ -228,9 +229,11 @@ def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path,
         assert torch.equal(getattr(replay, name)[:30, 2:], getattr(replay, name)[:30, :2]), name
     assert replay.sample(16).action.shape == (16, 4)
     trainer.env.close()
-    assert main(["train", "env.spec=arm:reach", "train.mirror_online=true", f"run_dir={tmp_path / 'r'}", *TINY]) == 2
+    args = ["train", "env.spec=arm:reach", "train.mirror_online=true", f"run_dir={tmp_path / 'r'}", *TINY]
+    assert main(args) == 2
     err = capsys.readouterr().err
-    assert "train.mirror_online=true: arm:reach declares no mirror symmetry" in err and len(err.strip().splitlines()) == 1
+    assert "train.mirror_online=true: arm:reach declares no mirror symmetry" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("freeze", [True, False])
@@ -240,8 +243,9 @@ def test_wsrl_warm_up_keeps_the_pretrained_policy(reach_data: Path, tmp_path: Pa
     (false, the default) changes what the same networks do before any update (measured on reach: 70% -> 55%)."""
     run = tmp_path / "wsrl"
     code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
-                 "offline.eval_every=30", "data.mix_online=false", "agent.obs_norm=true", "train.learning_starts=200",
-                 "train.steps=150", "train.eval_every=75", "agent.batch_size=32", f"run_dir={run}", "seed=3",
+                 "offline.eval_every=30", "data.mix_online=false", "agent.obs_norm=true",
+                 "train.learning_starts=200", "train.steps=150", "train.eval_every=75", "agent.batch_size=32",
+                 f"run_dir={run}", "seed=3",
                  f"offline.freeze_statistics={str(freeze).lower()}", *TINY])
     assert code == 0
     rows = _rows(run / "metrics.csv")
@@ -257,7 +261,8 @@ def test_critic_warmup_updates_leave_the_actor_alone(reach_data: Path, tmp_path:
     run = tmp_path / "warm"
     code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
                  "offline.eval_every=30", "data.mix_online=false", "train.learning_starts=50",
-                 "train.critic_warmup_updates=100", "offline.freeze_statistics=true", "train.steps=250", "train.eval_every=125", "agent.batch_size=32",
+                 "train.critic_warmup_updates=100", "offline.freeze_statistics=true", "train.steps=250",
+                 "train.eval_every=125", "agent.batch_size=32",
                  f"run_dir={run}", "seed=3", *TINY])
     assert code == 0
     rows = _rows(run / "metrics.csv")

@@ -415,10 +415,12 @@ def test_registry_names_and_spaces() -> None:
         ArmTask("push", "shaped")
 
 
-def _mirror_physics(qpos: torch.Tensor, qvel: torch.Tensor, model: mujoco.MjModel) -> tuple[torch.Tensor, torch.Tensor]:
+def _mirror_physics(qpos: torch.Tensor, qvel: torch.Tensor, model: mujoco.MjModel
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The physics state reflected in y = 0, written from the scene (not from ``ArmTask.reflection``): the yaw
     joints j1 and j5 change sign (a reflection turns a rotation about z the other way and keeps one about y), the
-    fingers swap, the cube's y, its quaternion's x and z, its linear y velocity and its angular x and z change sign."""
+    fingers swap, the cube's y, its quaternion's x and z, its linear y velocity and its angular x and z change
+    sign."""
     qpos, qvel = qpos.clone(), qvel.clone()
     for name in ("j1", "j5"):
         qpos[..., int(model.joint(name).qposadr[0])] *= -1
@@ -437,7 +439,8 @@ def test_reflection_is_a_symmetry_of_the_task(task_name: str) -> None:
     """``ArmTask.reflection`` (what ``data.mirror=true`` trusts): sub-env 1 starts as the mirror image of sub-env 0
     (the physics reflected joint by joint, the task's target and commands reflected), then follows the mirrored
     actions of the scripted expert that sub-env 0 follows while it pushes or lifts the cube to the target. Every
-    observation of sub-env 1 is sub-env 0's times the declared signs, with the same rewards and the same success step.
+    observation of sub-env 1 is sub-env 0's times the declared signs, with the same rewards and the same success
+    step.
     reach declares no reflection (its parked cube sits at +y)."""
     assert ArmTask("reach").reflection() is None
     env = SimEnv(ArmTask(task_name, "sparse"), "cpu", num_envs=2, seed=0)
