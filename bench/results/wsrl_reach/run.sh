@@ -7,7 +7,8 @@
 # the pretrained policy): wsrl = 5k warm-up steps of the pretrained policy without updates, then online SAC on
 # online data only; naive = the same with updates from the first step (train.learning_starts=0); rlpd = no
 # pretraining, half of every batch from the dataset (the README's command).
-# Usage: [KINDS="wsrl naive rlpd"] [TAG=name] run.sh SEED [SEED...] [-- KEY=VALUE...]   (runs/wsrl/online_KIND[_TAG]_sSEED)
+# Usage: [KINDS="wsrl naive rlpd"] [TAG=name] run.sh SEED [SEED...] [-- KEY=VALUE...]
+#   (runs go to runs/wsrl/online_KIND[_TAG]_sSEED)
 # e.g. TAG=frozen run.sh 0 1 2 -- offline.freeze_statistics=true;
 #      KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true train.critic_warmup_updates=2000
 set -euo pipefail
