@@ -1,4 +1,5 @@
-"""`robot-rl` with the prior data doubled by its mirror image (y -> -y): a one-off experiment, not a feature.
+"""`robot-rl` with the prior data doubled by its mirror image (y -> -y): the one-off experiment (stop 31) behind
+the supported `data.mirror=true` (stop 32), which reproduces its runs bit for bit; kept to repeat them as run.
 
 The arm's workspace, resets and hand are symmetric about the plane y = 0, so a demo reflected in it is another valid
 demo: every y coordinate of the state (positions, velocities, relative vectors; the cube quaternion's x and z) and
