@@ -49,12 +49,10 @@ PIXEL_CAMERAS = ("front", "wrist")  # the cameras of a -pixels observation, as g
 # (positions, velocities, relative vectors) and the action's y displacement change sign, and the cube quaternion
 # (w, x, y, z) becomes (w, -x, y, -z). reach parks its cube at +y (``CUBE_PARKED``), which the reflection would move.
 MIRROR_TASKS = ("push", "pick_place")
-STATE_MIRROR_SIGN = np.ones(STATE_DIM, dtype=np.float32)
-for _key, _part in STATE_LAYOUT.items():  # the gripper's opening (1-D) keeps its sign
-    if _key == "cube_quat":
-        STATE_MIRROR_SIGN[[_part.start + 1, _part.start + 3]] = -1.0
-    elif _part.stop - _part.start == 3:
-        STATE_MIRROR_SIGN[_part.start + 1] = -1.0
+# the y entry of every 3-vector, the quaternion's x and z; the gripper's opening (1-D) keeps its sign
+_FLIPPED = [p.start + 1 for k, p in STATE_LAYOUT.items() if k != "cube_quat" and p.stop - p.start == 3]
+_FLIPPED += [STATE_LAYOUT["cube_quat"].start + 1, STATE_LAYOUT["cube_quat"].start + 3]
+STATE_MIRROR_SIGN = np.array([-1.0 if i in _FLIPPED else 1.0 for i in range(STATE_DIM)], dtype=np.float32)
 ACTION_MIRROR_SIGN = np.array([1.0, -1.0, 1.0, 1.0], dtype=np.float32)  # (dx, dy, dz, gripper)
 
 # Controller.

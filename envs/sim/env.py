@@ -141,9 +141,8 @@ class SimEnv(BatchedEnv):
 
     # -- public API ------------------------------------------------------------------------------------------
     def reflection(self) -> Reflection | None:
-        """``BatchedEnv.reflection``: the task's (``ArmTask.reflection``), if it declares one."""
-        getter = getattr(self.task, "reflection", None)
-        signs = getter() if getter is not None else None
+        """``BatchedEnv.reflection``: the task's (``SimTask.reflection``; ``ArmTask`` declares one)."""
+        signs = self.task.reflection()
         return None if signs is None else Reflection.from_signs(*signs)
 
     def render(self, index: int = 0) -> np.ndarray:

@@ -86,6 +86,10 @@ class SimTask(abc.ABC):
         Default: the model's free camera (-1)."""
         return -1
 
+    def reflection(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """A mirror symmetry as (state signs, action signs), for ``BatchedEnv.reflection``; None: none declared."""
+        return None
+
     def mocap_pos(self, index: int) -> np.ndarray | None:
         """Mocap body positions of env ``index`` for rendering (e.g. a target marker); None if there are none."""
         return None
