@@ -196,7 +196,7 @@ class OnlineSAC(MethodDefaults):
         if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
             for _ in range(self.updates_per_step):
                 update_metrics = agent.learn(self.replay, self.prior_replay, cfg.data.prior_fraction,
-                                        actor=self.updates >= cfg.train.critic_warmup_updates)
+                                             actor=self.updates >= cfg.train.critic_warmup_updates)
                 for k, v in update_metrics.items():
                     metrics.setdefault(k, []).append(v)
                 self.updates += 1
