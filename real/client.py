@@ -151,10 +151,12 @@ class RobotClient:
                                        m.max_step_m, m.max_speed_mps)
             try:
                 cameras = tuple(CameraSpec(c.name, c.height, c.width) for c in m.cameras)
+                self._spec = RobotSpec(m.name, m.state_dim, m.action_dim, m.control_hz, tuple(m.action_low),
+                                       tuple(m.action_high), cart, m.time_limit or None, cameras=cameras,
+                                       mirror_state_sign=tuple(m.mirror_state_sign),
+                                       mirror_action_sign=tuple(m.mirror_action_sign))
             except ValueError as e:
-                raise BridgeError(grpc.StatusCode.FAILED_PRECONDITION, f"GetSpec: bad camera in the spec: {e}") from None
-            self._spec = RobotSpec(m.name, m.state_dim, m.action_dim, m.control_hz, tuple(m.action_low),
-                                   tuple(m.action_high), cart, m.time_limit or None, cameras=cameras)
+                raise BridgeError(grpc.StatusCode.FAILED_PRECONDITION, f"GetSpec: bad spec: {e}") from None
             self.watchdog_s = m.watchdog_s
             self.image_encoding = m.image_encoding
         return self._spec

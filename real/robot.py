@@ -108,12 +108,24 @@ class RobotSpec:
     time_limit: int | None = None  # episode length in control steps, if the task has one
     state_layout: dict[str, tuple[int, int]] = field(default_factory=dict)
     cameras: tuple[CameraSpec, ...] = ()  # every observation carries one frame of each (RobotObservation.images)
+    # The task's mirror symmetry, if it has one (``robot_rl.envs.Reflection``): a state times ``mirror_state_sign``
+    # and an action times ``mirror_action_sign`` (entries +1 or -1) is again a valid transition with the same
+    # reward. Learners may then also learn from each transition's mirror image (``hil-train mirror_demos=true
+    # mirror_online=true``). Both empty: none declared.
+    mirror_state_sign: tuple[float, ...] = ()
+    mirror_action_sign: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.action_low) != self.action_dim or len(self.action_high) != self.action_dim:
             raise ValueError("action_low and action_high must have action_dim entries")
         if not self.control_hz > 0:
             raise ValueError(f"control_hz must be > 0, got {self.control_hz}")
+        if (len(self.mirror_state_sign), len(self.mirror_action_sign)) not in ((0, 0), (self.state_dim, self.action_dim)):
+            raise ValueError(f"mirror_state_sign and mirror_action_sign must both be empty or have state_dim "
+                             f"({self.state_dim}) and action_dim ({self.action_dim}) entries, got "
+                             f"{len(self.mirror_state_sign)} and {len(self.mirror_action_sign)}")
+        if any(v not in (-1.0, 1.0) for v in (*self.mirror_state_sign, *self.mirror_action_sign)):
+            raise ValueError("mirror_state_sign and mirror_action_sign entries must be +1 or -1")
         names = [c.name for c in self.cameras]
         if len(set(names)) != len(names):
             raise ValueError(f"camera names must be unique, got {names}")

@@ -96,6 +96,7 @@ class SimArm(Robot):
         d = self.env.max_delta
         proprio = self.pixels and not self.full_state
         layout = STATE_LAYOUT if not proprio else _proprio_layout()
+        signs = self.env.reflection()  # the task's y -> -y symmetry (push, pick_place); None with cameras
         self.spec = RobotSpec(
             name=f"sim_arm:{task}" + ("-sparse" if reward == "sparse" else "") + ("-pixels" if self.pixels else ""),
             state_dim=PROPRIO_DIM if proprio else STATE_DIM,
@@ -114,6 +115,8 @@ class SimArm(Robot):
             time_limit=int(round(TIME_LIMITS[task] * control_hz * CONTROL_DT)),
             state_layout={k: (s.start, s.stop) for k, s in layout.items()},
             cameras=cameras,
+            mirror_state_sign=() if signs is None else tuple(float(v) for v in signs[0]),
+            mirror_action_sign=() if signs is None else tuple(float(v) for v in signs[1]),
         )
         self._obs: RobotObservation | None = None
         self._gripper = -1.0

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62ridge.proto\x12\x12robot_rl.bridge.v1\"\x07\n\x05\x45mpty\"\x9a\x03\n\x04Spec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tstate_dim\x18\x02 \x01(\r\x12\x12\n\naction_dim\x18\x03 \x01(\r\x12\x12\n\ncontrol_hz\x18\x04 \x01(\x01\x12\x12\n\naction_low\x18\x05 \x03(\x01\x12\x13\n\x0b\x61\x63tion_high\x18\x06 \x03(\x01\x12\x12\n\ntime_limit\x18\x07 \x01(\r\x12\x11\n\tcartesian\x18\x08 \x01(\x08\x12\x15\n\rworkspace_low\x18\t \x03(\x01\x12\x16\n\x0eworkspace_high\x18\n \x03(\x01\x12\x17\n\x0fmetres_per_unit\x18\x0b \x01(\x01\x12\x12\n\nmax_step_m\x18\x0c \x01(\x01\x12\x15\n\rmax_speed_mps\x18\r \x01(\x01\x12\x12\n\nwatchdog_s\x18\x0e \x01(\x01\x12\x10\n\x08protocol\x18\x0f \x01(\t\x12/\n\x07\x63\x61meras\x18\x10 \x03(\x0b\x32\x1e.robot_rl.bridge.v1.CameraSpec\x12\x16\n\x0eimage_encoding\x18\x11 \x01(\t\x12\x17\n\x0fmax_frame_bytes\x18\x12 \x01(\r\"9\n\nCameraSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06height\x18\x02 \x01(\r\x12\r\n\x05width\x18\x03 \x01(\r\"%\n\x05Image\x12\x0e\n\x06\x63\x61mera\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\".\n\x0cResetRequest\x12\x10\n\x08has_seed\x18\x01 \x01(\x08\x12\x0c\n\x04seed\x18\x02 \x01(\x03\"8\n\x0bStepRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x03(\x01\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04hold\x18\x03 \x01(\x08\"w\n\x0bObservation\x12\r\n\x05state\x18\x01 \x03(\x02\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\r\n\x05stamp\x18\x04 \x01(\x01\x12)\n\x06images\x18\x05 \x03(\x0b\x32\x19.robot_rl.bridge.v1.Image\"\x9a\x01\n\tStepReply\x12\x34\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1f.robot_rl.bridge.v1.Observation\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04tick\x18\x03 \x01(\x04\x12\x16\n\x0e\x61pplied_action\x18\x04 \x03(\x01\x12\x13\n\x0b\x63lamp_flags\x18\x05 \x01(\r\x12\x0f\n\x07queue_s\x18\x06 \x01(\x01\"\x1e\n\x0c\x45StopRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xfd\x05\n\x06Status\x12\r\n\x05state\x18\x01 \x01(\t\x12\r\n\x05ticks\x18\x02 \x01(\x04\x12\x10\n\x08\x63ommands\x18\x03 \x01(\x04\x12\r\n\x05holds\x18\x04 \x01(\x04\x12\x16\n\x0ewatchdog_trips\x18\x05 \x01(\x04\x12\x0e\n\x06\x65stops\x18\x06 \x01(\x04\x12:\n\x08rejected\x18\x07 \x03(\x0b\x32(.robot_rl.bridge.v1.Status.RejectedEntry\x12\x38\n\x07\x63lamped\x18\x08 \x03(\x0b\x32\'.robot_rl.bridge.v1.Status.ClampedEntry\x12\x14\n\x0cjitter_p50_s\x18\t \x01(\x01\x12\x14\n\x0cjitter_p99_s\x18\n \x01(\x01\x12\x14\n\x0cjitter_max_s\x18\x0b \x01(\x01\x12\x10\n\x08overruns\x18\x0c \x01(\x04\x12\x17\n\x0ftick_work_p99_s\x18\r \x01(\x01\x12\x13\n\x0bqueue_p50_s\x18\x0e \x01(\x01\x12\x13\n\x0bqueue_p99_s\x18\x0f \x01(\x01\x12\x14\n\x0c\x65stop_reason\x18\x10 \x01(\t\x12\x0e\n\x06health\x18\x11 \x01(\t\x12\x17\n\x0flast_tick_age_s\x18\x12 \x01(\x01\x12:\n\x08\x62reaches\x18\x13 \x03(\x0b\x32(.robot_rl.bridge.v1.Status.BreachesEntry\x12\x13\n\x0bhold_reason\x18\x14 \x01(\t\x12\x13\n\x0b\x65stop_ack_s\x18\x15 \x01(\x01\x12\r\n\x05stops\x18\x16 \x01(\x04\x12\x0e\n\x06resets\x18\x17 \x01(\x04\x12\x12\n\nloop_error\x18\x18 \x01(\t\x12\x15\n\rloop_priority\x18\x19 \x01(\t\x1a/\n\rRejectedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a.\n\x0c\x43lampedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rBreachesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\xf3\x03\n\x0bRobotBridge\x12>\n\x07GetSpec\x12\x19.robot_rl.bridge.v1.Empty\x1a\x18.robot_rl.bridge.v1.Spec\x12H\n\x05Reset\x12 .robot_rl.bridge.v1.ResetRequest\x1a\x1d.robot_rl.bridge.v1.StepReply\x12\x46\n\x04Step\x12\x1f.robot_rl.bridge.v1.StepRequest\x1a\x1d.robot_rl.bridge.v1.StepReply\x12\x42\n\tHeartbeat\x12\x19.robot_rl.bridge.v1.Empty\x1a\x1a.robot_rl.bridge.v1.Status\x12\x45\n\x05\x45Stop\x12 .robot_rl.bridge.v1.EStopRequest\x1a\x1a.robot_rl.bridge.v1.Status\x12\x43\n\nClearEStop\x12\x19.robot_rl.bridge.v1.Empty\x1a\x1a.robot_rl.bridge.v1.Status\x12\x42\n\tGetStatus\x12\x19.robot_rl.bridge.v1.Empty\x1a\x1a.robot_rl.bridge.v1.Statusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62ridge.proto\x12\x12robot_rl.bridge.v1\"\x07\n\x05\x45mpty\"\xd1\x03\n\x04Spec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tstate_dim\x18\x02 \x01(\r\x12\x12\n\naction_dim\x18\x03 \x01(\r\x12\x12\n\ncontrol_hz\x18\x04 \x01(\x01\x12\x12\n\naction_low\x18\x05 \x03(\x01\x12\x13\n\x0b\x61\x63tion_high\x18\x06 \x03(\x01\x12\x12\n\ntime_limit\x18\x07 \x01(\r\x12\x11\n\tcartesian\x18\x08 \x01(\x08\x12\x15\n\rworkspace_low\x18\t \x03(\x01\x12\x16\n\x0eworkspace_high\x18\n \x03(\x01\x12\x17\n\x0fmetres_per_unit\x18\x0b \x01(\x01\x12\x12\n\nmax_step_m\x18\x0c \x01(\x01\x12\x15\n\rmax_speed_mps\x18\r \x01(\x01\x12\x12\n\nwatchdog_s\x18\x0e \x01(\x01\x12\x10\n\x08protocol\x18\x0f \x01(\t\x12/\n\x07\x63\x61meras\x18\x10 \x03(\x0b\x32\x1e.robot_rl.bridge.v1.CameraSpec\x12\x16\n\x0eimage_encoding\x18\x11 \x01(\t\x12\x17\n\x0fmax_frame_bytes\x18\x12 \x01(\r\x12\x19\n\x11mirror_state_sign\x18\x13 \x03(\x01\x12\x1a\n\x12mirror_action_sign\x18\x14 \x03(\x01\"9\n\nCameraSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06height\x18\x02 \x01(\r\x12\r\n\x05width\x18\x03 \x01(\r\"%\n\x05Image\x12\x0e\n\x06\x63\x61mera\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\".\n\x0cResetRequest\x12\x10\n\x08has_seed\x18\x01 \x01(\x08\x12\x0c\n\x04seed\x18\x02 \x01(\x03\"8\n\x0bStepRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x03(\x01\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04hold\x18\x03 \x01(\x08\"w\n\x0bObservation\x12\r\n\x05state\x18\x01 \x03(\x02\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\r\n\x05stamp\x18\x04 \x01(\x01\x12)\n\x06images\x18\x05 \x03(\x0b\x32\x19.robot_rl.bridge.v1.Image\"\x9a\x01\n\tStepReply\x12\x34\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1f.robot_rl.bridge.v1.Observation\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04tick\x18\x03 \x01(\x04\x12\x16\n\x0e\x61pplied_action\x18\x04 \x03(\x01\x12\x13\n\x0b\x63lamp_flags\x18\x05 \x01(\r\x12\x0f\n\x07queue_s\x18\x06 \x01(\x01\"\x1e\n\x0c\x45StopRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xfd\x05\n\x06Status\x12\r\n\x05state\x18\x01 \x01(\t\x12\r\n\x05ticks\x18\x02 \x01(\x04\x12\x10\n\x08\x63ommands\x18\x03 \x01(\x04\x12\r\n\x05holds\x18\x04 \x01(\x04\x12\x16\n\x0ewatchdog_trips\x18\x05 \x01(\x04\x12\x0e\n\x06\x65stops\x18\x06 \x01(\x04\x12:\n\x08rejected\x18\x07 \x03(\x0b\x32(.robot_rl.bridge.v1.Status.RejectedEntry\x12\x38\n\x07\x63lamped\x18\x08 \x03(\x0b\x32\'.robot_rl.bridge.v1.Status.ClampedEntry\x12\x14\n\x0cjitter_p50_s\x18\t \x01(\x01\x12\x14\n\x0cjitter_p99_s\x18\n \x01(\x01\x12\x14\n\x0cjitter_max_s\x18\x0b \x01(\x01\x12\x10\n\x08overruns\x18\x0c \x01(\x04\x12\x17\n\x0ftick_work_p99_s\x18\r \x01(\x01\x12\x13\n\x0bqueue_p50_s\x18\x0e \x01(\x01\x12\x13\n\x0bqueue_p99_s\x18\x0f \x01(\x01\x12\x14\n\x0c\x65stop_reason\x18\x10 \x01(\t\x12\x0e\n\x06health\x18\x11 \x01(\t\x12\x17\n\x0flast_tick_age_s\x18\x12 \x01(\x01\x12:\n\x08\x62reaches\x18\x13 \x03(\x0b\x32(.robot_rl.bridge.v1.Status.BreachesEntry\x12\x13\n\x0bhold_reason\x18\x14 \x01(\t\x12\x13\n\x0b\x65stop_ack_s\x18\x15 \x01(\x01\x12\r\n\x05stops\x18\x16 \x01(\x04\x12\x0e\n\x06resets\x18\x17 \x01(\x04\x12\x12\n\nloop_error\x18\x18 \x01(\t\x12\x15\n\rloop_priority\x18\x19 \x01(\t\x1a/\n\rRejectedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a.\n\x0c\x43lampedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rBreachesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\xf3\x03\n\x0bRobotBridge\x12>\n\x07GetSpec\x12\x19.robot_rl.bridge.v1.Empty\x1a\x18.robot_rl.bridge.v1.Spec\x12H\n\x05Reset\x12 .robot_rl.bridge.v1.ResetRequest\x1a\x1d.robot_rl.bridge.v1.StepReply\x12\x46\n\x04Step\x12\x1f.robot_rl.bridge.v1.StepRequest\x1a\x1d.robot_rl.bridge.v1.StepReply\x12\x42\n\tHeartbeat\x12\x19.robot_rl.bridge.v1.Empty\x1a\x1a.robot_rl.bridge.v1.Status\x12\x45\n\x05\x45Stop\x12 .robot_rl.bridge.v1.EStopRequest\x1a\x1a.robot_rl.bridge.v1.Status\x12\x43\n\nClearEStop\x12\x19.robot_rl.bridge.v1.Empty\x1a\x1a.robot_rl.bridge.v1.Status\x12\x42\n\tGetStatus\x12\x19.robot_rl.bridge.v1.Empty\x1a\x1a.robot_rl.bridge.v1.Statusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,29 +40,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMPTY']._serialized_start=36
   _globals['_EMPTY']._serialized_end=43
   _globals['_SPEC']._serialized_start=46
-  _globals['_SPEC']._serialized_end=456
-  _globals['_CAMERASPEC']._serialized_start=458
-  _globals['_CAMERASPEC']._serialized_end=515
-  _globals['_IMAGE']._serialized_start=517
-  _globals['_IMAGE']._serialized_end=554
-  _globals['_RESETREQUEST']._serialized_start=556
-  _globals['_RESETREQUEST']._serialized_end=602
-  _globals['_STEPREQUEST']._serialized_start=604
-  _globals['_STEPREQUEST']._serialized_end=660
-  _globals['_OBSERVATION']._serialized_start=662
-  _globals['_OBSERVATION']._serialized_end=781
-  _globals['_STEPREPLY']._serialized_start=784
-  _globals['_STEPREPLY']._serialized_end=938
-  _globals['_ESTOPREQUEST']._serialized_start=940
-  _globals['_ESTOPREQUEST']._serialized_end=970
-  _globals['_STATUS']._serialized_start=973
-  _globals['_STATUS']._serialized_end=1738
-  _globals['_STATUS_REJECTEDENTRY']._serialized_start=1594
-  _globals['_STATUS_REJECTEDENTRY']._serialized_end=1641
-  _globals['_STATUS_CLAMPEDENTRY']._serialized_start=1643
-  _globals['_STATUS_CLAMPEDENTRY']._serialized_end=1689
-  _globals['_STATUS_BREACHESENTRY']._serialized_start=1691
-  _globals['_STATUS_BREACHESENTRY']._serialized_end=1738
-  _globals['_ROBOTBRIDGE']._serialized_start=1741
-  _globals['_ROBOTBRIDGE']._serialized_end=2240
+  _globals['_SPEC']._serialized_end=511
+  _globals['_CAMERASPEC']._serialized_start=513
+  _globals['_CAMERASPEC']._serialized_end=570
+  _globals['_IMAGE']._serialized_start=572
+  _globals['_IMAGE']._serialized_end=609
+  _globals['_RESETREQUEST']._serialized_start=611
+  _globals['_RESETREQUEST']._serialized_end=657
+  _globals['_STEPREQUEST']._serialized_start=659
+  _globals['_STEPREQUEST']._serialized_end=715
+  _globals['_OBSERVATION']._serialized_start=717
+  _globals['_OBSERVATION']._serialized_end=836
+  _globals['_STEPREPLY']._serialized_start=839
+  _globals['_STEPREPLY']._serialized_end=993
+  _globals['_ESTOPREQUEST']._serialized_start=995
+  _globals['_ESTOPREQUEST']._serialized_end=1025
+  _globals['_STATUS']._serialized_start=1028
+  _globals['_STATUS']._serialized_end=1793
+  _globals['_STATUS_REJECTEDENTRY']._serialized_start=1649
+  _globals['_STATUS_REJECTEDENTRY']._serialized_end=1696
+  _globals['_STATUS_CLAMPEDENTRY']._serialized_start=1698
+  _globals['_STATUS_CLAMPEDENTRY']._serialized_end=1744
+  _globals['_STATUS_BREACHESENTRY']._serialized_start=1746
+  _globals['_STATUS_BREACHESENTRY']._serialized_end=1793
+  _globals['_ROBOTBRIDGE']._serialized_start=1796
+  _globals['_ROBOTBRIDGE']._serialized_end=2295
 # @@protoc_insertion_point(module_scope)

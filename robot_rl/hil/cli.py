@@ -121,6 +121,14 @@ class HilTrainArgs(RobotArgs):
         None, "dataset that pre-fills the prior buffer (learning from cameras: with their videos at the served sizes, "
               "e.g. an earlier run's <run_dir>/episodes, or robot-rl collect in the <task>-pixels task)"
     )
+    mirror_demos: bool = _help(
+        False, "also learn from the demos' mirror images where the robot declares a symmetry (RobotSpec."
+               "mirror_state_sign; serve-robot driver=sim_arm task=push does), as train's data.mirror"
+    )
+    mirror_online: bool = _help(
+        False, "also store the mirror image of every transition received (interventions included), as train's "
+               "train.mirror_online; state learners only"
+    )
     pixels: bool | None = _help(
         None, "learn from the robot's cameras (a DrQ pixel agent on pixels/<camera> at the served sizes, beside the "
               "state): null = whenever the robot serves cameras, true = require them, false = the state only"
@@ -485,7 +493,14 @@ def hil_train(args: HilTrainArgs) -> int:
     cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.updates_per_transition,
                         learning_starts=args.learning_starts, seed=args.seed, device=args.device,
                         demo_path=args.demos, cameras=cameras, capacity=args.capacity or capacity,
-                        prior_capacity=args.prior_capacity or prior_capacity)
+                        prior_capacity=args.prior_capacity or prior_capacity, mirror_demos=args.mirror_demos,
+                        mirror_online=args.mirror_online)
+    if args.mirror_demos or args.mirror_online:
+        if not spec.mirror_state_sign:
+            key = "mirror_demos" if args.mirror_demos else "mirror_online"
+            raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
+                               f"task=push or pick_place without cameras does): set {key}=false")
+        cfg.mirror_state_sign, cfg.mirror_action_sign = list(spec.mirror_state_sign), list(spec.mirror_action_sign)
     from robot_rl.policies.encoders import BackboneWeightsError, load_backbone
 
     try:

@@ -199,6 +199,15 @@ class LearnerConfig:
         {}, "camera group (pixels/<camera>) -> frame shape [H, W, 3] the agent reads beside the state (a DrQ pixel "
             "agent; demo_path then needs those videos); empty: state only"
     )
+    mirror_state_sign: list[float] = _help(
+        [], "the task's mirror symmetry (RobotSpec.mirror_state_sign): +-1 per state entry; empty: none"
+    )
+    mirror_action_sign: list[float] = _help([], "the symmetry's +-1 per action entry (RobotSpec.mirror_action_sign)")
+    mirror_demos: bool = _help(False, "also put the demos' mirror images into the prior buffer (as train's data.mirror)")
+    mirror_online: bool = _help(
+        False, "also store every received transition's mirror image, in the prior buffer too for interventions (as "
+               "train's train.mirror_online); updates are still earned by received transitions only"
+    )
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field (before any memory is allocated)."""
@@ -218,6 +227,15 @@ class LearnerConfig:
                  f"cameras: {g!r} must be pixels/<camera> -> [H, W, 3], got {list(s)}")
                 for g, s in self.cameras.items()
             ),
+            (len(self.mirror_state_sign) in (0, self.obs_dim), "mirror_state_sign must be empty or have obs_dim entries"),
+            (len(self.mirror_action_sign) == (self.action_dim if self.mirror_state_sign else 0),
+             "mirror_action_sign must have action_dim entries with mirror_state_sign, none without"),
+            (all(v in (-1.0, 1.0) for v in (*self.mirror_state_sign, *self.mirror_action_sign)),
+             "mirror_state_sign and mirror_action_sign entries must be +1 or -1"),
+            (not (self.mirror_demos or self.mirror_online) or self.mirror_state_sign,
+             "mirror_demos and mirror_online need the robot's mirror_state_sign (it declares no symmetry)"),
+            (not (self.mirror_demos or self.mirror_online) or not self.cameras,
+             "mirror_demos and mirror_online reflect state observations only; this learner reads cameras"),
         ]
         for ok, message in checks:
             if not ok:
@@ -281,6 +299,11 @@ class HILLearner:
         self.updates = 0  # agent.update calls
         self.demo_transitions = 0  # put into the prior buffer by load_demos/add_prior
         self._credit = 0.0  # updates owed under the utd schedule, spent by train_due
+        #: (state sign, action sign) of the task's mirror symmetry, on the CPU where chunks arrive
+        self._signs: tuple[Tensor, Tensor] | None = None
+        if cfg.mirror_state_sign:
+            self._signs = (torch.tensor(cfg.mirror_state_sign, dtype=torch.float32),
+                           torch.tensor(cfg.mirror_action_sign, dtype=torch.float32))
         if load_demos and cfg.demo_path:
             self.load_demos(cfg.demo_path, cfg.demo_max_episodes)
 
@@ -293,9 +316,12 @@ class HILLearner:
 
         data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
+        if self.cfg.mirror_demos and self._signs is not None:
+            data = data.with_reflection(*(v.to(self.device) for v in self._signs))
         if len(data) > self.prior.capacity:
             raise ValueError(
-                f"demo dataset {path} has {len(data):,} transitions but prior_capacity is "
+                f"demo dataset {path} has {len(data):,} transitions"
+                f"{' with their mirror images' if self.cfg.mirror_demos else ''} but prior_capacity is "
                 f"{self.prior.capacity:,}: raise prior_capacity or set demo_max_episodes"
             )
         if self.cameras:
@@ -327,11 +353,17 @@ class HILLearner:
         t = _as_tensors(transitions)
         terminated, truncated, intervention = t["terminated"], t["truncated"], transitions["intervention"]
         self._observe(t)
-        self._extend(self.online, t, _cut(truncated, terminated, np.arange(n) == n - 1))
+        # With mirror_online each store is followed by the same rows reflected: a separate run of rows, cut at its
+        # end like the original, so no n-step window joins an episode to its mirror image.
+        copies = [t, self._reflected(t)] if self.cfg.mirror_online else [t]
+        cut_online = _cut(truncated, terminated, np.arange(n) == n - 1)
+        for c in copies:
+            self._extend(self.online, c, cut_online)
         if intervention.any():
             rows = torch.from_numpy(np.flatnonzero(intervention))
             cut_prior = _cut(truncated, terminated, _segment_ends(intervention))
-            self._extend(self.prior, {k: v[rows] for k, v in t.items()}, cut_prior[rows])
+            for c in copies:
+                self._extend(self.prior, {k: v[rows] for k, v in c.items()}, cut_prior[rows])
 
         # Only transitions from the `learning_starts`-th on earn updates, as in robot_rl.trainer (no catch-up for
         # the warm-up). Counted on transitions received, which equals the online buffer's fill until it is full.
@@ -342,13 +374,23 @@ class HILLearner:
         self.episodes += int((terminated | truncated).sum())
 
     def add_prior(self, transitions: dict[str, np.ndarray]) -> None:
-        """Store demonstrations (same chunk format) in the prior buffer only; they earn no updates."""
+        """Store demonstrations (same chunk format) in the prior buffer only, with their mirror images under
+        mirror_demos; they earn no updates."""
         n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
         t = _as_tensors(transitions)
-        self._extend(self.prior, t, _cut(t["truncated"], t["terminated"], np.arange(n) == n - 1))
-        self.demo_transitions += n
+        cut = _cut(t["truncated"], t["terminated"], np.arange(n) == n - 1)
+        for c in [t, self._reflected(t)] if self.cfg.mirror_demos else [t]:
+            self._extend(self.prior, c, cut)
+            self.demo_transitions += n
+
+    def _reflected(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The chunk's mirror image: states and actions times the symmetry's signs, everything else as it is."""
+        assert self._signs is not None, "validate() requires the signs with mirror_demos or mirror_online"
+        state_sign, action_sign = self._signs
+        return {**t, "obs": t["obs"] * state_sign, "next_obs": t["next_obs"] * state_sign,
+                "action": t["action"] * action_sign}
 
     def _observe(self, t: dict[str, Tensor]) -> None:
         """The agent's running statistics, one row at a time: a chunk is consecutive steps of one env."""

@@ -269,6 +269,31 @@ def test_batched_env_over_the_bridge(served):
     env.close()
 
 
+def test_spec_carries_the_tasks_mirror_symmetry(served):
+    from robot_rl.envs.arm import ArmEnv
+    from robot_rl.real.robot import RobotSpec
+
+    _, _, client, _ = served
+    assert client.spec().mirror_state_sign == () == client.spec().mirror_action_sign  # reach declares none
+    robot = SimArm(task="push", control_hz=HZ, seed=0)
+    server = RobotServer(robot, ServerConfig(port=0, token=TOKEN))
+    push = RobotClient(f"127.0.0.1:{server.start()}", TOKEN, step_timeout_s=5.0)
+    try:
+        state_sign, action_sign = ArmEnv("push").reflection()
+        spec = push.spec()
+        assert spec.mirror_state_sign == tuple(state_sign.tolist()) and -1.0 in spec.mirror_state_sign
+        assert spec.mirror_action_sign == tuple(action_sign.tolist()) and len(spec.mirror_action_sign) == 4
+    finally:
+        push.close()
+        server.stop()
+    base = {"name": "r", "state_dim": 2, "action_dim": 1, "control_hz": 10.0, "action_low": (-1.0,),
+            "action_high": (1.0,)}
+    with pytest.raises(ValueError, match="both be empty or have state_dim"):
+        RobotSpec(**base, mirror_state_sign=(1.0, -1.0))
+    with pytest.raises(ValueError, match="must be \\+1 or -1"):
+        RobotSpec(**base, mirror_state_sign=(1.0, 0.0), mirror_action_sign=(1.0,))
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_tls(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

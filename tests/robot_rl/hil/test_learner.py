@@ -150,6 +150,51 @@ def test_intervention_rows_go_to_both_buffers_the_rest_only_online() -> None:
         np.testing.assert_array_equal(first[k], v)
 
 
+MIRROR = {"mirror_state_sign": [1.0, -1.0, -1.0], "mirror_action_sign": [-1.0, 1.0]}  # column 0: the step index
+
+
+def test_mirror_online_stores_each_run_then_its_reflection_cut_apart() -> None:
+    learner = HILLearner(config(mirror_online=True, **MIRROR))
+    first = chunk(5, start=0, intervention=[0, 1, 1, 0, 0])
+    second = chunk(3, start=5)
+    second["terminated"][2] = True
+    learner.add(first)
+    learner.add(second)
+
+    assert stored_steps(learner.online) == [0, 1, 2, 3, 4] * 2 + [5, 6, 7] * 2
+    assert stored_steps(learner.prior) == [1, 2, 1, 2]
+    state_sign, action_sign = (torch.tensor(MIRROR[k]) for k in ("mirror_state_sign", "mirror_action_sign"))
+    torch.testing.assert_close(learner.online.obs["state"][5:10, 0], torch.from_numpy(first["obs"]) * state_sign)
+    torch.testing.assert_close(learner.online.action[5:10, 0], torch.from_numpy(first["action"]) * action_sign)
+    torch.testing.assert_close(learner.online.reward[5:10, 0], torch.from_numpy(first["reward"]))
+    torch.testing.assert_close(learner.prior.action[2:4, 0], torch.from_numpy(first["action"][[1, 2]]) * action_sign)
+    # each copy ends cut (truncated, or terminated where the episode ended): no n-step window joins an episode to
+    # its mirror image
+    assert learner.online.truncated[:16, 0].tolist() == ([False] * 4 + [True]) * 2 + [False] * 6
+    assert learner.online.terminated[:16, 0].tolist() == [False] * 12 + [True] + [False] * 2 + [True]
+    assert learner.prior.truncated[:4, 0].tolist() == [False, True, False, True]
+    # the reflections are extra data, not received transitions: counters and earned updates are as without them
+    assert (learner.transitions, learner.interventions, learner.episodes) == (8, 2, 1)
+    assert learner.pending_updates == HILLearner(config()).pending_updates + 4  # 8 received, learning_starts 4
+
+
+def test_mirror_demos_adds_the_demos_reflections_and_bad_mirror_settings_name_the_field() -> None:
+    learner = HILLearner(config(mirror_demos=True, **MIRROR))
+    demo = chunk(3, start=0)
+    learner.add_prior(demo)
+    assert stored_steps(learner.prior) == [0, 1, 2, 0, 1, 2] and learner.demo_transitions == 6
+    torch.testing.assert_close(learner.prior.next_obs["state"][3:6, 0],
+                               torch.from_numpy(demo["next_obs"]) * torch.tensor(MIRROR["mirror_state_sign"]))
+    learner.add(chunk(2, start=3))  # mirror_online off: received transitions are stored once
+    assert stored_steps(learner.online) == [3, 4]
+    for bad, field in [({"mirror_demos": True}, "declares no symmetry"),
+                       ({**MIRROR, "mirror_state_sign": [1.0, -1.0]}, "mirror_state_sign"),
+                       ({**MIRROR, "mirror_action_sign": [0.5, 1.0]}, "must be \\+1 or -1"),
+                       ({"mirror_action_sign": [1.0, 1.0]}, "mirror_action_sign")]:
+        with pytest.raises(ValueError, match=field):
+            config(**bad).validate()
+
+
 def test_rlpd_batches_mix_in_the_configured_fraction() -> None:
     sac = SACConfig(hidden_dims=[32, 32], batch_size=20, utd=3)
     learner = HILLearner(config(sac=sac, prior_fraction=0.25))
@@ -274,6 +319,11 @@ def test_demo_dataset_prefills_the_prior_buffer(tmp_path: Path) -> None:
     assert len(HILLearner(config(demo_path=str(root), demo_max_episodes=1)).prior) == 4
     with pytest.raises(ValueError, match="prior_capacity"):
         HILLearner(config(demo_path=str(root), prior_capacity=8))
+    mirrored = HILLearner(config(demo_path=str(root), mirror_demos=True, **MIRROR))
+    assert stored_steps(mirrored.prior) == [0, 1, 2, 3, 10, 11, 12, 13, 14, 15] * 2
+    assert mirrored.prior.action[10, 0].tolist() == (mirrored.prior.action[0, 0] * torch.tensor([-1.0, 1.0])).tolist()
+    with pytest.raises(ValueError, match="with their mirror images but prior_capacity"):
+        HILLearner(config(demo_path=str(root), prior_capacity=12, mirror_demos=True, **MIRROR))
 
 
 # ------------------------------------------------------------------------------------------------- learning

@@ -344,6 +344,39 @@ def test_hil_train_pixels_true_on_a_robot_without_cameras_is_one_line(robot_serv
     assert "serve-robot pixels=true" in err and "pixels=false" in err
 
 
+def test_hil_train_mirror_on_a_robot_without_symmetry_is_one_line(robot_server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    code = main(["hil-train", f"robot={robot_server}", "step_timeout_s=5", "steps=10",
+                 f"run_dir={tmp_path / 'run'}", "mirror_online=true"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "mirror_online=true" in err and "declares no mirror symmetry" in err
+
+
+def test_hil_train_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    from robot_rl import checkpoint
+
+    with served_robot("task=push") as address:
+        demos = tmp_path / "demos"
+        assert main(["teleop", f"robot={address}", "step_timeout_s=5", "teleop=scripted", "episodes=1",
+                     f"out={demos}", "seed=0"]) == 0
+        run = tmp_path / "hil"
+        assert main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=60", f"run_dir={run}",
+                     f"demos={demos}", "mirror_demos=true", "mirror_online=true", "learning_starts=30",
+                     "agent.batch_size=16", "agent.hidden_dims=[32,32]", "teleop_args.patience=3",
+                     "teleop_args.takeover_steps=5"]) == 0
+    capsys.readouterr()
+    demo_steps = read_dataset(demos).action.shape[0]
+    saved = checkpoint.load(run / "checkpoints" / "latest.pt")
+    learner = {**saved["learner"], **saved["replay"]}
+    received, interventions = learner["counters"]["transitions"], learner["counters"]["interventions"]
+    assert received >= 60 and interventions > 0
+    assert learner["prior"]["size"] == 2 * (demo_steps + interventions)  # demos and interventions, each mirrored
+    assert learner["online"]["size"] == 2 * received
+    assert learner["config"]["mirror_state_sign"] and learner["config"]["mirror_online"]
+
+
 @pytest.mark.slow  # an untrained policy drives the arm: on a loaded 2-core machine the server's reset motion can
 # fail to bring the hand home within the reset deadline (seen 4 times in 6 runs at load 4), or at 50 Hz its
 # random commands breach the hard speed limit; quiet, it passes in under a minute
