@@ -9,6 +9,7 @@ command with it.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass, field, make_dataclass
@@ -128,6 +129,10 @@ class HilTrainArgs(RobotArgs):
     mirror_online: bool = _help(
         False, "also store the mirror image of every transition received (interventions included), as train's "
                "train.mirror_online; state learners only"
+    )
+    intervention_penalty: float = _help(
+        0.0, "subtracted from the reward of the policy's last step before each operator takeover, in what the learner "
+             "gets (RLIF's intervention signal beside the task reward; the recorded episodes keep the robot's reward)"
     )
     pixels: bool | None = _help(
         None, "learn from the robot's cameras (a DrQ pixel agent on pixels/<camera> at the served sizes, beside the "
@@ -478,6 +483,8 @@ def hil_train(args: HilTrainArgs) -> int:
     from robot_rl.hil.session import Session
 
     torch.set_num_threads(args.threads)
+    if not (math.isfinite(args.intervention_penalty) and args.intervention_penalty >= 0):
+        raise CommandError(f"intervention_penalty must be a finite number >= 0, got {args.intervention_penalty}")
     client = _client(args)
     spec = client.spec()
     cameras = _learner_cameras(args.pixels, spec)
@@ -498,6 +505,7 @@ def hil_train(args: HilTrainArgs) -> int:
     if args.mirror_demos or args.mirror_online:
         if not spec.mirror_state_sign:
             key = "mirror_demos" if args.mirror_demos else "mirror_online"
+            client.close()
             raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
                                f"task=push or pick_place without cameras does): set {key}=false")
         cfg.mirror_state_sign, cfg.mirror_action_sign = list(spec.mirror_state_sign), list(spec.mirror_action_sign)
@@ -575,7 +583,8 @@ def hil_train(args: HilTrainArgs) -> int:
     writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name, bool(cameras))
     session = Session(client, policy=policy, policy_loader=load, teleop=device, link=link, writer=writer,
                       rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name,
-                      link_cameras=tuple(cameras), reward_model=reward)
+                      link_cameras=tuple(cameras), reward_model=reward,
+                      intervention_penalty=args.intervention_penalty)
 
     def hold() -> None:
         try:

@@ -48,6 +48,7 @@ can still drive.
 from __future__ import annotations
 
 import csv
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -143,6 +144,9 @@ class Session:
         link_cameras: camera groups (``pixels/<camera>``, of ``spec.cameras``) whose frames every transition to
             the link carries: those the learner reads (a ValueError names one the robot does not serve).
         reward_model: the learned reward that replaces the robot's (see the module docstring), or None.
+        intervention_penalty: subtracted from the reward of the policy's last step before the operator takes over,
+            in the transition sent to the link only (the recorded dataset keeps the robot's reward): RLIF's
+            intervention signal (Luo et al., ICLR 2024) beside the task reward. 0: off.
     """
 
     def __init__(
@@ -163,7 +167,11 @@ class Session:
         max_retries: int = 5,
         link_cameras: Sequence[str] = (),
         reward_model: RewardModel | None = None,
+        intervention_penalty: float = 0.0,
     ) -> None:
+        if not (math.isfinite(intervention_penalty) and intervention_penalty >= 0):
+            raise ValueError(f"intervention_penalty must be a finite number >= 0, got {intervention_penalty}")
+        self.intervention_penalty = float(intervention_penalty)
         self.client, self.policy, self.policy_loader, self.policy_reset = client, policy, policy_loader, policy_reset
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
         spec = client.spec()
@@ -219,8 +227,10 @@ class Session:
         ep = _Episode()
         label, rewinding, rewind_steps, held = "timeout", False, 0, 0
         # Each transition is handed to the learner one step late, so that the last one of an episode cut short
-        # (e-stop, lost connection) can still be marked as the end of its episode.
+        # (e-stop, lost connection) can still be marked as the end of its episode, and the policy's last step
+        # before a takeover can carry the intervention penalty.
         pending: dict[str, np.ndarray] | None = None
+        pending_operator = False  # whether the operator drove the pending transition
         for t in range(self.time_limit):
             self._sync_weights()
             cmd = self.teleop.read(state) if self.teleop is not None else None
@@ -282,7 +292,10 @@ class Session:
             self.env_steps += 1
             if self.link is not None:
                 if pending is not None:
+                    if operator and not pending_operator:  # the operator takes over from the policy here
+                        pending["reward"][0] -= self.intervention_penalty
                     self.link.push(pending)
+                pending_operator = operator
                 pending = {
                     "obs": state[None].astype(np.float32),
                     "action": np.asarray(executed, np.float32)[None],

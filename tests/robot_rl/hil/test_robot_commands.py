@@ -344,13 +344,16 @@ def test_hil_train_pixels_true_on_a_robot_without_cameras_is_one_line(robot_serv
     assert "serve-robot pixels=true" in err and "pixels=false" in err
 
 
-def test_hil_train_mirror_on_a_robot_without_symmetry_is_one_line(robot_server, tmp_path, capsys, monkeypatch):
+def test_hil_train_mirror_without_symmetry_and_a_negative_penalty_are_one_line(robot_server, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     code = main(["hil-train", f"robot={robot_server}", "step_timeout_s=5", "steps=10",
                  f"run_dir={tmp_path / 'run'}", "mirror_online=true"])
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "mirror_online=true" in err and "declares no mirror symmetry" in err
+    assert main(["hil-train", f"robot={robot_server}", "steps=10", f"run_dir={tmp_path / 'run'}",
+                 "intervention_penalty=-1"]) == 2
+    assert "intervention_penalty must be a finite number >= 0" in capsys.readouterr().err
 
 
 def test_hil_train_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypatch):

@@ -85,6 +85,24 @@ def test_interventions_replace_the_policy_and_store_the_executed_action(client):
     assert link.cat("truncated")[-1] and not link.cat("truncated")[:-1].any()
 
 
+def test_intervention_penalty_lands_on_the_policys_last_step_before_each_takeover(client, tmp_path):
+    from robot_rl.datasets import DatasetWriter, transition_features
+
+    link = ListLink()
+    idle, drive = (False, [0, 0, 0, 0], set()), (True, [0.0, 0.0, 0.3, 0.0], set())
+    operator = Script([idle] * 2 + [drive] * 2 + [idle] * 2 + [drive] + [idle] * 3)
+    writer = DatasetWriter(tmp_path / "rec", fps=50, features=transition_features(29, 4), task="reach")
+    session = Session(client, policy=lambda s: np.zeros(4), teleop=operator, link=link, writer=writer,
+                      time_limit=10, log=None, intervention_penalty=0.5)
+    session.run_episode(seed=0)
+    writer.close()
+    recorded = np.asarray(read_dataset(tmp_path / "rec").reward)  # the robot's own rewards: the penalty is the learner's only
+    penalty = recorded - link.cat("reward")
+    np.testing.assert_allclose(penalty, [0, 0.5, 0, 0, 0, 0.5, 0, 0, 0, 0], atol=1e-6)  # steps 1 and 5
+    with pytest.raises(ValueError, match="intervention_penalty"):
+        Session(client, intervention_penalty=-1.0, log=None)
+
+
 def test_stored_action_is_the_clamped_one(client):
     link = ListLink()
     client.reset(seed=0)
