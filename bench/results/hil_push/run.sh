@@ -3,6 +3,9 @@
 # policy stops making progress) and 20 scripted demos recorded over the bridge first; then deploy of the run's
 # best weights (autonomous, no operator) on 50 episodes. One served robot per seed, each on its own port.
 # Usage: run.sh SEED [SEED...] [-- hil-train keys...]   e.g. run.sh 0 1 2 -- agent.utd=2
+# Groups (OUT=runs/<group>, summarised by summarize.py runs/<group> <folder>): gamma0.95 = -- agent.gamma=0.95;
+# mirror = -- agent.gamma=0.95 mirror_demos=true mirror_online=true; mirror_penalty = the same and
+# intervention_penalty=1. Two invocations side by side need different seeds or PORT_BASE (default 50070).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl
@@ -11,7 +14,7 @@ STEPS=${STEPS:-12000}; OUT=${OUT:-runs/hil_push}; HZ=${HZ:-20}
 seeds=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do seeds+=("$1"); shift; done; [ $# -gt 0 ] && shift
 mkdir -p $OUT
 for seed in "${seeds[@]}"; do
-  port=$((50070 + seed))
+  port=$((${PORT_BASE:-50070} + seed))
   .venv/bin/robot-rl serve-robot driver=sim_arm task=push reward=sparse control_hz=$HZ port=$port seed=$seed \
     status_every=0 > $OUT/serve_s$seed.log 2>&1 &
   server=$!

@@ -61,11 +61,15 @@ def plot(runs: list[Path]) -> None:
     plt.close(fig)
 
 
-def gamma(run: Path) -> float:
-    """The discount the run trained with (its config.yaml's agent.gamma)."""
+def settings(run: Path) -> dict:
+    """The settings the run's group varies (its config.yaml): the discount, the mirror images, the intervention
+    penalty (keys a run from before they existed lacks are their defaults)."""
     import yaml
 
-    return float(yaml.safe_load((run / "config.yaml").read_text())["agent"]["gamma"])
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    return {"agent_gamma": float(config["agent"]["gamma"]), "agent_utd": int(config["agent"]["utd"]),
+            **{k: config.get(k, default) for k, default in
+               (("mirror_demos", False), ("mirror_online", False), ("intervention_penalty", 0.0))}}
 
 
 def main() -> None:
@@ -95,8 +99,9 @@ def main() -> None:
         "operator": "teleop=scripted: the arm's scripted expert takes over when the policy stops making progress",
         "demos": "20 scripted episodes recorded over the bridge first (robot-rl teleop ... teleop=scripted), in the "
                  "prior buffer with every intervention",
-        "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics, UTD 1); one update per transition",
-        "agent_gamma": gamma(runs[0]) if runs else None,
+        "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics) with the settings below; one update "
+                 "per transition",
+        **(settings(runs[0]) if runs else {}),
         "steps": "12k env steps (= agent steps, action repeat 1)",
         "evaluation": "training episodes (no separate evaluation on a robot); deploy: 50 episodes of the run's "
                       "best.pt, deterministic, no operator",
