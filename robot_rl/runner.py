@@ -146,6 +146,10 @@ class RunSettings:
     # what ranks evaluations for best.pt: "return", "success", or another column of the log row (e.g. hil-train's
     # "autonomous_success"); the return where the row has no value for it
     score: str = "return"
+    # a column of the log row, a rate in [0, 1], that breaks ties of `score` with lower being better (hil-train's
+    # "intervention_rate": while no episode is autonomous yet, best.pt is the policy that needed the operator least,
+    # not the first one logged)
+    score_tiebreak_lower: str | None = None
     columns: list[str] | None = None  # of metrics.csv (default `robot_rl.logger.METRIC_COLUMNS`)
     means_on_host: bool = False  # see `MetricMean`
     resume_hint: str | None = None  # how to continue an interrupted run (default: `robot-rl <command> resume=<dir>`)
@@ -278,7 +282,11 @@ class Runner:
         if key == "return":
             return result["eval_return_mean"]
         value = result.get("success_rate" if key == "success" else key)
-        return result["eval_return_mean"] if value is None else value
+        score = result["eval_return_mean"] if value is None else value
+        tiebreak = result.get(self.settings.score_tiebreak_lower) if self.settings.score_tiebreak_lower else None
+        # Scores that are rates differ by at least 1/(n1 n2) > 1e-4 for windows of up to 100 episodes, so the
+        # scaled tie-break cannot outweigh a real difference.
+        return score if tiebreak is None else score - 1e-4 * tiebreak
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, train_return: float | None = None, train_success: float | None = None) -> dict[str, float | None]:
@@ -312,6 +320,8 @@ class Runner:
         }
         if self.settings.score not in ("return", "success"):
             result[self.settings.score] = row.get(self.settings.score)
+        if self.settings.score_tiebreak_lower is not None:
+            result[self.settings.score_tiebreak_lower] = row.get(self.settings.score_tiebreak_lower)
         self.logger.log(row)
         self._shown_losses = {k: row[k] for k in ("critic_loss", "actor_loss") if row.get(k) is not None}
         score = self._score(result)

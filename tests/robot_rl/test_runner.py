@@ -122,3 +122,22 @@ def test_best_can_rank_by_a_logged_column(tmp_path: Path) -> None:
     Runner(Autonomous(), None, tmp_path, Config(), settings(score="autonomous", columns=columns)).run()
     best = checkpoint.load(tmp_path / "checkpoints" / "best.pt")
     assert (best["env_steps"], best["score"]) == (80, 0.25)  # the row of advances 5-8
+
+
+def test_ties_of_the_score_go_to_the_lower_tiebreak_column(tmp_path: Path) -> None:
+    """A hil-train run whose policy never finished alone: best.pt must be the row where the operator took over least,
+    not the first row logged (which deploy then ran: an untrained policy)."""
+
+    class Takeovers(Counter):
+        def advance(self) -> dict[str, Any]:
+            rate = {1: 0.6, 2: 0.6, 3: 0.5, 4: 0.5, 5: 0.3, 6: 0.3, 7: 0.4, 8: 0.4, 9: 0.5, 10: 0.5}[self.advances + 1]
+            return {**super().advance(), "autonomous": 0.0, "takeover": rate}
+
+    columns = [*METRIC_COLUMNS, "autonomous", "takeover"]
+    Runner(Takeovers(), None, tmp_path, Config(), settings(score="autonomous", score_tiebreak_lower="takeover",
+                                                          eval_every=20, columns=columns)).run()
+    best = checkpoint.load(tmp_path / "checkpoints" / "best.pt")
+    assert best["env_steps"] == 60 and best["score"] == pytest.approx(-0.3e-4)  # the row of advances 5-6
+    without = tmp_path / "plain"
+    Runner(Takeovers(), None, without, Config(), settings(score="autonomous", eval_every=20, columns=columns)).run()
+    assert checkpoint.load(without / "checkpoints" / "best.pt")["env_steps"] == 20  # before: the first row
