@@ -653,6 +653,7 @@ def _parse_args(cls: type, args: list[str], command: str):
         if value != "null" and _is_text_key(cls, key):
             text_keys[key] = value
         else:
+            text_keys.pop(key, None)  # the last setting of a key wins, `teleop=scripted teleop=null` too
             parsed.append(a)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.from_dotlist(parsed))

@@ -274,6 +274,9 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
     t = _parse_args(TeleopArgs, ["teleop=null", "append=true"], "teleop")
     assert t.teleop is None and t.append is True
     assert _parse_args(DeployArgs, [], "deploy").teleop is None
+    # the last setting wins, null too: a script's `teleop=scripted "$@"` with teleop=null appended runs no operator
+    assert _parse_args(hil_train_args(), ["teleop=scripted", "teleop=null"], "hil-train").teleop is None
+    assert _parse_args(hil_train_args(), ["teleop=null", "teleop=gamepad"], "hil-train").teleop == "gamepad"
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,8 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_frozen": "WSRL, statistics frozen",
     "naive_frozen": "naive, statistics frozen",
     "wsrl_frozen_cw2k": "WSRL, statistics frozen, 2k critic-only updates first",
+    "wsrl_cw2k": "WSRL, 2k critic-only updates first",
+    "wsrl_cw5k": "WSRL, 5k critic-only updates first",
 }
 
 
@@ -54,7 +56,9 @@ def main() -> None:
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
         "commands": "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
-                    "train.critic_warmup_updates=2000 (rlpd has no pretraining: its first evaluation is at 1k)",
+                    "train.critic_warmup_updates=2000; KINDS=wsrl TAG=cw2k run.sh 0 1 2 -- "
+                    "train.critic_warmup_updates=2000 (and cw5k: 5000) (rlpd has no pretraining: its first "
+                    "evaluation is at 1k)",
         "groups": {},
     }
     curves = {}
