@@ -854,8 +854,8 @@ def _export_help() -> str:
         "The weights come from the run's policy/ directory if it has one, else checkpoints/best.pt, else latest.pt.",
         "format=onnx also writes policy.onnx: raw observations (camera policies: state and each camera group's",
         "uint8 image; diffusion, flow and DSRL: also the latent noise) in, the action or action chunk in [-1, 1]",
-        "out; config.json's metadata.onnx names the inputs and outputs (docs/python-api.md). deploy takes",
-        "state-only policies (the robot bridge carries no camera frames yet).",
+        "out; config.json's metadata.onnx names the inputs and outputs (docs/python-api.md). deploy runs camera",
+        "policies on a robot that serves those cameras (serve-robot pixels=true).",
         "",
         "Keys (default):",
     ]
