@@ -15,6 +15,8 @@ every demo) keeps a scale of 1: it is only centred, never divided by ~0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -104,6 +106,27 @@ class RunningNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return ((x - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update_preserving(self, x: Tensor, first_layers: Sequence[nn.Module]) -> None:
+        """`update`, then rewrite the first layers that read this normaliser's output (their first `dim` inputs)
+        so that every layer's output stays what it was for every observation inside the clip: the networks' function
+        moves only with their updates, not with the statistics (as PopArt preserves outputs when it rescales
+        targets, here for inputs). A layer y = W z + b with z = (x - m) / s becomes W' = W s' / s,
+        b' = b + W (m' - m) / s. `nn.Linear` (weight [out, in]) and ensemble layers (weight [E, in, out], bias
+        [E, 1, out]) are accepted."""
+        old_mean, old_std = self.mean.clone(), torch.sqrt(self.var + self.eps)
+        self.update(x)
+        ratio = torch.sqrt(self.var + self.eps) / old_std
+        shift = (self.mean - old_mean) / old_std
+        for layer in first_layers:
+            weight, bias = layer.weight, layer.bias
+            if weight.dim() == 2:  # nn.Linear
+                bias.add_(weight[:, : self.dim] @ shift)
+                weight[:, : self.dim].mul_(ratio)
+            else:
+                bias[:, 0].add_(torch.einsum("eio,i->eo", weight[:, : self.dim], shift))
+                weight[:, : self.dim].mul_(ratio[:, None])
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, clip={self.clip}"

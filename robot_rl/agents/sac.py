@@ -83,6 +83,11 @@ class SACConfig:
     v_max: float = _help(5.0, "categorical support [-v_max, v_max], in scaled-return units")
     reward_scale: bool = _help(False, "divide rewards by a running scale of the discounted return")
     obs_norm: bool = _help(False, "normalise observations with running statistics (saved with the networks)")
+    obs_norm_preserve: bool = _help(
+        False, "with obs_norm, network=mlp and no cameras: when online statistics move, rewrite the first layer of "
+               "the actor and critics so their outputs stay the same (RunningNorm.update_preserving): a pretrained "
+               "policy changes only with its updates (WSRL's warm-up then holds it exactly)"
+    )
     critic_layer_norm: bool = _help(True, "network=mlp: LayerNorm after each hidden layer of the critics")
     actor_layer_norm: bool = _help(False, "network=mlp: LayerNorm after each hidden layer of the actor")
     utd: int = _help(1, "update-to-data ratio: critic updates per environment transition")
@@ -158,6 +163,9 @@ class SACConfig:
             (self.encoder_channels >= 1, "agent.encoder_channels must be >= 1"),
             (self.encoder_layers >= 1, "agent.encoder_layers must be >= 1"),
             (self.image_shift >= 0, "agent.image_shift must be >= 0"),
+            (not self.obs_norm_preserve or (self.obs_norm and self.network == "mlp"),
+             "agent.obs_norm_preserve=true needs agent.obs_norm=true and agent.network=mlp (the first layer it "
+             "rewrites is a plain linear one)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -341,6 +349,13 @@ class SAC:
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         if net_norm is not None:
             self.critic_target.obs_norm = self.obs_norm  # one set of statistics for every network
+        # agent.obs_norm_preserve: the layers that read the normalised state first, rewritten when it moves
+        self._preserved_layers: list[torch.nn.Module] = []
+        if cfg.obs_norm_preserve:
+            if self.encoder is not None:
+                raise ValueError("agent.obs_norm_preserve=true works on state agents only: set it to false with "
+                                 "cameras")
+            self._preserved_layers = [self.actor.trunk[0], self.critic.net.net[0], self.critic_target.net.net[0]]
         self.return_scale = ReturnScale(cfg.gamma, cfg.v_max).to(self.device) if cfg.reward_scale else None
         self._hyper = cfg.network == "hyper"
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
@@ -390,7 +405,10 @@ class SAC:
         no-op unless `obs_norm` or `reward_scale` is on.
         """
         if self.obs_norm is not None:
-            self.obs_norm.update(obs["state"].to(self.device))
+            if self._preserved_layers:
+                self.obs_norm.update_preserving(obs["state"].to(self.device), self._preserved_layers)
+            else:
+                self.obs_norm.update(obs["state"].to(self.device))
         if self.return_scale is not None:
             ids = None if env_ids is None else env_ids.to(self.device)
             self.return_scale.observe(reward.to(self.device), done.to(self.device), ids, num_envs)

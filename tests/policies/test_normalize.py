@@ -73,3 +73,49 @@ def test_running_norm_statistics_travel_in_the_state_dict():
     x = torch.randn(5, 4)
     torch.testing.assert_close(a(x), b(x))
     assert set(a.state_dict()) == {"mean", "var", "count"}
+
+
+def test_update_preserving_keeps_every_layer_output_while_the_statistics_move():
+    from robot_rl.policies.ensemble import EnsembleLinear
+    from robot_rl.policies.normalize import RunningNorm
+
+    torch.manual_seed(0)
+    norm = RunningNorm(3, clip=50.0)
+    norm.update(torch.randn(500, 3))
+    linear, ensemble = torch.nn.Linear(5, 4), EnsembleLinear(2, 5, 4)  # 3 normalised inputs, then 2 others
+    x, extra = torch.randn(64, 3) * 2 + 1, torch.randn(64, 2)
+
+    def outputs():
+        z = torch.cat([norm(x), extra], dim=1)
+        return linear(z), ensemble(z)
+
+    before = outputs()
+    for _ in range(5):
+        norm.update_preserving(torch.randn(200, 3) * 3 + 4, [linear, ensemble])
+    assert norm.mean.min() > 2.0  # the statistics did move (from about 0) ...
+    for a, b in zip(before, outputs(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)  # ... the outputs did not
+    norm.update(torch.randn(200, 3) * 3 + 4)  # a plain update moves them
+    assert (outputs()[0] - before[0]).abs().max() > 0.05
+
+
+def test_sac_obs_norm_preserve_holds_the_policy_and_critics_through_online_statistics():
+    from robot_rl.agents.sac import SAC, SACConfig
+
+    torch.manual_seed(0)
+    cfg = SACConfig(hidden_dims=[32, 32], obs_norm=True, obs_norm_preserve=True, actor_layer_norm=True)
+    agent = SAC(4, 2, cfg)
+    agent.observe_dataset(torch.randn(300, 4), torch.zeros(300))
+    obs, action = torch.randn(16, 4), torch.rand(16, 2) * 2 - 1
+    with torch.no_grad():
+        before = (agent.actor(obs, deterministic=True)[0], agent.critic(obs, action), agent.critic_target(obs, action))
+        for _ in range(20):
+            agent.observe({"state": torch.randn(8, 4) * 2 + 3}, torch.zeros(8), torch.zeros(8, dtype=torch.bool))
+        after = (agent.actor(obs, deterministic=True)[0], agent.critic(obs, action), agent.critic_target(obs, action))
+    assert float(agent.obs_norm.mean.mean()) > 1.0
+    for a, b in zip(before, after, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="obs_norm_preserve=true needs agent.obs_norm=true"):
+        SACConfig(obs_norm_preserve=True).validate()
+    with pytest.raises(ValueError, match="needs agent.obs_norm=true and agent.network=mlp"):
+        SACConfig(obs_norm=True, obs_norm_preserve=True, network="hyper").validate()
