@@ -696,6 +696,15 @@ class SAC:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
+        # A loaded optimiser state brings the learning rates it was saved with; this agent's config decides them
+        # (fine-tuning from offline.init with agent.actor_lr=1e-4 otherwise went on at the pretraining's 3e-4).
+        cfg = self.cfg
+        for opt, lr in ((self.actor_opt, cfg.actor_lr), (self.critic_opt, cfg.critic_lr),
+                        (self.alpha_opt, cfg.temperature_lr)):
+            for group in opt.param_groups:
+                group["lr"] = lr
+        for group in self.critic_opt.param_groups:
+            group["weight_decay"] = cfg.critic_weight_decay
         if self.return_scale is not None:
             if "return_scale" not in state:
                 raise KeyError("return_scale (the checkpoint was written without agent.reward_scale)")
