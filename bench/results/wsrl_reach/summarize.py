@@ -23,6 +23,8 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_frozen_cw2k": "WSRL, statistics frozen, 2k critic-only updates first",
     "wsrl_cw2k": "WSRL, 2k critic-only updates first",
     "wsrl_cw5k": "WSRL, 5k critic-only updates first",
+    "wsrl_preserve_cw2k": "WSRL, statistics updated preserving the networks' outputs, 2k critic-only updates first",
+    "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
 }
 
 
@@ -57,8 +59,9 @@ def main() -> None:
         "commands": "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
                     "train.critic_warmup_updates=2000; KINDS=wsrl TAG=cw2k run.sh 0 1 2 -- "
-                    "train.critic_warmup_updates=2000 (and cw5k: 5000) (rlpd has no pretraining: its first "
-                    "evaluation is at 1k)",
+                    "train.critic_warmup_updates=2000 (and cw5k: 5000); KINDS=wsrl TAG=preserve_cw2k run.sh 0 1 2 -- "
+                    "agent.obs_norm_preserve=true train.critic_warmup_updates=2000 (and _alr1e-4: agent.actor_lr=1e-4) "
+                    "(rlpd has no pretraining: its first evaluation is at 1k)",
         "groups": {},
     }
     curves = {}
