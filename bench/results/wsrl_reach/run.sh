@@ -9,6 +9,8 @@
 # pretraining, half of every batch from the dataset (the README's command).
 # Usage: [KINDS="wsrl naive rlpd"] [TAG=name] run.sh SEED [SEED...] [-- KEY=VALUE...]
 #   (runs go to runs/wsrl/online_KIND[_TAG]_sSEED)
+# Since 2026-11-27 experiment=wsrl_reach sets train.critic_warmup_updates=2000, so `wsrl` is now the group measured
+# as wsrl_cw2k; the `wsrl` and `wsrl_frozen` groups ran before: repeat them with -- train.critic_warmup_updates=0.
 # e.g. TAG=frozen run.sh 0 1 2 -- offline.freeze_statistics=true;
 #      KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true train.critic_warmup_updates=2000
 set -euo pipefail
@@ -25,12 +27,12 @@ for seed in "${seeds[@]}"; do
     [ -f $run/metrics.csv ] && grep -q "^20000," $run/metrics.csv && continue
     case $kind in
       rlpd) .venv/bin/robot-rl train experiment=rlpd_push env.spec=arm:reach data.path=data/reach_mixed \
-              train.learning_starts=500 agent.gamma=0.99 data.mirror=false train.mirror_online=false \
+              train.learning_starts=500 agent.gamma=0.99 agent.utd=1 data.mirror=false train.mirror_online=false \
               train.eval_every=1000 threads=1 quiet=true seed=$seed run_dir=$run "$@" > $run.log 2>&1 ;;
       wsrl|naive)
         [ -f $pre/checkpoints/pretrained.pt ] || .venv/bin/robot-rl finetune "${iql[@]}" "${common[@]}" seed=$seed \
           train.steps=1 offline.steps=20000 offline.eval_every=2000 run_dir=$pre > $pre.log 2>&1
-        extra=(); [ $kind = naive ] && extra=(train.learning_starts=0)
+        extra=(); [ $kind = naive ] && extra=(train.learning_starts=0 train.critic_warmup_updates=0)
         .venv/bin/robot-rl finetune "${iql[@]}" "${common[@]}" seed=$seed offline.steps=0 \
           offline.init=$pre/checkpoints/pretrained.pt run_dir=$run "${extra[@]}" "$@" > $run.log 2>&1 ;;
     esac
