@@ -334,26 +334,20 @@ def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path,
         assert "done: 1 episodes" in capsys.readouterr().out
 
 
-def test_hil_train_pixels_true_on_a_robot_without_cameras_is_one_line(robot_server, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("setting, expected", [
+    ("pixels=true", ["pixels=true", "serves no cameras", "serve-robot pixels=true", "pixels=false"]),
+    ("mirror_online=true", ["mirror_online=true", "declares no mirror symmetry", "mirror_online=false"]),
+    ("intervention_penalty=-1", ["intervention_penalty must be a finite number >= 0"]),
+])
+def test_hil_train_settings_the_robot_cannot_honour_are_one_line(robot_server, tmp_path, capsys, monkeypatch,
+                                                                 setting, expected):
+    """On the reach robot (no cameras, no mirror symmetry)."""
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     code = main(["hil-train", f"robot={robot_server}", "step_timeout_s=5", "steps=10",
-                 f"run_dir={tmp_path / 'run'}", "pixels=true"])
+                 f"run_dir={tmp_path / 'run'}", setting])
     assert code == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "pixels=true" in err and "serves no cameras" in err
-    assert "serve-robot pixels=true" in err and "pixels=false" in err
-
-
-def test_hil_train_mirror_without_symmetry_and_a_negative_penalty_are_one_line(robot_server, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
-    code = main(["hil-train", f"robot={robot_server}", "step_timeout_s=5", "steps=10",
-                 f"run_dir={tmp_path / 'run'}", "mirror_online=true"])
-    assert code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "mirror_online=true" in err and "declares no mirror symmetry" in err
-    assert main(["hil-train", f"robot={robot_server}", "steps=10", f"run_dir={tmp_path / 'run'}",
-                 "intervention_penalty=-1"]) == 2
-    assert "intervention_penalty must be a finite number >= 0" in capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and all(e in err for e in expected), err
 
 
 def test_hil_train_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypatch):
