@@ -120,7 +120,8 @@ class RobotSpec:
             raise ValueError("action_low and action_high must have action_dim entries")
         if not self.control_hz > 0:
             raise ValueError(f"control_hz must be > 0, got {self.control_hz}")
-        if (len(self.mirror_state_sign), len(self.mirror_action_sign)) not in ((0, 0), (self.state_dim, self.action_dim)):
+        sizes = (len(self.mirror_state_sign), len(self.mirror_action_sign))
+        if sizes not in ((0, 0), (self.state_dim, self.action_dim)):
             raise ValueError(f"mirror_state_sign and mirror_action_sign must both be empty or have state_dim "
                              f"({self.state_dim}) and action_dim ({self.action_dim}) entries, got "
                              f"{len(self.mirror_state_sign)} and {len(self.mirror_action_sign)}")

@@ -595,7 +595,8 @@ def hil_train(args: HilTrainArgs) -> int:
     method = HILMethod(session, actor, cfg, learner, hold)
     settings = RunSettings(
         steps=args.steps, eval_every=args.log_every, seed=args.seed, command="hil-train", title=f"hil-train {spec.name}",
-        checkpoint_every=args.steps, checkpoint_every_s=args.checkpoint_every_s, score="autonomous_success", score_tiebreak_lower="intervention_rate", means_on_host=True, columns=COLUMNS,
+        checkpoint_every=args.steps, checkpoint_every_s=args.checkpoint_every_s, score="autonomous_success",
+        score_tiebreak_lower="intervention_rate", means_on_host=True, columns=COLUMNS,
         resume_hint=f"the same command with run_dir={run_dir}",
     )
     try:

@@ -203,7 +203,9 @@ class LearnerConfig:
         [], "the task's mirror symmetry (RobotSpec.mirror_state_sign): +-1 per state entry; empty: none"
     )
     mirror_action_sign: list[float] = _help([], "the symmetry's +-1 per action entry (RobotSpec.mirror_action_sign)")
-    mirror_demos: bool = _help(False, "also put the demos' mirror images into the prior buffer (as train's data.mirror)")
+    mirror_demos: bool = _help(
+        False, "also put the demos' mirror images into the prior buffer (as train's data.mirror)"
+    )
     mirror_online: bool = _help(
         False, "also store every received transition's mirror image, in the prior buffer too for interventions (as "
                "train's train.mirror_online); updates are still earned by received transitions only"
@@ -227,7 +229,8 @@ class LearnerConfig:
                  f"cameras: {g!r} must be pixels/<camera> -> [H, W, 3], got {list(s)}")
                 for g, s in self.cameras.items()
             ),
-            (len(self.mirror_state_sign) in (0, self.obs_dim), "mirror_state_sign must be empty or have obs_dim entries"),
+            (len(self.mirror_state_sign) in (0, self.obs_dim),
+             "mirror_state_sign must be empty or have obs_dim entries"),
             (len(self.mirror_action_sign) == (self.action_dim if self.mirror_state_sign else 0),
              "mirror_action_sign must have action_dim entries with mirror_state_sign, none without"),
             (all(v in (-1.0, 1.0) for v in (*self.mirror_state_sign, *self.mirror_action_sign)),

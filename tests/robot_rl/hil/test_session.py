@@ -96,7 +96,7 @@ def test_intervention_penalty_lands_on_the_policys_last_step_before_each_takeove
                       time_limit=10, log=None, intervention_penalty=0.5)
     session.run_episode(seed=0)
     writer.close()
-    recorded = np.asarray(read_dataset(tmp_path / "rec").reward)  # the robot's own rewards: the penalty is the learner's only
+    recorded = np.asarray(read_dataset(tmp_path / "rec").reward)  # the robot's own: the penalty is the learner's
     penalty = recorded - link.cat("reward")
     np.testing.assert_allclose(penalty, [0, 0.5, 0, 0, 0, 0.5, 0, 0, 0, 0], atol=1e-6)  # steps 1 and 5
     with pytest.raises(ValueError, match="intervention_penalty"):
