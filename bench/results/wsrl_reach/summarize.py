@@ -27,6 +27,8 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
 }
 
+PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k")  # success.png: the other groups are in the json
+
 
 def per_run(run: Path) -> dict:
     """One run's figures; RLPD has no pretrained policy (no step-0 evaluation) and so no dip."""
@@ -85,7 +87,8 @@ def main() -> None:
             copy_run_files(r, HERE / r.name, logs={"output.log": r.parent / f"{r.name}.log"})
         group["offline_success_curves"] = offline_curves
         summary["groups"][kind] = group
-        curves[LABELS[kind]] = summarize_runs(runs, "success_rate")
+        if kind in PLOTTED:
+            curves[LABELS[kind]] = summarize_runs(runs, "success_rate")
         print(kind, {s: (v.get("offline_policy_success"), v["lowest_online_success"], v["success_20k"])
                      for s, v in seeds.items()})
     write_json(summary, HERE / "summary.json")
