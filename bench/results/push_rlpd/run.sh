@@ -8,11 +8,12 @@
 # (the groups *_gamma0.99), TAG=40k run.sh rlpd sac 0 1 2 -- train.steps=40000 (the group rlpd_sac_40k, measured by
 # continuing rlpd_sac's runs with robot-rl train resume=<run> train.steps=40000), TAG=utd2 ... -- agent.utd=2,
 # TAG=mirror ... -- data.mirror=true, TAG=mirror_online ... -- data.mirror=true train.mirror_online=true,
-# TAG=mirror_online_utd2 ... -- agent.utd=2 (the preset since 2026-11-27: both mirrors and agent.utd=2).
+# TAG=mirror_online_utd2 ... -- agent.utd=2 (the preset since 2026-11-27: both mirrors and agent.utd=2; and for
+# sac_push, whose baseline group with 2 critic steps is TAG=utd2 run.sh sac sac 0 1 2 -- agent.utd=2).
 # The groups ran with the preset of their day: those without "mirror" in their name before rlpd_push set data.mirror
 # and train.mirror_online, those without "utd2" before it set agent.utd=2. To repeat one under another tag add what
 # the preset changed since: -- data.mirror=false train.mirror_online=false agent.utd=1 (rlpd_sac), agent.utd=1
-# (rlpd_sac_mirror_online).
+# (rlpd_sac_mirror_online, sac_sac).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl
