@@ -497,18 +497,19 @@ def hil_train(args: HilTrainArgs) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     sac = args.agent
     capacity, prior_capacity = _CAPACITY[bool(cameras)]
+    mirror = args.mirror_demos or args.mirror_online
+    if mirror and not spec.mirror_state_sign:
+        key = "mirror_demos" if args.mirror_demos else "mirror_online"
+        client.close()
+        raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
+                           f"task=push or pick_place without cameras does): set {key}=false")
     cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.updates_per_transition,
                         learning_starts=args.learning_starts, seed=args.seed, device=args.device,
                         demo_path=args.demos, cameras=cameras, capacity=args.capacity or capacity,
                         prior_capacity=args.prior_capacity or prior_capacity, mirror_demos=args.mirror_demos,
-                        mirror_online=args.mirror_online)
-    if args.mirror_demos or args.mirror_online:
-        if not spec.mirror_state_sign:
-            key = "mirror_demos" if args.mirror_demos else "mirror_online"
-            client.close()
-            raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
-                               f"task=push or pick_place without cameras does): set {key}=false")
-        cfg.mirror_state_sign, cfg.mirror_action_sign = list(spec.mirror_state_sign), list(spec.mirror_action_sign)
+                        mirror_online=args.mirror_online,
+                        mirror_state_sign=list(spec.mirror_state_sign) if mirror else [],
+                        mirror_action_sign=list(spec.mirror_action_sign) if mirror else [])
     from robot_rl.policies.encoders import BackboneWeightsError, load_backbone
 
     try:

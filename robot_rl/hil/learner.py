@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from robot_rl.agents.sac import SAC, SACConfig, actor_policy_kwargs, build_actor, policy_state_dict
+from robot_rl.envs.core import Reflection
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricMean
 from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok
@@ -302,11 +303,9 @@ class HILLearner:
         self.updates = 0  # agent.update calls
         self.demo_transitions = 0  # put into the prior buffer by load_demos/add_prior
         self._credit = 0.0  # updates owed under the utd schedule, spent by train_due
-        #: (state sign, action sign) of the task's mirror symmetry, on the CPU where chunks arrive
-        self._signs: tuple[Tensor, Tensor] | None = None
-        if cfg.mirror_state_sign:
-            self._signs = (torch.tensor(cfg.mirror_state_sign, dtype=torch.float32),
-                           torch.tensor(cfg.mirror_action_sign, dtype=torch.float32))
+        #: the task's mirror symmetry (sign vectors on the CPU, where chunks arrive), or None
+        self._reflection = (Reflection.from_signs(cfg.mirror_state_sign, cfg.mirror_action_sign)
+                            if cfg.mirror_state_sign else None)
         if load_demos and cfg.demo_path:
             self.load_demos(cfg.demo_path, cfg.demo_max_episodes)
 
@@ -319,8 +318,8 @@ class HILLearner:
 
         data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
-        if self.cfg.mirror_demos and self._signs is not None:
-            data = data.with_reflection(*(v.to(self.device) for v in self._signs))
+        if self.cfg.mirror_demos and self._reflection is not None:
+            data = data.with_reflection(*(v.to(self.device) for v in self._reflection))
         if len(data) > self.prior.capacity:
             raise ValueError(
                 f"demo dataset {path} has {len(data):,} transitions"
@@ -390,8 +389,8 @@ class HILLearner:
 
     def _reflected(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
         """The chunk's mirror image: states and actions times the symmetry's signs, everything else as it is."""
-        assert self._signs is not None, "validate() requires the signs with mirror_demos or mirror_online"
-        state_sign, action_sign = self._signs
+        assert self._reflection is not None, "validate() requires the signs with mirror_demos or mirror_online"
+        state_sign, action_sign = self._reflection
         return {**t, "obs": t["obs"] * state_sign, "next_obs": t["next_obs"] * state_sign,
                 "action": t["action"] * action_sign}
 
