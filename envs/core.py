@@ -53,18 +53,25 @@ class BackendStep(NamedTuple):
 
 
 class Reflection(NamedTuple):
-    """A mirror symmetry of a task as sign changes (``BatchedEnv.reflection``): multiplying every ``state``
-    observation by ``state`` and every action by ``action`` (float32 +-1 vectors on the CPU) turns an episode into
-    another episode of the same task, with the same rewards."""
+    """A mirror symmetry of a task (``BatchedEnv.reflection``): multiplying every ``state`` observation by ``state``
+    and every action by ``action`` (float32 +-1 vectors on the CPU), and flipping the frames of the camera groups in
+    ``cameras`` left to right, turns an episode into another episode of the same task, with the same rewards. A
+    camera belongs in ``cameras`` when it lies in the mirror plane with its image x axis across it."""
 
     state: torch.Tensor
     action: torch.Tensor
+    cameras: tuple[str, ...] = ()
 
     @classmethod
-    def from_signs(cls, state: Any, action: Any) -> Reflection:
-        """From a task's sign arrays (``ArmTask.reflection``)."""
+    def from_signs(cls, state: Any, action: Any, cameras: Sequence[str] = ()) -> Reflection:
+        """From a task's sign arrays (``ArmTask.reflection``) and its mirrored camera groups."""
         return cls(torch.as_tensor(state, dtype=torch.float32).clone(),
-                   torch.as_tensor(action, dtype=torch.float32).clone())
+                   torch.as_tensor(action, dtype=torch.float32).clone(), tuple(cameras))
+
+    @staticmethod
+    def flip(frames: torch.Tensor) -> torch.Tensor:
+        """Frames ``[..., H, W, C]`` reflected: flipped left to right."""
+        return frames.flip(-2)
 
 
 class UnknownEnvError(ValueError):

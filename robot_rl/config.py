@@ -60,7 +60,8 @@ class LoopConfig:
     )
     mirror_online: bool = _help(
         False, "also store the mirror image of every online transition where the task declares a symmetry (as "
-        "data.mirror does for the prior data): two replay transitions per env step; state tasks only"
+        "data.mirror does for the prior data): two replay transitions per env step; camera frames are flipped left "
+        "to right (not with agent.cache_embeddings)"
     )
     video: bool = _help(True, "record an MP4 of one evaluation episode at the end of training")
     video_size: list[int] = _help([240, 320], "video height and width")
@@ -78,7 +79,7 @@ class DataConfig:
     prior_fraction: float = _help(0.5, "fraction of each online batch drawn from the prior data (RLPD: 0.5; 0: none)")
     mirror: bool = _help(
         False, "also learn from the prior data's mirror image where the task declares a symmetry (arm:push and "
-        "arm:pick_place, y -> -y): twice the demos' coverage; state tasks only"
+        "arm:pick_place, y -> -y; from cameras too, their frames flipped left to right): twice the demos' coverage"
     )
 
 

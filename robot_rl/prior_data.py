@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from robot_rl.envs.core import Reflection
 from robot_rl.replay import Batch, ReplayBuffer
 
 
@@ -98,20 +99,22 @@ class OfflineData:
             frames={group: t.images[feature][keep] for group, feature in features.items()},
         )
 
-    def with_reflection(self, state_sign: Tensor, action_sign: Tensor) -> OfflineData:
+    def with_reflection(self, state_sign: Tensor, action_sign: Tensor, cameras: Sequence[str] = ()) -> OfflineData:
         """These transitions followed by their mirror images (`BatchedEnv.reflection`: the states and actions times
-        the sign vectors; rewards, ends and returns unchanged; each mirrored episode a new episode index).
+        the sign vectors, the frames of the `cameras` groups flipped left to right; rewards, ends and returns
+        unchanged; each mirrored episode a new episode index).
 
         Where the task is symmetric (`arm:push`: y -> -y) a reflected demo is another valid demo, so this doubles
         the states the demos cover at no cost: 20 push demos show a cube on the +y side pushed towards -y once and
         the mirror case four times, and RLPD's policies most often failed to reach the cube in the first
-        (`bench/results/push_rlpd`). State data only: a camera frame is not reflected by a change of sign.
+        (`bench/results/push_rlpd`).
         """
         from robot_rl.datasets import DatasetError
 
-        if self.frames:
-            raise DatasetError("data.mirror=true reflects state observations only; this dataset has camera frames "
-                               f"({', '.join(self.frames)}): set data.mirror=false")
+        unmirrored = [g for g in self.frames if g not in cameras]
+        if unmirrored:
+            raise DatasetError(f"data.mirror=true: the task's reflection does not cover camera {unmirrored[0]} of "
+                               f"this dataset (it flips {', '.join(cameras) or 'no camera'}): set data.mirror=false")
         state_sign, action_sign = state_sign.to(self.obs), action_sign.to(self.action)
         if state_sign.shape != self.obs.shape[1:] or action_sign.shape != self.action.shape[1:]:
             raise DatasetError(f"the reflection's signs have shapes {tuple(state_sign.shape)} and "
@@ -130,6 +133,7 @@ class OfflineData:
             next_obs=twice(self.next_obs, state_sign), terminated=twice(self.terminated),
             truncated=twice(self.truncated), mc_return=twice(self.mc_return), num_episodes=2 * self.num_episodes,
             success_rate=self.success_rate, episode_index=episode_index,
+            frames={g: torch.cat([f, Reflection.flip(f)]) for g, f in self.frames.items()},
         )
 
     def __len__(self) -> int:

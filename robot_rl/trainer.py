@@ -85,10 +85,14 @@ class OnlineSAC(MethodDefaults):
         self.reflection: Reflection | None = None
         if cfg.train.mirror_online:
             signs = self._reflection(env, cfg.env.spec, "train.mirror_online")
-            self.reflection = Reflection(signs.state.to(env.device), signs.action.to(env.device))
-        if self.reflection is not None and self.groups != ("state",):
-            raise ConfigError("train.mirror_online=true reflects state observations only; this env stores "
-                              f"{', '.join(self.groups)}: set train.mirror_online=false")
+            self.reflection = Reflection(signs.state.to(env.device), signs.action.to(env.device), signs.cameras)
+            unmirrored = [g for g in cameras if g not in signs.cameras]
+            if unmirrored:
+                raise ConfigError(f"train.mirror_online=true: {cfg.env.spec}'s reflection does not cover camera "
+                                  f"{unmirrored[0]}: set train.mirror_online=false")
+            if cameras and cfg.agent.cache_embeddings:
+                raise ConfigError("train.mirror_online=true reflects camera frames, and agent.cache_embeddings=true "
+                                  "stores features instead: set one of them to false")
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
             cfg.env.num_envs * (1 if self.reflection is None else 2),
@@ -129,8 +133,8 @@ class OnlineSAC(MethodDefaults):
         """The symmetry that `key` (data.mirror, train.mirror_online) uses: the env's, or a one-line error."""
         reflection = env.reflection()
         if reflection is None:
-            raise ConfigError(f"{key}=true: {spec} declares no mirror symmetry (arm:push and arm:pick_place "
-                              f"state tasks do): set {key}=false")
+            raise ConfigError(f"{key}=true: {spec} declares no mirror symmetry (arm:push and arm:pick_place, "
+                              f"with or without -pixels, do): set {key}=false")
         return reflection
 
     def load_init_agent(self, path: Path) -> None:
@@ -206,15 +210,17 @@ class OnlineSAC(MethodDefaults):
                              final_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor
                              ) -> None:
         """`train.mirror_online`: the N transitions and their N reflections, as one add of 2N columns."""
-        state_sign, action_sign = self.reflection
+        state_sign, action_sign, cameras = self.reflection
 
         def both(x: torch.Tensor, sign: torch.Tensor | None = None) -> torch.Tensor:
             return torch.cat([x, x if sign is None else x * sign])
 
-        self.replay.add(
-            self._stored({"state": both(obs["state"], state_sign)}), both(action, action_sign), both(reward),
-            self._stored({"state": both(final_obs["state"], state_sign)}), both(terminated), both(truncated),
-        )
+        def reflected(o: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return self._stored({"state": both(o["state"], state_sign),
+                                 **{g: torch.cat([o[g], Reflection.flip(o[g])]) for g in cameras if g in o}})
+
+        self.replay.add(reflected(obs), both(action, action_sign), both(reward), reflected(final_obs),
+                        both(terminated), both(truncated))
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})

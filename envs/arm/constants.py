@@ -54,6 +54,11 @@ _FLIPPED = [p.start + 1 for k, p in STATE_LAYOUT.items() if k != "cube_quat" and
 _FLIPPED += [STATE_LAYOUT["cube_quat"].start + 1, STATE_LAYOUT["cube_quat"].start + 3]
 STATE_MIRROR_SIGN = np.array([-1.0 if i in _FLIPPED else 1.0 for i in range(STATE_DIM)], dtype=np.float32)
 ACTION_MIRROR_SIGN = np.array([1.0, -1.0, 1.0, 1.0], dtype=np.float32)  # (dx, dy, dz, gripper)
+PROPRIO_MIRROR_SIGN = STATE_MIRROR_SIGN[list(PROPRIO_INDEX)].copy()  # the -pixels tasks' state
+# The -pixels cameras both lie in the plane y = 0 (``front`` in the world's, ``wrist`` in the hand's, which the
+# reflection maps onto itself) with their image x axis across it, and the scene is symmetric (``model.py``: the
+# light and the table's checks), so a left-right flip of their frames is the reflected episode's frame.
+MIRROR_CAMERAS = tuple(f"pixels/{name}" for name in PIXEL_CAMERAS)
 
 # Controller.
 HAND_QUAT = (0.0, 0.0, 1.0, 0.0)  # desired hand orientation: a half turn about world y (hand z = world -z)

@@ -95,7 +95,15 @@ import mujoco
 import numpy as np
 import torch
 
-from .constants import CONTROL_DT, PIXEL_CAMERAS, PROPRIO_DIM, PROPRIO_INDEX, STATE_DIM
+from .constants import (
+    CONTROL_DT,
+    MIRROR_CAMERAS,
+    PIXEL_CAMERAS,
+    PROPRIO_DIM,
+    PROPRIO_INDEX,
+    PROPRIO_MIRROR_SIGN,
+    STATE_DIM,
+)
 
 
 class ArmEnv(gym.Env):
@@ -253,10 +261,13 @@ class ArmEnv(gym.Env):
             raise RuntimeError("call reset() before privileged_state()")
         return self._full_state.copy()
 
-    def reflection(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """``ArmTask.reflection`` for the state observation; None with ``pixels=True`` (a camera image is not
-        reflected by sign changes: the cameras would have to be symmetric and the frames flipped)."""
-        return None if self._pixel_renderer is not None else self.arm_task.reflection()
+    def reflection(self) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None:
+        """``ArmTask.reflection`` for the state observation; with ``pixels=True`` the proprioception's signs, the
+        action's, and the camera groups whose frames a left-right flip reflects (``MIRROR_CAMERAS``: both)."""
+        signs = self.arm_task.reflection()
+        if signs is None or self._pixel_renderer is None:
+            return signs
+        return PROPRIO_MIRROR_SIGN.copy(), signs[1], MIRROR_CAMERAS
 
     def hold(self) -> None:
         """Freeze the servo targets on the measured pose (``ArmTask.hold``); time does not advance."""

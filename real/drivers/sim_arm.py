@@ -96,7 +96,8 @@ class SimArm(Robot):
         d = self.env.max_delta
         proprio = self.pixels and not self.full_state
         layout = STATE_LAYOUT if not proprio else _proprio_layout()
-        signs = self.env.reflection()  # the task's y -> -y symmetry (push, pick_place); None with cameras
+        # the task's y -> -y symmetry (push, pick_place) of the state; the bridge's spec carries no camera's
+        signs = None if self.pixels else self.env.reflection()
         self.spec = RobotSpec(
             name=f"sim_arm:{task}" + ("-sparse" if reward == "sparse" else "") + ("-pixels" if self.pixels else ""),
             state_dim=PROPRIO_DIM if proprio else STATE_DIM,

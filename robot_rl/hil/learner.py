@@ -319,7 +319,7 @@ class HILLearner:
         data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
         if self.cfg.mirror_demos and self._reflection is not None:
-            data = data.with_reflection(*(v.to(self.device) for v in self._reflection))
+            data = data.with_reflection(self._reflection.state.to(self.device), self._reflection.action.to(self.device))
         if len(data) > self.prior.capacity:
             raise ValueError(
                 f"demo dataset {path} has {len(data):,} transitions"
@@ -390,7 +390,7 @@ class HILLearner:
     def _reflected(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
         """The chunk's mirror image: states and actions times the symmetry's signs, everything else as it is."""
         assert self._reflection is not None, "validate() requires the signs with mirror_demos or mirror_online"
-        state_sign, action_sign = self._reflection
+        state_sign, action_sign, _ = self._reflection  # the learner mirrors state observations only (validate)
         return {**t, "obs": t["obs"] * state_sign, "next_obs": t["next_obs"] * state_sign,
                 "action": t["action"] * action_sign}
 

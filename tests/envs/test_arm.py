@@ -319,18 +319,25 @@ def test_the_arm_tasks_are_registered_with_gymnasium() -> None:
 
 
 def test_reflection_of_the_arm_specs() -> None:
-    """``BatchedEnv.reflection`` through the gymnasium backend: push and pick_place state tasks declare y -> -y
-    (the dynamics are checked in ``tests/envs/sim/test_arm_task.py``); reach, the -pixels tasks (whose frames a sign
-    cannot reflect) and a task without the method declare none."""
+    """``BatchedEnv.reflection`` through the gymnasium backend: push and pick_place declare y -> -y (the dynamics
+    and the flipped frames are checked in ``tests/envs/sim/test_arm_task.py``), in their -pixels variants with the
+    proprioception's signs and both cameras; reach and a task without the method declare none."""
     for spec, expected in [("arm:push-sparse", True), ("arm:pick_place", True), ("arm:reach", False),
-                           ("arm:push-pixels", False), ("gym:Pendulum-v1", False)]:
+                           ("arm:push-pixels", True), ("arm:reach-pixels", False), ("gym:Pendulum-v1", False)]:
         env = envs.make(spec, num_envs=1, **({"pixel_size": (16, 16)} if "pixels" in spec else {}))
         try:
             reflection = env.reflection()
             assert (reflection is not None) == expected, spec
             if reflection is not None:
-                assert reflection.state.shape == (STATE_DIM,) and reflection.action.tolist() == [1, -1, 1, 1]
+                pixels = "pixels" in spec
+                assert reflection.state.shape == (PROPRIO_DIM if pixels else STATE_DIM,)
+                assert reflection.action.tolist() == [1, -1, 1, 1]
                 assert set(reflection.state.tolist()) == {1.0, -1.0}
                 assert reflection.state[STATE_LAYOUT["gripper"]].item() == 1.0
+                assert reflection.cameras == (("pixels/front", "pixels/wrist") if pixels else ())
+                if pixels:  # the proprioception's signs are those of its entries in the full state
+                    full = ArmEnv("push").reflection()[0]
+                    assert reflection.state.tolist() == full[list(PROPRIO_INDEX)].tolist()
         finally:
             env.close()
+

@@ -171,7 +171,7 @@ def test_interrupted_offline_pretraining_resumes_without_duplicate_rows(reach_da
 def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, capsys) -> None:
     """`data.mirror=true` on push: the prior data is the dataset followed by its reflection in y = 0 (the env's
     `reflection()` signs), as new episodes, and RLPD's prior buffer holds both; a task without a symmetry, a
-    mirror without data, and camera data each stop with one line."""
+    mirror without data, and camera data the reflection does not cover each stop with one line."""
     out = tmp_path / "push"
     assert main(["collect", "env.spec=arm:push-sparse", "episodes=2", "env.num_envs=1", f"out={out}"]) == 0
     plain = Trainer(compose_train_config(["env.spec=arm:push-sparse", f"data.path={out}", *TINY]), tmp_path / "a")
@@ -202,8 +202,8 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
     o = original
     with_frames = OfflineData(o.obs, o.action, o.reward, o.next_obs, o.terminated, o.truncated, o.mc_return, 2, 1.0,
                               frames={"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)})
-    with pytest.raises(DatasetError, match="reflects state observations only"):
-        with_frames.with_reflection(sign.state, sign.action)
+    with pytest.raises(DatasetError, match="does not cover camera pixels/front of this dataset"):
+        with_frames.with_reflection(sign.state, sign.action)  # the state task's reflection flips no camera
 
 
 def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path, capsys) -> None:

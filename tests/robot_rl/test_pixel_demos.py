@@ -156,6 +156,58 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
     assert collect(args, message=lambda m: None)["episodes"] == 1
 
 
+def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
+    """`data.mirror=true train.mirror_online=true` on push from cameras: the demos' and every online step's
+    reflections hold the proprioception times the signs and both cameras' frames flipped left to right
+    (`tests/envs/test_arm.py` checks that a flipped frame is the reflected scene); a frozen encoder with cached
+    embeddings, which stores features a flip cannot reflect, stops with one line."""
+    from robot_rl.cli import main
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    args = [f"env.spec={SPEC}", f"data.path={demos}", "data.mirror=true", "train.mirror_online=true",
+            "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.hidden_dims=[32,32]",
+            "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1", "agent.encoder_feature_dim=8",
+            "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=40",
+            "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1"]
+    trainer = Trainer(compose_train_config(args), tmp_path / "run")
+    sign = trainer.env.reflection()
+    assert sign.cameras == CAMERAS
+    prior = trainer.prior
+    m = len(prior) // 2
+    assert torch.equal(prior.obs[m:], prior.obs[:m] * sign.state)
+    for group in CAMERAS:
+        assert torch.equal(prior.frames[group][m:], prior.frames[group][:m].flip(2)), group
+    trainer.method.start(0)
+    for _ in range(LIMIT + 3):  # past an episode end: the reflected columns' last frames too
+        trainer.method.advance()
+    replay, n = trainer.replay, LIMIT + 3
+    assert replay.num_envs == 2
+    assert torch.equal(replay.obs["state"][:n, 1], replay.obs["state"][:n, 0] * sign.state)
+    assert torch.equal(replay.action[:n, 1], replay.action[:n, 0] * sign.action)
+    for group in CAMERAS:
+        frames = replay.obs[group][: n + 1]
+        assert frames[:, 0].float().mean() > 10  # real frames
+        assert torch.equal(frames[:, 1], frames[:, 0].flip(-2)), group
+        assert torch.equal(replay.final_frames[group][:, 1], replay.final_frames[group][:, 0].flip(-2)), group
+    batch = replay.sample(8)
+    assert batch.obs["pixels/front"].shape == (8, 32, 32, 3)
+    trainer.env.close()
+
+    from robot_rl.policies.encoders import ResNetBackbone
+
+    weights = tmp_path / "resnet10.pt"
+    torch.save(ResNetBackbone("resnet10").state_dict(), weights)
+    cached = [a for a in args if not a.startswith("agent.encoder_")] + [
+        "agent.encoder=pretrained", f"agent.encoder_weights={weights}", "agent.cache_embeddings=true",
+        "agent.image_shift=0", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
+        f"run_dir={tmp_path / 'c'}"]
+    capsys.readouterr()
+    assert main(["train", *cached]) == 2
+    err = capsys.readouterr().err
+    assert "agent.cache_embeddings=true stores features instead" in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("algorithm", ["calql", "iql"])
 def test_offline_pretraining_from_pixel_demos_trains_the_encoder_then_goes_online(demos, tmp_path, algorithm) -> None:
     """WSRL from cameras: Cal-QL or IQL on the pixel demos (the critic loss trains the encoder), then online."""

@@ -434,6 +434,40 @@ def _mirror_physics(qpos: torch.Tensor, qvel: torch.Tensor, model: mujoco.MjMode
     return qpos, qvel
 
 
+def test_a_flipped_camera_frame_is_the_reflected_scene() -> None:
+    """The -pixels reflection flips frames left to right (``MIRROR_CAMERAS``); that is right only if the cameras lie
+    in the plane y = 0 and the scene is symmetric. Render the reflected scene of random push states and compare it
+    with the env's frames flipped: equal up to rasterisation (the table's checks and the light were asymmetric
+    before, 8-10 grey levels apart on average), while the unflipped frames differ."""
+    env = ArmEnv("push", "sparse", pixels=True, pixel_size=(48, 48))
+    renderer = mujoco.Renderer(env.model, 48, 48)
+    renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0  # as the env's observations
+    try:
+        rng = np.random.default_rng(0)
+        flipped_gap, unflipped_gap = [], []
+        for seed in range(3):
+            obs, _ = env.reset(seed=seed)
+            for _ in range(8):
+                obs, *_ = env.step(rng.uniform(-1, 1, 4))
+            mirrored = mujoco.MjData(env.model)
+            q, v = _mirror_physics(torch.from_numpy(env.data.qpos.copy()), torch.from_numpy(env.data.qvel.copy()),
+                                   env.model)
+            mirrored.qpos[:], mirrored.qvel[:] = q.numpy(), v.numpy()
+            mirrored.mocap_pos[:] = env.data.mocap_pos * np.array([1.0, -1.0, 1.0])
+            mujoco.mj_forward(env.model, mirrored)
+            for camera in ("front", "wrist"):
+                renderer.update_scene(mirrored, camera=camera)
+                reflected = renderer.render().astype(np.float64)
+                frame = obs[f"pixels/{camera}"].astype(np.float64)
+                flipped_gap.append(np.abs(frame[:, ::-1] - reflected).mean())
+                unflipped_gap.append(np.abs(frame - reflected).mean())
+        assert max(flipped_gap) < 1.5, flipped_gap
+        assert np.mean(unflipped_gap) > 3 * np.mean(flipped_gap), (unflipped_gap, flipped_gap)
+    finally:
+        renderer.close()
+        env.close()
+
+
 @pytest.mark.parametrize("task_name", ["push", "pick_place"])
 def test_reflection_is_a_symmetry_of_the_task(task_name: str) -> None:
     """``ArmTask.reflection`` (what ``data.mirror=true`` trusts): sub-env 1 starts as the mirror image of sub-env 0
