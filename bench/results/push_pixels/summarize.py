@@ -7,6 +7,7 @@ metrics, log; no checkpoints) next to this script."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 from types import ModuleType
@@ -28,38 +29,70 @@ def _state_summary() -> ModuleType:
     return module
 
 
-def main() -> None:
-    os.chdir(ROOT)
-    runs = [r for r in sorted(RUNS.glob("rlpd_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
+GROUPS = {  # run-name prefix -> (label, command)
+    "rlpd": ("RLPD from cameras, 20 demos", "robot-rl train experiment=rlpd_push_pixels threads=1 seed=SEED (run.sh SEED; "
+             "the scene before 2026-11-27)"),
+    "mirror": ("RLPD from cameras, 20 demos, both mirrors",
+               "GROUP=mirror run.sh SEED -- data.mirror=true train.mirror_online=true (the symmetric scene)"),
+}
+
+
+def _seed(run: Path) -> str:
+    return run.name.rsplit("_s", 1)[1]
+
+
+def _earlier_failure_modes(group: str) -> dict | None:
+    """The held-out failure classes the last summary recorded for `group` (the rlpd runs' were measured in the scene
+    they trained in, before it became symmetric on 2026-11-27; measuring them again now would change the scene)."""
+    path = HERE / "summary.json"
+    if group != "rlpd" or not path.exists():
+        return None
+    earlier = json.loads(path.read_text())
+    return earlier.get("groups", {}).get(group, {}).get("failure_modes_final") or earlier.get("failure_modes_final")
+
+
+def _group(runs: list[Path], group: str, command: str) -> dict:
     per_step = {}
     for step in STEPS:
-        at = {r.name.rsplit("_s", 1)[1]: round(100 * load_curve(r, "success_rate")[step], 1)
+        at = {_seed(r): round(100 * load_curve(r, "success_rate")[step], 1)
               for r in runs if step in load_curve(r, "success_rate")}
         per_step[step] = {"success_percent": at, "summary": summarize(list(at.values())) if at else None}
+    failure_modes = _state_summary().failure_modes
+    return {
+        "command": command,
+        "wall_time_s": {_seed(r): round(max(load_curve(r, "wall_time_s").values())) for r in runs},
+        "success_at": {str(k): v for k, v in per_step.items()},
+        # the latest checkpoint of each run, 50 held-out episodes
+        "failure_modes_final": _earlier_failure_modes(group) or {
+            _seed(r): failure_modes(r / "checkpoints" / "latest.pt", pixel_size=(48, 48)) for r in runs},
+    }
+
+
+def main() -> None:
+    os.chdir(ROOT)
     summary = {
         "task": "arm:push-sparse-pixels (front and wrist cameras 48x48 + 7 proprioception numbers; sparse reward 1 on "
                 "success, which ends the episode; 100-step time limit)",
         "demos": "20 scripted expert episodes at 48x48 (robot-rl collect ... policy=expert episodes=20, seed 0)",
-        "command": "robot-rl train experiment=rlpd_push_pixels threads=1 seed=SEED (run.sh SEED)",
         "steps": "40k env steps = agent steps (action repeat 1), 1 env, one update per step, batches of 64",
         "evaluation": "every 2k env steps, 20 episodes (one per eval env), deterministic actor",
-        "wall_time_s": {r.name.rsplit("_s", 1)[1]: round(max(load_curve(r, "wall_time_s").values()))
-                        for r in runs},
-        "success_at": {str(k): v for k, v in per_step.items()},
+        "groups": {},
     }
-    failure_modes = _state_summary().failure_modes
-    summary["failure_modes_final"] = {  # the latest checkpoint of each run, 50 held-out episodes
-        r.name.rsplit("_s", 1)[1]: failure_modes(r / "checkpoints" / "latest.pt", pixel_size=(48, 48)) for r in runs
-    }
-    for run in runs:
-        copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
-        print(run.name, {k: v["success_percent"].get(run.name.rsplit("_s", 1)[1]) for k, v in per_step.items()})
+    curves = {}
+    for group, (label, command) in GROUPS.items():
+        runs = [r for r in sorted(RUNS.glob(f"{group}_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
+        if not runs:
+            continue
+        summary["groups"][group] = _group(runs, group, command)
+        for run in runs:
+            copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
+            print(run.name, {k: v["success_percent"].get(_seed(run))
+                             for k, v in summary["groups"][group]["success_at"].items()})
+        curves[f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"] = summarize_runs(runs, "success_rate")
     write_json(summary, HERE / "summary.json")
     state = sorted((HERE.parent / "push_rlpd").glob("rlpd_sac_40k_s[0-9]*"))
-    seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
-    curves = {f"RLPD from cameras, 20 demos ({seeds})": summarize_runs(runs, "success_rate")}
     if state:
-        curves[f"RLPD from state, 20 demos ({len(state)} seeds)"] = summarize_runs(state, "success_rate")
+        curves[f"RLPD from state, 20 demos, no mirrors ({len(state)} seeds)"] = summarize_runs(state, "success_rate")
     plot_curves(curves, HERE / "success.png", title="arm:push-sparse(-pixels), gamma 0.95", ylabel="success rate")
 
 
