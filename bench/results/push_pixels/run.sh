@@ -5,7 +5,8 @@
 # side on 2 cores). Runs go to runs/push_pixels/<GROUP>_s<SEED> (GROUP default rlpd: the preset as it is). A run
 # that was stopped (its checkpoints/latest.pt is written every 4k steps) goes on from its checkpoint when run again.
 # Groups: rlpd (seeds 0-2, scene of before 2026-11-27, demos data/push_pixel_demos_scene1); mirror = GROUP=mirror
-# run.sh 0 1 2 -- data.mirror=true train.mirror_online=true (the symmetric scene, demos recorded again).
+# run.sh 0 1 2 -- data.mirror=true train.mirror_online=true train.replay_capacity=82000 (the symmetric scene, demos
+# recorded again; the reflections fill half of the replay, so twice the capacity keeps every step).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl

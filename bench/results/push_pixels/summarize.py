@@ -33,7 +33,8 @@ GROUPS = {  # run-name prefix -> (label, command)
     "rlpd": ("RLPD from cameras, 20 demos", "robot-rl train experiment=rlpd_push_pixels threads=1 seed=SEED (run.sh SEED; "
              "the scene before 2026-11-27)"),
     "mirror": ("RLPD from cameras, 20 demos, both mirrors",
-               "GROUP=mirror run.sh SEED -- data.mirror=true train.mirror_online=true (the symmetric scene)"),
+               "GROUP=mirror run.sh SEED -- data.mirror=true train.mirror_online=true train.replay_capacity=82000 "
+               "(the symmetric scene)"),
 }
 
 
