@@ -215,11 +215,11 @@ class OnlineSAC(MethodDefaults):
         def both(x: torch.Tensor, sign: torch.Tensor | None = None) -> torch.Tensor:
             return torch.cat([x, x if sign is None else x * sign])
 
-        def reflected(o: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        def both_obs(o: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return self._stored({"state": both(o["state"], state_sign),
                                  **{g: torch.cat([o[g], Reflection.flip(o[g])]) for g in cameras if g in o}})
 
-        self.replay.add(reflected(obs), both(action, action_sign), both(reward), reflected(final_obs),
+        self.replay.add(both_obs(obs), both(action, action_sign), both(reward), both_obs(final_obs),
                         both(terminated), both(truncated))
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
