@@ -159,7 +159,7 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
 def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
     """`data.mirror=true train.mirror_online=true` on push from cameras: the demos' and every online step's
     reflections hold the proprioception times the signs and both cameras' frames flipped left to right
-    (`tests/envs/test_arm.py` checks that a flipped frame is the reflected scene); a frozen encoder with cached
+    (`tests/envs/sim/test_arm_task.py` checks that a flipped frame is the reflected scene); a frozen encoder with cached
     embeddings, which stores features a flip cannot reflect, stops with one line."""
     from robot_rl.cli import main
     from robot_rl.config import compose_train_config
