@@ -73,6 +73,17 @@ class Reflection(NamedTuple):
         """Frames ``[..., H, W, C]`` reflected: flipped left to right."""
         return frames.flip(-2)
 
+    def observation(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """An observation dict reflected: ``state`` times the signs, the ``cameras`` groups' frames flipped, any other
+        group as it is."""
+        out = dict(obs)
+        if "state" in out:
+            out["state"] = out["state"] * self.state.to(out["state"])
+        for group in self.cameras:
+            if group in out:
+                out[group] = self.flip(out[group])
+        return out
+
 
 class UnknownEnvError(ValueError):
     """Raised by ``robot_rl.envs.make`` for a spec no backend knows; the message names the valid choices."""

@@ -210,17 +210,18 @@ class OnlineSAC(MethodDefaults):
                              final_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor
                              ) -> None:
         """`train.mirror_online`: the N transitions and their N reflections, as one add of 2N columns."""
-        state_sign, action_sign, cameras = self.reflection
+        reflection = self.reflection
 
-        def both(x: torch.Tensor, sign: torch.Tensor | None = None) -> torch.Tensor:
-            return torch.cat([x, x if sign is None else x * sign])
+        def both(x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, x])
 
         def both_obs(o: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            return self._stored({"state": both(o["state"], state_sign),
-                                 **{g: torch.cat([o[g], Reflection.flip(o[g])]) for g in cameras if g in o}})
+            kept = {k: o[k] for k in self.groups}
+            mirrored = reflection.observation(kept)
+            return self._stored({k: torch.cat([kept[k], mirrored[k]]) for k in kept})
 
-        self.replay.add(both_obs(obs), both(action, action_sign), both(reward), both_obs(final_obs),
-                        both(terminated), both(truncated))
+        self.replay.add(both_obs(obs), torch.cat([action, action * reflection.action]), both(reward),
+                        both_obs(final_obs), both(terminated), both(truncated))
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})

@@ -261,12 +261,14 @@ class ArmEnv(gym.Env):
             raise RuntimeError("call reset() before privileged_state()")
         return self._full_state.copy()
 
-    def reflection(self) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None:
-        """``ArmTask.reflection`` for the state observation; with ``pixels=True`` the proprioception's signs, the
-        action's, and the camera groups whose frames a left-right flip reflects (``MIRROR_CAMERAS``: both)."""
+    def reflection(self) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None:
+        """(state signs, action signs, mirrored camera groups): ``ArmTask.reflection`` and no camera for the state
+        observation; with ``pixels=True`` the proprioception's signs and both cameras (``MIRROR_CAMERAS``)."""
         signs = self.arm_task.reflection()
-        if signs is None or self._pixel_renderer is None:
-            return signs
+        if signs is None:
+            return None
+        if self._pixel_renderer is None:
+            return signs[0], signs[1], ()
         return PROPRIO_MIRROR_SIGN.copy(), signs[1], MIRROR_CAMERAS
 
     def hold(self) -> None:

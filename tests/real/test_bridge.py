@@ -279,7 +279,7 @@ def test_spec_carries_the_tasks_mirror_symmetry(served):
     server = RobotServer(robot, ServerConfig(port=0, token=TOKEN))
     push = RobotClient(f"127.0.0.1:{server.start()}", TOKEN, step_timeout_s=5.0)
     try:
-        state_sign, action_sign = ArmEnv("push").reflection()
+        state_sign, action_sign, _ = ArmEnv("push").reflection()
         spec = push.spec()
         assert spec.mirror_state_sign == tuple(state_sign.tolist()) and -1.0 in spec.mirror_state_sign
         assert spec.mirror_action_sign == tuple(action_sign.tolist()) and len(spec.mirror_action_sign) == 4
