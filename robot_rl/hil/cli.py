@@ -479,7 +479,7 @@ def hil_train(args: HilTrainArgs) -> int:
 
     check_torch_device(args.device)
 
-    from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, build_policy
+    from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, build_policy, load_acting_weights
     from robot_rl.hil.session import Session
 
     torch.set_num_threads(args.threads)
@@ -537,7 +537,7 @@ def hil_train(args: HilTrainArgs) -> int:
             return actor(torch.as_tensor(obs, dtype=torch.float32)[None])[0][0].numpy()
 
     def load(weights: dict[str, Any]) -> None:
-        actor.load_state_dict(weights)
+        load_acting_weights(actor, weights)  # after the first weights, all but a pretrained encoder's frozen backbone
 
     from robot_rl import checkpoint
     from robot_rl.hil.method import COLUMNS, HILMethod

@@ -98,6 +98,9 @@ class LearnerActor:
         self._inbox: deque[dict[str, np.ndarray]] = deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        # The frozen backbone's tensors (a pretrained encoder's) once: only an actor without weights gets them.
+        frozen = self.learner.frozen_prefixes
+        self._frozen = {k: v.numpy() for k, v in self.learner.actor_state().items() if frozen and k.startswith(frozen)}
         self._published: tuple[int, dict[str, np.ndarray]] = self._snapshot()
         self._started = time.monotonic()
         self.adds = 0
@@ -131,6 +134,8 @@ class LearnerActor:
         if version <= have_version:
             return None
         self.weights_served += 1
+        if have_version < 0:  # an actor that has no weights yet (new, or relinked to this learner): the frozen part too
+            state = {**self._frozen, **state}
         return version, state
 
     def stats(self) -> dict[str, Any]:
@@ -185,7 +190,7 @@ class LearnerActor:
 
     def _snapshot(self) -> tuple[int, dict[str, np.ndarray]]:
         # actor_state() already copies, so the arrays never change after publication (actor weights are fp32).
-        return self.learner.version, {k: v.numpy() for k, v in self.learner.actor_state().items()}
+        return self.learner.version, {k: v.numpy() for k, v in self.learner.actor_state(frozen=False).items()}
 
     # -- the training thread ------------------------------------------------------------------------------------
     def _train_loop(self) -> None:
