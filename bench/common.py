@@ -210,6 +210,30 @@ def row(benchmark: str, metric: str, ours: float | None, sb3: float | None = Non
             "ratio": ratio_value if compare else None, "target": target, "note": note}
 
 
+def timing_main(description: str, name: str, run: Callable[[argparse.Namespace], dict[str, Any]],
+                default_size: int, size_help: str, calls_help: str, argv: list[str] | None = None,
+                rounds: int = 3) -> dict[str, Any]:
+    """A standalone timing script's `main` (`pixel_update_cost`, `hil_weight_sync`): flags for frame size, interleaved
+    rounds, calls per round, threads and the results file; `run(args)` gives the part; the machine and the wall
+    time are added, the table printed and ``bench/results/<date>-<name>.json`` (or ``--out``) written."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--size", type=int, default=default_size, help=size_help)
+    p.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds of every variant")
+    p.add_argument("--calls", type=int, default=10, help=calls_help)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the learning runs use 1)")
+    p.add_argument("--out", default=None, help=f"results file (default bench/results/<date>-{name}.json)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    part = run(args)
+    part["machine"] = machine_info(args.threads, "cpu")
+    part["wall_s"] = time.perf_counter() - t0
+    print(markdown_table(part["rows"], ROW_COLUMNS))
+    out = write_json(Path(args.out) if args.out else results_path(name), part)
+    print(f"wrote {out}")
+    return part
+
+
 def finish(args: argparse.Namespace, part: dict[str, Any]) -> dict[str, Any]:
     """End of a part's standalone `main`: print its table, write its JSON if asked."""
     print(markdown_table(part["rows"], ROW_COLUMNS))

@@ -12,9 +12,7 @@ sync before and after. Writes ``bench/results/<date>-hil-weight-sync.json``.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -67,22 +65,10 @@ def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=128, help="frame height and width (HIL-SERL's: 128)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every variant")
-    p.add_argument("--calls", type=int, default=10, help="syncs timed per variant and round")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (hil-train's default: 1)")
-    p.add_argument("--out", default=None, help="results file (default bench/results/<date>-hil-weight-sync.json)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
-    part = run(args.size, args.rounds, args.calls)
-    part["machine"] = common.machine_info(args.threads, "cpu")
-    part["wall_s"] = time.perf_counter() - t0
-    print(common.markdown_table(part["rows"], common.ROW_COLUMNS))
-    out = common.write_json(Path(args.out) if args.out else common.results_path("hil-weight-sync"), part)
-    print(f"wrote {out}")
-    return part
+    return common.timing_main(__doc__.splitlines()[0], "hil-weight-sync",
+                              lambda args: run(args.size, args.rounds, args.calls), 128,
+                              "frame height and width (HIL-SERL's: 128)", "syncs timed per variant and round", argv,
+                              rounds=5)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,7 @@ the table gives medians over rounds. Writes ``bench/results/<date>-pixel-update-
 
 from __future__ import annotations
 
-import argparse
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -175,22 +173,10 @@ def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=48, help="frame height and width (the reach_pixels preset's: 48)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every variant and SB3")
-    p.add_argument("--calls", type=int, default=10, help="updates timed per variant and round")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the learning runs use 1)")
-    p.add_argument("--out", default=None, help="results file (default bench/results/<date>-pixel-update-cost.json)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
-    part = run(args.size, args.rounds, args.calls)
-    part["machine"] = common.machine_info(args.threads, "cpu")
-    part["wall_s"] = time.perf_counter() - t0
-    print(common.markdown_table(part["rows"], common.ROW_COLUMNS))
-    out = common.write_json(Path(args.out) if args.out else common.results_path("pixel-update-cost"), part)
-    print(f"wrote {out}")
-    return part
+    return common.timing_main(__doc__.splitlines()[0], "pixel-update-cost",
+                              lambda args: run(args.size, args.rounds, args.calls), 48,
+                              "frame height and width (the reach_pixels preset's: 48)", "updates timed per variant and round",
+                              argv)
 
 
 if __name__ == "__main__":
