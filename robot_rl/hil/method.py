@@ -28,7 +28,7 @@ __all__ = ["COLUMNS", "HILMethod", "summary_line"]
 _LINK_COUNTERS = ("updates", "interventions", "transitions", "prior_size", "dropped_transitions", "weight_syncs")
 # metrics.csv of a hil-train run: "success_rate" and "eval_return_mean" are those of the training episodes
 COLUMNS = [*METRIC_COLUMNS, "train_success_rate", "autonomous_success", "intervention_rate", "episode_length",
-           *(c for c in _LINK_COUNTERS if c not in METRIC_COLUMNS)]
+           *(c for c in _LINK_COUNTERS if c not in METRIC_COLUMNS), "missed_tick_rate"]
 
 EPISODE_SEED_STRIDE = 100_000  # episode seeds of a run: seed * stride + episode (runs never share starting states)
 
@@ -77,6 +77,8 @@ class HILMethod(MethodDefaults):
             # what ranks best.pt: an episode the operator completed says nothing about the policy
             "autonomous_success": float(stats.success and stats.interventions == 0),
             "episode_length": float(stats.length),
+            # the robot's ticks this loop did not reach (robot_rl.hil.session: the loop was slower than the robot)
+            "missed_tick_rate": stats.missed_ticks / max(1, stats.length + stats.held_steps + stats.missed_ticks),
         }
         take = getattr(self.session.link, "take_metrics", None)  # LocalLink: the updates made in this episode
         if take is not None:

@@ -40,6 +40,12 @@ Transport errors: a step that misses its deadline or finds the server unreachabl
 retried ``max_retries`` times before the error is raised. A lost camera frame (``CameraError``: the robot's frame
 was bad or did not decode; the step was applied) is handled the same way. An e-stop latched on the robot ends the session.
 
+Control rate: the robot ticks at its own rate and repeats the last command on a tick that no command reached (a
+missed tick), so a loop slower than the robot records transitions that span several ticks, which are not the
+task's. Each step's reply carries the robot's tick number; ``EpisodeStats.missed_ticks`` counts the ticks that
+passed between two of the loop's steps, and the first episode that misses over ``MISSED_TICKS_WARNING`` of its
+ticks is reported with what to do (a busy CPU; with ``hil-train``, training in this process).
+
 Learner loss: when the link reports the learner dead, the session stops sending policy actions and holds the
 robot (one hold per tick, so the heartbeat and the control rate continue) until the link is back. The operator
 can still drive.
@@ -91,6 +97,9 @@ def _transient(e: BridgeError) -> bool:
     return e.code in _TRANSIENT or isinstance(e, CameraError)
 
 
+MISSED_TICKS_WARNING = 0.1  # the fraction of an episode's ticks missed (see the module docstring) that is reported
+
+
 @dataclass
 class EpisodeStats:
     episode: int
@@ -106,6 +115,7 @@ class EpisodeStats:
     wall_s: float
     driver_return: float = 0.0  # the robot's own return (= ret without a reward model)
     driver_success: bool = False  # the robot reported success on some step of the episode
+    missed_ticks: int = 0  # the robot's ticks between two of this loop's steps: each repeated the last command
 
 
 @dataclass
@@ -198,6 +208,7 @@ class Session:
         self.episodes: list[EpisodeStats] = []
         self.estopped = False
         self.comm_errors = 0
+        self.warned_missed_ticks = False  # the slow-loop warning is given once per session
         self.max_retries = max_retries
 
     def run(self, episodes: int | None = None, steps: int | None = None, seed: int | None = None) -> list[EpisodeStats]:
@@ -226,6 +237,7 @@ class Session:
             self.reward_model.reset()
         ep = _Episode()
         label, rewinding, rewind_steps, held = "timeout", False, 0, 0
+        last_tick, missed = None, 0  # the robot's tick of the last reply, the ticks no step of this loop reached
         # Each transition is handed to the learner one step late, so that the last one of an episode cut short
         # (e-stop, lost connection) can still be marked as the end of its episode, and the policy's last step
         # before a takeover can carry the intervention penalty.
@@ -262,6 +274,9 @@ class Session:
                 self._say(f"warning: {e}; ending the episode and starting a new one")
                 label = "comm_error"
                 break
+            if last_tick is not None:
+                missed += max(0, r.tick - last_tick - 1)
+            last_tick = r.tick
             if action is None:
                 state, view, current = r.observation.state, self._view(r.observation), r.observation
                 held += 1
@@ -321,7 +336,7 @@ class Session:
             if not (pending["terminated"][0] or pending["truncated"][0]):
                 pending["truncated"][0] = True
             self.link.push(pending)
-        return self._finish(ep, label, rewind_steps, held, t0)
+        return self._finish(ep, label, rewind_steps, held, t0, missed)
 
     def _frames(self, obs: RobotObservation, nxt: RobotObservation) -> dict[str, np.ndarray]:
         """The link cameras' frames of one transition, uint8 [1, H, W, 3] under ``obs/<group>``/``next_obs/<group>``."""
@@ -364,7 +379,8 @@ class Session:
         if weights is not None:
             self.policy_loader(weights)
 
-    def _finish(self, ep: _Episode, label: str, rewind_steps: int, held: int, t0: float) -> EpisodeStats:
+    def _finish(self, ep: _Episode, label: str, rewind_steps: int, held: int, t0: float, missed: int = 0
+                ) -> EpisodeStats:
         length = len(ep.actions)
         if length and self.writer is not None and label != "rerecord":
             from robot_rl.datasets.format import ACTION, NEXT_STATE, STATE
@@ -402,6 +418,7 @@ class Session:
             wall_s=time.monotonic() - t0,
             driver_return=float(sum(ep.driver_rewards)),
             driver_success=ep.driver_success,
+            missed_ticks=missed,
         )
         self.episodes.append(stats)
         if self.metrics_path is not None:
@@ -421,6 +438,15 @@ class Session:
                 f"[episode {stats.episode}] steps {self.env_steps:,} | {label} | return {stats.ret:.2f} | "
                 f"length {length} | interventions {interventions} ({100 * stats.intervention_rate:.0f}%)"
                 + (f" | held {held}" if held else "")
+                + (f" | missed ticks {missed}" if missed else "")
                 + (f" | robot's own return {stats.driver_return:.2f}" if self.reward_model is not None else "")
             )
+        ticks = length + held + missed
+        if self.log is not None and not self.warned_missed_ticks and ticks and missed > MISSED_TICKS_WARNING * ticks:
+            self.warned_missed_ticks = True
+            self.log(f"warning: this loop missed {missed} of the robot's {ticks} ticks in episode {stats.episode} "
+                     f"({100 * missed / ticks:.0f}%): it runs slower than the robot's control rate, which repeats the "
+                     "last command on every missed tick, so the recorded transitions span several ticks. Give it the "
+                     "CPU (other processes; fewer threads=); with hil-train, distributed=true moves the learner out "
+                     "of this loop (told once per session; hil_metrics.csv has missed_ticks per episode)")
         return stats

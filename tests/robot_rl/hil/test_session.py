@@ -176,6 +176,28 @@ def test_new_weights_are_loaded_between_steps(client):
     assert loaded == [{"w": 1}]
 
 
+def test_a_loop_slower_than_the_robot_counts_its_missed_ticks_and_is_told_once(client, tmp_path):
+    """The HIL push runs' loop kept 12 of the robot's 20 steps a second unnoticed, so 40% of the ticks repeated a
+    command and the learner's transitions spanned several ticks. A policy that takes 3 control periods (60 ms at
+    50 Hz) misses at least 2 ticks a step; the warning comes once, and hil_metrics.csv has the count."""
+    import csv
+    import time
+
+    def slow(state: np.ndarray) -> np.ndarray:
+        time.sleep(0.06)
+        return np.zeros(4)
+
+    said: list[str] = []
+    session = Session(client, policy=slow, link=ListLink(), time_limit=10, log=said.append,
+                      metrics_path=tmp_path / "hil_metrics.csv")
+    stats = [session.run_episode(seed=s) for s in range(2)]
+    assert all(s.missed_ticks >= 2 * (s.length - 1) for s in stats)  # a busy machine only misses more
+    warnings = [m for m in said if m.startswith("warning: this loop missed")]
+    assert len(warnings) == 1 and "distributed=true" in warnings[0]
+    with (tmp_path / "hil_metrics.csv").open() as f:
+        assert [int(r["missed_ticks"]) for r in csv.DictReader(f)] == [s.missed_ticks for s in stats]
+
+
 def test_a_lost_connection_ends_the_episode_cleanly_and_a_dead_server_is_reported():
     server = RobotServer(SimArm(task="reach", control_hz=50.0, seed=0), ServerConfig(port=0, token=TOKEN))
     port = server.start()
