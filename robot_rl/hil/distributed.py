@@ -370,7 +370,8 @@ class RayLink:
     otherwise keeps it in a local queue of at most ``max_buffered`` chunks (dropping, and counting, the oldest);
     queued chunks go out up to ``max_merge`` per call once there is room.
     ``poll_weights`` asks for newer weights at most every ``sync_every_s`` and returns them on a later call, once
-    they have arrived. Any call not back within ``call_timeout_s``, or failing because the learner died, marks the
+    they have arrived; with each such request it also asks for the learner's counters (updates made, updates owed,
+    transitions), which ``stats`` then includes, so the run's metrics show a learner that falls behind. Any call not back within ``call_timeout_s``, or failing because the learner died, marks the
     link dead (``alive`` False); then chunks queue up (bounded) and every ``reconnect_every_s`` a Ray task looks the
     learner up by name and pings it, so a learner restarted under the same name is picked up. Chunks that were in
     flight when the learner died are counted as lost (they may or may not have arrived).
@@ -412,6 +413,9 @@ class RayLink:
         self._in_flight: deque[tuple[Future, float, int, int]] = deque()  # (..., transitions, chunks)
         self._queue: deque[tuple[dict[str, np.ndarray], int]] = deque()
         self._weights_call: tuple[Future, float] | None = None
+        self._stats_call: Future | None = None
+        #: the learner's progress counters (``HILLearner.counters``) as of its last answer; {} before one
+        self.learner_counters: dict[str, int] = {}
         self._last_sync = -float("inf")
         self._new_weights: dict[str, torch.Tensor] | None = None
         self._find = _find_learner_task()
@@ -473,6 +477,8 @@ class RayLink:
             self._last_sync = now
             try:
                 self._weights_call = (self._handle.get_weights.remote(self.weights_version).future(), now)
+                if self._stats_call is None:
+                    self._stats_call = self._handle.stats.remote().future()
             except Exception as e:
                 self._fail(now, f"get_weights: {type(e).__name__}: {e}")
         weights, self._new_weights = self._new_weights, None
@@ -493,6 +499,7 @@ class RayLink:
             "reconnects": self.reconnects,
             "weight_syncs": self.weight_syncs,
             "weights_version": self.weights_version,
+            **self.learner_counters,
             "in_flight": len(self._in_flight),
             "queued": len(self._queue),
             "last_error": self.last_error,
@@ -550,6 +557,11 @@ class RayLink:
                 self.weights_version = result[0]
                 self._new_weights = {k: torch.tensor(v) for k, v in result[1].items()}
                 self.weight_syncs += 1
+        if self._stats_call is not None and self._stats_call.done():
+            future, self._stats_call = self._stats_call, None
+            if future.exception() is None:  # a failing learner is found by the other calls
+                counters = ("updates", "pending_updates", "transitions", "interventions", "prior_size")
+                self.learner_counters = {k: future.result()[k] for k in counters}
         oldest = [call[1] for call in self._in_flight]
         if self._weights_call is not None:
             oldest.append(self._weights_call[1])
@@ -593,6 +605,7 @@ class RayLink:
         self.lost_transitions += sum(call[2] for call in self._in_flight)
         self._in_flight.clear()
         self._weights_call = None
+        self._stats_call = None
         self._lookup = None
         # A restarted learner counts versions from its checkpoint, possibly below ours: take whatever it has.
         self.weights_version = -1

@@ -25,7 +25,9 @@ from robot_rl.runner import EvalPolicy, MethodDefaults, Metrics, Runner
 
 __all__ = ["COLUMNS", "HILMethod", "summary_line"]
 
-_LINK_COUNTERS = ("updates", "interventions", "transitions", "prior_size", "dropped_transitions", "weight_syncs")
+# the learner's counters (in this process, or as a Ray learner last reported them) and the link's
+_LINK_COUNTERS = ("updates", "interventions", "transitions", "prior_size", "dropped_transitions", "weight_syncs",
+                  "pending_updates")
 # metrics.csv of a hil-train run: "success_rate" and "eval_return_mean" are those of the training episodes
 COLUMNS = [*METRIC_COLUMNS, "train_success_rate", "autonomous_success", "intervention_rate", "episode_length",
            *(c for c in _LINK_COUNTERS if c not in METRIC_COLUMNS), "missed_tick_rate"]

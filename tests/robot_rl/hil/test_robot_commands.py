@@ -111,8 +111,9 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     assert "done: 1 episodes" in capsys.readouterr().out
 
 
-def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
+def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys, monkeypatch):
     pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
     run = tmp_path / "hil_ray"
     code = main(["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "steps=120", f"run_dir={run}",
                  "learning_starts=40", "agent.batch_size=32", "agent.hidden_dims=[32,32]", "distributed=true",
@@ -131,6 +132,13 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys):
     state = checkpoint.load(ckpt)["learner"]
     assert state["counters"]["transitions"] >= 100  # the learner got (nearly) everything the actor sent
     assert state["counters"]["updates"] > 0
+    # The Ray learner's counters reach the run's metrics (they were empty), and a local Ray cluster runs the learner
+    # at the robot loop's priority (Ray's default niceness of 15 starved it on a busy machine).
+    logged = list(csv.DictReader((run / "metrics.csv").open()))[-1]
+    assert int(float(logged["updates"])) > 0 and int(float(logged["transitions"])) > 0 and logged["pending_updates"] != ""
+    import os
+
+    assert os.environ["RAY_worker_niceness"] == "0"
     assert main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={ckpt}", "episodes=1"]) == 0
     # the run's own checkpoints hold the actor weights the robot ran: deploy takes the run directory as well
     assert main(["deploy", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"checkpoint={run}", "episodes=1"]) == 0
