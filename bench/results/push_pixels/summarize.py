@@ -82,11 +82,14 @@ def main() -> None:
     curves = {}
     for group, (label, command) in GROUPS.items():
         runs = [r for r in sorted(RUNS.glob(f"{group}_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
+        if not runs:  # the run directories are gone (another checkout): the files copied here last time
+            runs = [r for r in sorted(HERE.glob(f"{group}_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
         if not runs:
             continue
         summary["groups"][group] = _group(runs, group, command)
         for run in runs:
-            copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
+            if run.parent != HERE:
+                copy_run_files(run, HERE / run.name, logs={"output.log": run.parent / f"{run.name}.log"})
             print(run.name, {k: v["success_percent"].get(_seed(run))
                              for k, v in summary["groups"][group]["success_at"].items()})
         curves[f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"] = summarize_runs(runs, "success_rate")
