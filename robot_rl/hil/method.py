@@ -80,7 +80,7 @@ class HILMethod(MethodDefaults):
             "autonomous_success": float(stats.success and stats.interventions == 0),
             "episode_length": float(stats.length),
             # the robot's ticks this loop did not reach (robot_rl.hil.session: the loop was slower than the robot)
-            "missed_tick_rate": stats.missed_ticks / max(1, stats.length + stats.held_steps + stats.missed_ticks),
+            "missed_tick_rate": stats.missed_tick_rate,
         }
         take = getattr(self.session.link, "take_metrics", None)  # LocalLink: the updates made in this episode
         if take is not None:

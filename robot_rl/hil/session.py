@@ -117,6 +117,15 @@ class EpisodeStats:
     driver_success: bool = False  # the robot reported success on some step of the episode
     missed_ticks: int = 0  # the robot's ticks between two of this loop's steps: each repeated the last command
 
+    @property
+    def ticks(self) -> int:
+        """The robot's ticks the episode spanned: its steps, the held ones and the missed ones."""
+        return self.length + self.held_steps + self.missed_ticks
+
+    @property
+    def missed_tick_rate(self) -> float:
+        return self.missed_ticks / self.ticks if self.ticks else 0.0
+
 
 @dataclass
 class _Episode:
@@ -441,11 +450,10 @@ class Session:
                 + (f" | missed ticks {missed}" if missed else "")
                 + (f" | robot's own return {stats.driver_return:.2f}" if self.reward_model is not None else "")
             )
-        ticks = length + held + missed
-        if self.log is not None and not self.warned_missed_ticks and ticks and missed > MISSED_TICKS_WARNING * ticks:
+        if self.log is not None and not self.warned_missed_ticks and stats.missed_tick_rate > MISSED_TICKS_WARNING:
             self.warned_missed_ticks = True
-            self.log(f"warning: this loop missed {missed} of the robot's {ticks} ticks in episode {stats.episode} "
-                     f"({100 * missed / ticks:.0f}%): it runs slower than the robot's control rate, which repeats the "
+            self.log(f"warning: this loop missed {missed} of the robot's {stats.ticks} ticks in episode {stats.episode} "
+                     f"({100 * stats.missed_tick_rate:.0f}%): it runs slower than the robot's control rate, which repeats the "
                      "last command on every missed tick, so the recorded transitions span several ticks. Give it the "
                      "CPU (other processes; fewer threads=); with hil-train, distributed=true moves the learner out "
                      "of this loop (told once per session; hil_metrics.csv has missed_ticks per episode)")
