@@ -95,6 +95,7 @@ import mujoco
 import numpy as np
 import torch
 
+from ..sim.render import close_renderer
 from .constants import (
     CONTROL_DT,
     MIRROR_CAMERAS,
@@ -234,9 +235,12 @@ class ArmEnv(gym.Env):
         """Free the renderers (EGL contexts); safe to call twice."""
         for name in ("_renderer", "_pixel_renderer"):
             renderer = getattr(self, name, None)
-            if renderer is not None:
-                renderer.close()
-                setattr(self, name, None)
+            close_renderer(renderer)
+            setattr(self, name, None)
+
+    def __del__(self) -> None:
+        # an env dropped without close() must not free another env's GL objects (envs/sim/render.py)
+        self.close()
 
     # ------------------------------------------------------------------ for the robot driver and tests
     @property

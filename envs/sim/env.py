@@ -20,6 +20,7 @@ import torch
 from ..core import BackendStep, BatchedEnv, EnvOptions, Obs, Reflection
 from ..wrappers import default_time_limit
 from .physics import make_physics
+from .render import close_renderer
 from .rng import CounterRNG, ResetRNG
 from .task import SimTask
 
@@ -170,10 +171,13 @@ class SimEnv(BatchedEnv):
         if self._closed:
             return
         self._closed = True
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        close_renderer(self._renderer)
+        self._renderer = None
         self.physics.close()
+
+    def __del__(self) -> None:
+        # an env dropped without close() must not free another renderer's GL objects (envs/sim/render.py)
+        close_renderer(getattr(self, "_renderer", None))
 
     # -- internals -------------------------------------------------------------------------------------------
     def _count_steps(self, terminated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

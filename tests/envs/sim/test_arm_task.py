@@ -511,3 +511,41 @@ def test_reflection_is_a_symmetry_of_the_task(task_name: str) -> None:
         assert bool(terminated[0]), "the expert did not solve the episode: the contact phase went untested"
     finally:
         env.close()
+
+
+def test_closing_or_dropping_a_pixel_env_leaves_the_other_envs_frames_intact() -> None:
+    """mujoco's `Renderer.close` freed its render context under whichever GL context was current: closing (or
+    garbage-collecting) one camera env made another live one return frames from the wrong camera, upside down
+    (179 grey levels off on 92% of the pixels) with no error. `envs/sim/render.close_renderer` makes the closing
+    renderer's own context current first."""
+    import gc
+
+    from robot_rl.envs.core import EnvOptions
+
+    def frames(env: ArmEnv) -> np.ndarray:
+        obs, _ = env.reset(seed=3)
+        return np.concatenate([obs["pixels/front"], obs["pixels/wrist"]], axis=1)
+
+    live = ArmEnv("push", "sparse", pixels=True, pixel_size=(32, 32))
+    try:
+        before = frames(live)
+        closed = ArmEnv("push", "sparse", pixels=True, pixel_size=(32, 32))
+        frames(closed)
+        frames(live)  # the live env drew last: its context is current when the other closes
+        closed.close()
+        np.testing.assert_array_equal(frames(live), before)
+        dropped = ArmEnv("push", "sparse", pixels=True, pixel_size=(48, 48))
+        frames(dropped)
+        frames(live)
+        del dropped
+        gc.collect()
+        np.testing.assert_array_equal(frames(live), before)
+        batched = SimEnv(ArmTask("push", "sparse"), "cpu", num_envs=1, seed=0,
+                         options=EnvOptions(render=True, render_size=(32, 32)))
+        batched.reset()
+        batched.render()
+        frames(live)
+        batched.close()
+        np.testing.assert_array_equal(frames(live), before)
+    finally:
+        live.close()
