@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
-    "ENCODERS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone", "SpatialLearnedEmbeddings",
+    "ENCODERS", "POOLS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone",
+    "SpatialLearnedEmbeddings", "SpatialSoftmax",
     "camera_batch", "camera_fusion", "load_backbone", "random_shift",
 ]
 
@@ -75,21 +76,52 @@ def camera_batch(obs: Mapping[str, Tensor] | Tensor, cameras: Mapping[str, Seque
     return out
 
 
+POOLS = ("flatten", "spatial_softmax")
+
+
+class SpatialSoftmax(nn.Module):
+    """``[B, C, H, W]`` -> ``[B, 2 C]``: each channel's expected image position (x, y in [-1, 1]) under a softmax
+    over its positions, with one learned temperature (Levine et al. 2016's keypoints). It keeps where a feature is
+    and drops what the rest of the map looks like: what a test that is a distance between two objects needs (is the
+    cube at the target?), with a 2 C-wide output in place of a C H W one (25 x 25 x 32 flattened into 50 features is
+    1M weights to fit from a few hundred labelled frames; 64 keypoint coordinates into 50 is 3.2k)."""
+
+    def __init__(self, height: int, width: int) -> None:
+        super().__init__()
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs.flatten(), ys.flatten()], dim=1))  # [H W, 2]
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, features: Tensor) -> Tensor:
+        b, c = features.shape[:2]
+        weights = torch.softmax(features.flatten(2) / self.log_temperature.exp(), dim=-1)  # [B, C, H W]
+        return (weights @ self.grid).reshape(b, 2 * c)
+
+
 class ConvEncoder(nn.Module):
-    """DrQ's encoder: uint8 ``[B, H, W, C]`` -> ``[B, feature_dim]``, trained end to end (critic gradients)."""
+    """DrQ's encoder: uint8 ``[B, H, W, C]`` -> ``[B, feature_dim]``, trained end to end (critic gradients).
+
+    ``pool``: how the last feature map becomes the linear layer's input: ``"flatten"`` (DrQ's) or
+    ``"spatial_softmax"`` (``SpatialSoftmax``, a keypoint per channel)."""
 
     def __init__(
         self, image_shape: Sequence[int] = (84, 84, 3), feature_dim: int = 50, channels: int = 32, layers: int = 4,
-        shift_pad: int = 4,
+        shift_pad: int = 4, pool: str = "flatten",
     ) -> None:
         super().__init__()
+        if pool not in POOLS:
+            raise ValueError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
         h, w, c = (int(v) for v in image_shape)
         convs: list[nn.Module] = [nn.Conv2d(c, channels, 3, stride=2), nn.ReLU()]
         for _ in range(layers - 1):
             convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU()]
+        if pool == "spatial_softmax":
+            convs = convs[:-1]  # a softmax over the map: a ReLU would flatten every negative position into one
         self.convs = nn.Sequential(*convs)
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, c, h, w)).numel()
+            _, fc, fh, fw = self.convs(torch.zeros(1, c, h, w)).shape
+        self.pool = nn.Flatten(1) if pool == "flatten" else SpatialSoftmax(fh, fw)
+        flat = fc * fh * fw if pool == "flatten" else 2 * fc
         self.head = nn.Sequential(nn.Linear(flat, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
         self.feature_dim, self.shift_pad = feature_dim, shift_pad
 
@@ -97,7 +129,7 @@ class ConvEncoder(nn.Module):
         x = to_chw_float(pixels) - 0.5
         if augment:
             x = random_shift(x, self.shift_pad)
-        return self.head(self.convs(x).flatten(1))
+        return self.head(self.pool(self.convs(x)))
 
 
 class _BasicBlock(nn.Module):

@@ -57,7 +57,8 @@ class SuccessClassifier(nn.Module):
     Args:
         cameras: camera group -> image shape [H, W, 3] (uint8 frames as the envs give them).
         state_dim: size of the `state` group used as input; 0 = images only (HIL-SERL's classifier).
-        feature_dim, channels, layers, shift_pad: each camera's `ConvEncoder`.
+        feature_dim, channels, layers, shift_pad, pool: each camera's `ConvEncoder` (`pool="spatial_softmax"`: a
+            keypoint per channel, what a cube-at-the-target test needs; see `SpatialSoftmax`).
         hidden: width of the MLP head's hidden layer.
     """
 
@@ -70,6 +71,7 @@ class SuccessClassifier(nn.Module):
         layers: int = 4,
         hidden: int = 256,
         shift_pad: int = 4,
+        pool: str = "flatten",
     ) -> None:
         super().__init__()
         if not cameras:
@@ -79,9 +81,9 @@ class SuccessClassifier(nn.Module):
             if len(shape) != 3 or shape[2] != 3:
                 raise ValueError(f"camera {key!r}: shape must be [H, W, 3], got {shape}")
         self.state_dim, self.feature_dim, self.channels = int(state_dim), int(feature_dim), int(channels)
-        self.layers, self.hidden, self.shift_pad = int(layers), int(hidden), int(shift_pad)
+        self.layers, self.hidden, self.shift_pad, self.pool = int(layers), int(hidden), int(shift_pad), str(pool)
         encoders = {
-            k: ConvEncoder(shape, self.feature_dim, self.channels, self.layers, self.shift_pad)
+            k: ConvEncoder(shape, self.feature_dim, self.channels, self.layers, self.shift_pad, self.pool)
             for k, shape in self.cameras.items()
         }
         self.fusion = CameraFusion(encoders, self.state_dim)
@@ -95,6 +97,7 @@ class SuccessClassifier(nn.Module):
         return {
             "cameras": self.cameras, "state_dim": self.state_dim, "feature_dim": self.feature_dim,
             "channels": self.channels, "layers": self.layers, "hidden": self.hidden, "shift_pad": self.shift_pad,
+            "pool": self.pool,
         }
 
     @property

@@ -133,6 +133,7 @@ class TrainSettings:
     layers: int = 4
     hidden: int = 256
     shift_pad: int = 4
+    pool: str = "flatten"
     device: str = "cpu"
 
 
@@ -158,7 +159,8 @@ def train_classifier(
     device = torch.device(s.device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(s.seed)
-        model = SuccessClassifier(cameras, state_dim, s.feature_dim, s.channels, s.layers, s.hidden, s.shift_pad)
+        model = SuccessClassifier(cameras, state_dim, s.feature_dim, s.channels, s.layers, s.hidden, s.shift_pad,
+                                  s.pool)
         if state_dim:
             st = frames.obs["state"][train].float()
             model.state_mean.copy_(st.mean(0))

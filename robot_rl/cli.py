@@ -893,6 +893,8 @@ class ClassifierArgs:
     feature_dim: int = _help(50, "features per camera (DrQ conv encoder)")
     channels: int = _help(32, "conv channels per layer")
     layers: int = _help(4, "conv layers (the first with stride 2)")
+    pool: str = _help("flatten", "how the conv map becomes features: flatten (DrQ) or spatial_softmax (a keypoint per "
+                      "channel: fewer weights to fit from few labels, for success that is where objects are)")
     device: str = _help("cpu", "torch device to train on")
 
 
@@ -920,6 +922,7 @@ def _classifier_help() -> str:
 def _classifier(args: list[str]) -> int:
     from robot_rl.classifier import save_classifier
     from robot_rl.classifier_train import TrainSettings, load_labelled_frames, train_classifier
+    from robot_rl.policies.encoders import POOLS
 
     a: ClassifierArgs = _parse_args(ClassifierArgs, args, "classifier")
     if not a.dataset or not a.out:
@@ -932,10 +935,13 @@ def _classifier(args: list[str]) -> int:
         if not ok:
             rule = "in (0, 1)" if key in {"holdout", "threshold"} else ">= 2" if key == "batch_size" else "> 0"
             raise UserError(f"{key} must be {rule}, not {getattr(a, key)}")
+    if a.pool not in POOLS:
+        raise UserError(f"pool must be one of {', '.join(POOLS)}, not {a.pool!r}")
     frames = load_labelled_frames(a.dataset, a.cameras)
     settings = TrainSettings(
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, holdout=a.holdout, threshold=a.threshold,
-        use_state=a.state, feature_dim=a.feature_dim, channels=a.channels, layers=a.layers, device=a.device,
+        use_state=a.state, feature_dim=a.feature_dim, channels=a.channels, layers=a.layers, pool=a.pool,
+        device=a.device,
     )
     model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True))
     metadata = {"dataset": str(Path(a.dataset).resolve()), "args": dataclasses.asdict(a)}

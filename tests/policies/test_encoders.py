@@ -11,6 +11,7 @@ from robot_rl.policies.encoders import (
     ConvEncoder,
     PretrainedEncoder,
     ResNetBackbone,
+    SpatialSoftmax,
     load_backbone,
     random_shift,
 )
@@ -42,6 +43,32 @@ def test_conv_encoder_trains_end_to_end() -> None:
     feats.sum().backward()
     assert all(p.grad is not None for p in enc.parameters())
     assert torch.equal(enc(pix), enc(pix))  # without augmentation: deterministic
+
+
+def test_spatial_softmax_gives_each_channels_peak_position() -> None:
+    """A keypoint per channel: a sharp peak at row 2, column 7 of an 11 x 9 map is at x = 7/8 * 2 - 1, y = 2/10 * 2 - 1
+    (the grid spans [-1, 1]); a flat map's keypoint is the centre."""
+    pool = SpatialSoftmax(11, 9)
+    maps = torch.zeros(2, 3, 11, 9)
+    maps[0, 0, 2, 7] = 50.0  # channel 0 of image 0 peaks; everything else is flat
+    out = pool(maps)
+    assert out.shape == (2, 6)
+    assert out[0, :2].tolist() == pytest.approx([7 / 8 * 2 - 1, 2 / 10 * 2 - 1], abs=1e-4)
+    assert out[0, 2:].abs().max() < 1e-5 and out[1].abs().max() < 1e-5
+
+
+def test_conv_encoder_with_keypoints_trains_and_keeps_drq_weights_names() -> None:
+    """`pool="spatial_softmax"` trains end to end (temperature included); the default keeps DrQ's parameter names,
+    so saved pixel policies load as before."""
+    enc = ConvEncoder((48, 48, 3), feature_dim=16, channels=8, layers=3, pool="spatial_softmax")
+    enc(_pixels(4, 48, 48), augment=True).sum().backward()
+    assert all(p.grad is not None for p in enc.parameters())
+    assert sum(p.numel() for p in enc.parameters()) < sum(p.numel() for p in ConvEncoder((48, 48, 3), 16, 8, 3).parameters())
+    assert sorted(ConvEncoder((32, 32, 3), 8, 4, 2).state_dict()) == [
+        "convs.0.bias", "convs.0.weight", "convs.2.bias", "convs.2.weight", "head.0.bias", "head.0.weight",
+        "head.1.bias", "head.1.weight"]
+    with pytest.raises(ValueError, match="unknown pool 'max'; choose one of flatten, spatial_softmax"):
+        ConvEncoder((32, 32, 3), pool="max")
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])

@@ -305,10 +305,12 @@ def test_train_cli_names_the_key_of_a_bad_classifier(capsys, tmp_path: Path, tra
 def test_classifier_cli_trains_saves_and_reports(capsys, dataset, tmp_path: Path) -> None:
     out = tmp_path / "c"
     code = main(["classifier", f"dataset={dataset[0]}", f"out={out}", "steps=20", "seed=1", "holdout=0.25",
-                 "channels=8", "layers=3", "feature_dim=16", "batch_size=16"])
+                 "channels=8", "layers=3", "feature_dim=16", "batch_size=16", "pool=spatial_softmax"])
     text = capsys.readouterr().out
     assert code == 0 and "[classifier] step 20/20" in text and "done: held-out precision " in text, text
-    assert "recall" in text.splitlines()[-1] and load_classifier(out).metrics["steps"] == 20
+    loaded = load_classifier(out)
+    assert "recall" in text.splitlines()[-1] and loaded.metrics["steps"] == 20
+    assert loaded.pool == "spatial_softmax" and loaded.config()["pool"] == "spatial_softmax"  # rebuilt as trained
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -316,6 +318,7 @@ def test_classifier_cli_trains_saves_and_reports(capsys, dataset, tmp_path: Path
     (["out=x"], "classifier needs dataset=<dataset dir> and out=<dir>"),
     (["dataset=.", "out=x", "holdout=1.5"], "holdout must be in (0, 1), not 1.5"),
     (["dataset=.", "out=x", "stepz=3"], "unknown key 'stepz' for classifier"),
+    (["dataset=.", "out=x", "pool=max"], "pool must be one of flatten, spatial_softmax, not 'max'"),
 ])
 def test_classifier_cli_errors_are_one_line(capsys, args, expected) -> None:
     code = main(["classifier", *args])

@@ -2,9 +2,12 @@
 
 Roll out arm push with pixels (64x64, front + wrist) under the scripted push expert acting from the env's internal
 full state (noisy; some episodes very noisy so they fail), going on up to 20 steps after the first success, and
-record the episodes with robot_rl's EpisodeRecorder (next.success = success of the observation the action led to)."""
+record the episodes with robot_rl's EpisodeRecorder (next.success = success of the observation the action led to).
+Beside the dataset, `distances.npy` holds each recorded frame's cube-to-target distance in the table plane (metres,
+frames in the dataset's order; success is a distance under 5 cm), for the analysis of errors near that boundary."""
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,6 +25,8 @@ writer = DatasetWriter(out, fps=20, features=transition_features(7, 4, images={"
 rec = EpisodeRecorder(writer, 1, obs_keys={"state": "observation.state", "pixels/front": "observation.images.front",
                                            "pixels/wrist": "observation.images.wrist"})
 t0 = time.time()
+dist_path = Path(out) / "distances.npy"
+distances = list(np.load(dist_path)) if start > 0 and dist_path.exists() else []
 
 
 def tens(o: dict) -> dict:
@@ -35,6 +40,7 @@ for e in range(start, start + episodes):
     first, n_succ = None, 0
     for t in range(100):
         full = env.arm_task.observe(*env.physics.state())[0][None]
+        distances.append(float(np.linalg.norm(full[0, 23:25].numpy())))  # target_rel_cube, x and y
         action = expert.act(full)[0].numpy()
         nxt, r, term, trunc, info = env.step(action)
         if info["success"] and first is None:
@@ -49,4 +55,5 @@ for e in range(start, start + episodes):
     print(f"episode {e} noise {noise} steps {t + 1} first success {first} success steps {n_succ} | {time.time() - t0:.0f}s", flush=True)
 rec.close()
 writer.close()
+np.save(dist_path, np.asarray(distances, np.float32))
 env.close()

@@ -1,0 +1,82 @@
+"""Usage: python sweep.py <dataset> <out.json> NAME=KEY:VALUE,KEY:VALUE ... [--train 20] [--seeds 0,1,2]
+
+Trains `robot-rl classifier`'s model (`robot_rl.classifier_train.train_classifier`) under several settings on one
+dataset recorded by `collect_push_frames.py`, with a fixed split: the first `--train` episodes train, every other
+episode is held out (so all settings and seeds see the same labelled episodes, and the held-out set is the same).
+Each setting is NAME=key:value,... over `TrainSettings` fields plus `cameras` (front|wrist|front+wrist). Writes per
+setting and seed: precision and recall at 0.5 and the reported thresholds, and the held-out errors by the frame's
+cube-to-target distance (`distances.npy`: success is < 5 cm), to show how many errors sit at the boundary."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import robot_rl.classifier_train as ct
+from robot_rl.classifier_train import LabelledFrames, TrainSettings, load_labelled_frames, train_classifier
+
+BANDS_CM = (0.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 100.0)
+
+
+def parse(spec: str) -> tuple[str, dict]:
+    name, _, rest = spec.partition("=")
+    out: dict = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition(":")
+        out[key] = value if key == "cameras" else type(getattr(TrainSettings(), key))(value)
+    return name, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("dataset")
+    p.add_argument("out")
+    p.add_argument("settings", nargs="+")
+    p.add_argument("--train", type=int, default=20)
+    p.add_argument("--seeds", default="0")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    frames_all = load_labelled_frames(a.dataset)
+    dist = torch.from_numpy(np.load(Path(a.dataset) / "distances.npy"))
+    assert len(dist) == len(frames_all), (len(dist), len(frames_all))
+    train_mask = frames_all.episode < a.train
+    # the fixed split: train_classifier holds out what split_episodes says, so hand it the train-or-held mask
+    ct.split_episodes = lambda episode, holdout, seed: (train_mask.clone(), ~train_mask)  # noqa: ARG005
+    held = frames_all.subset(~train_mask)
+    results = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
+    for spec in a.settings:
+        name, kw = parse(spec)
+        cams = kw.pop("cameras", "front+wrist").split("+")
+        keep = {f"pixels/{c}" for c in cams} | {"state"}
+        frames = LabelledFrames({k: v for k, v in frames_all.obs.items() if k in keep}, frames_all.label,
+                                frames_all.episode)
+        for seed in [int(s) for s in a.seeds.split(",")]:
+            settings = replace(TrainSettings(), seed=seed, **kw)
+            t0 = time.monotonic()
+            model, metrics = train_classifier(frames, settings, message=lambda s: None)
+            seconds = time.monotonic() - t0
+            prob = model.probability({k: v for k, v in held.obs.items() if k in keep}).cpu()
+            pred, label = prob >= settings.threshold, held.label
+            hd = dist[~train_mask] * 100
+            bands = {}
+            for lo, hi in zip(BANDS_CM[:-1], BANDS_CM[1:], strict=True):
+                m = (hd >= lo) & (hd < hi)
+                bands[f"{lo:g}-{hi:g}cm"] = {"frames": int(m.sum()), "errors": int((pred != label)[m].sum())}
+            metrics.pop("heldout_episodes", None)
+            results[f"{name}_s{seed}"] = {"settings": {**kw, "cameras": cams}, "seed": seed, "seconds": round(seconds),
+                                         "metrics": metrics, "errors_by_distance": bands}
+            by = metrics["by_threshold"]
+            print(f"{name} s{seed}: P {metrics['precision']:.3f} R {metrics['recall']:.3f} | 0.9: "
+                  f"{by['0.9']['precision']:.3f}/{by['0.9']['recall']:.3f} | errors by band "
+                  f"{[v['errors'] for v in bands.values()]} of {[v['frames'] for v in bands.values()]} | "
+                  f"{seconds:.0f}s", flush=True)
+            Path(a.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
