@@ -6,6 +6,7 @@
 # Groups (OUT=runs/<group>, summarised by summarize.py runs/<group> <folder>): gamma0.95 = -- agent.gamma=0.95;
 # mirror = -- agent.gamma=0.95 mirror_demos=true mirror_online=true; mirror_penalty = the same and
 # intervention_penalty=1. Two invocations side by side need different seeds or PORT_BASE (default 50070).
+# DEMOS=<dataset> uses that dataset (e.g. robot-rl collect's simulator demos) instead of recording demos over the bridge.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl
@@ -21,9 +22,10 @@ for seed in "${seeds[@]}"; do
   trap "kill $server 2>/dev/null || true" EXIT
   sleep 8
   robot=127.0.0.1:$port
-  [ -d $OUT/demos_s$seed ] || .venv/bin/robot-rl teleop robot=$robot teleop=scripted episodes=20 seed=$((1000 + seed)) \
+  demos=${DEMOS:-$OUT/demos_s$seed}
+  [ -d $demos ] || .venv/bin/robot-rl teleop robot=$robot teleop=scripted episodes=20 seed=$((1000 + seed)) \
     out=$OUT/demos_s$seed > $OUT/demos_s$seed.log 2>&1
-  .venv/bin/robot-rl hil-train robot=$robot teleop=scripted steps=$STEPS seed=$seed demos=$OUT/demos_s$seed \
+  .venv/bin/robot-rl hil-train robot=$robot teleop=scripted steps=$STEPS seed=$seed demos=$demos \
     step_timeout_s=5 run_dir=$OUT/s$seed "$@" > $OUT/s$seed.log 2>&1
   .venv/bin/robot-rl deploy robot=$robot checkpoint=$OUT/s$seed episodes=50 step_timeout_s=5 \
     > $OUT/deploy_s$seed.log 2>&1
