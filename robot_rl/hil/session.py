@@ -7,8 +7,15 @@ link) run. Each step:
 1. the policy proposes an action for the latest state (none while the learner is lost, see below);
 2. the operator's device is read; while the operator is **active** its action replaces the policy's and the step
    is an **intervention** (HIL-SERL);
-3. the action goes to the robot (one control tick); the transition stores the action the robot *executed*, after
-   the robot-side safety clamps (``applied_action``), never the one proposed;
+3. the action goes to the robot (one control tick); the transition stores the operator's action as the robot
+   *executed* it, after the robot-side safety clamps (``applied_action``), and the policy's action as *proposed*
+   (within the action bounds). The clamps (workspace box, step limit) are a function of the measured state and the
+   action, so to the learner they are part of the robot's dynamics, as the simulator's own workspace clip is in
+   ``robot-rl train``. Storing the clamped policy action instead left the critic without a single sample of what
+   the actor proposes wherever a clamp bites: on push the hand rests on the table, 68% of the steps were clamped
+   (the actor asking for dz -0.81 on average, the buffer holding -0.07), the critic valued states of episodes that
+   failed 97% of the time at ~0.48, and hil-train learned nothing (5% success at 12k steps against RLPD's 20-45%);
+   ``bench/results/hil_push/`` has the runs before and after;
 4. the transition goes to the learner link: every transition to the online buffer, interventions also to the
    prior (demo) buffer (the learner does the routing from the ``intervention`` flag);
 5. the step is recorded; episodes are written to the dataset when they end, interventions marked.
@@ -40,9 +47,8 @@ Transport errors: a step that misses its deadline or finds the server unreachabl
 retried ``max_retries`` times before the error is raised. A lost camera frame (``CameraError``: the robot's frame
 was bad or did not decode; the step was applied) is handled the same way. An e-stop latched on the robot ends the session.
 
-Control rate: the robot ticks at its own rate and repeats the last command on a tick that no command reached (a
-missed tick), so a loop slower than the robot records transitions that span several ticks, which are not the
-task's. Each step's reply carries the robot's tick number; ``EpisodeStats.missed_ticks`` counts the ticks that
+Control rate: the robot ticks at its own rate and holds its pose on a tick that no command reached (a missed
+tick), so a loop slower than the robot records transitions that span several ticks, which are not the task's. Each step's reply carries the robot's tick number; ``EpisodeStats.missed_ticks`` counts the ticks that
 passed between two of the loop's steps, and the first episode that misses over ``MISSED_TICKS_WARNING`` of its
 ticks is reported with what to do (a busy CPU; with ``hil-train``, training in this process).
 
@@ -115,7 +121,7 @@ class EpisodeStats:
     wall_s: float
     driver_return: float = 0.0  # the robot's own return (= ret without a reward model)
     driver_success: bool = False  # the robot reported success on some step of the episode
-    missed_ticks: int = 0  # the robot's ticks between two of this loop's steps: each repeated the last command
+    missed_ticks: int = 0  # the robot's ticks between two of this loop's steps: the robot held on each
 
     @property
     def ticks(self) -> int:
@@ -195,6 +201,7 @@ class Session:
         self.teleop, self.link, self.writer, self.rewind = teleop, link, writer, rewind
         spec = client.spec()
         self.action_dim = spec.action_dim
+        self._action_low, self._action_high = np.asarray(spec.action_low), np.asarray(spec.action_high)
         self.pixels = bool(spec.cameras)  # the policy gets the observation dict
         served = [c.group for c in spec.cameras]
         unserved = [g for g in link_cameras if g not in served]
@@ -290,7 +297,10 @@ class Session:
                 state, view, current = r.observation.state, self._view(r.observation), r.observation
                 held += 1
                 continue
-            executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim, np.float32)
+            if operator:  # step 3 of the module docstring: the operator's as executed, the policy's as proposed
+                executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim)
+            else:
+                executed = np.clip(action, self._action_low, self._action_high)
             nxt = r.observation
             reward, judged = float(nxt.reward), bool(nxt.success)
             if self.reward_model is not None:
@@ -453,8 +463,8 @@ class Session:
         if self.log is not None and not self.warned_missed_ticks and stats.missed_tick_rate > MISSED_TICKS_WARNING:
             self.warned_missed_ticks = True
             self.log(f"warning: this loop missed {missed} of the robot's {stats.ticks} ticks in episode {stats.episode} "
-                     f"({100 * stats.missed_tick_rate:.0f}%): it runs slower than the robot's control rate, which repeats the "
-                     "last command on every missed tick, so the recorded transitions span several ticks. Give it the "
+                     f"({100 * stats.missed_tick_rate:.0f}%): it runs slower than the robot's control rate, and the robot "
+                     "holds its pose on every missed tick, so the recorded transitions span several ticks. Give it the "
                      "CPU (other processes; fewer threads=); with hil-train, distributed=true moves the learner out "
                      "of this loop (told once per session; hil_metrics.csv has missed_ticks per episode)")
         return stats

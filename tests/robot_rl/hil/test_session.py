@@ -1,6 +1,7 @@
 """The actor loop (``robot_rl.hil.session``) against a real bridge server on loopback.
 
-What it must get right: the stored action is the one the robot executed (after clamps), operator steps are
+What it must get right: the stored action is the one the policy proposed or the operator's as executed (after
+clamps), operator steps are
 flagged as interventions, rewind steps stay out of the prior buffer, labels end episodes, a re-recorded episode
 never reaches the dataset, an e-stop latches the robot, and a lost learner means the robot holds.
 """
@@ -103,16 +104,21 @@ def test_intervention_penalty_lands_on_the_policys_last_step_before_each_takeove
         Session(client, intervention_penalty=-1.0, log=None)
 
 
-def test_stored_action_is_the_clamped_one(client):
+def test_a_policy_step_stores_the_proposed_action_and_an_operator_step_the_executed_one(client):
+    """Straight down long enough to reach the workspace floor, where the robot clamps: the policy's steps store what
+    it proposed (the clamp is the robot's dynamics to the learner; storing the clamped action left the critic with
+    no sample of the actor's own actions there), clipped to the action bounds; the operator's steps what the robot
+    executed. Before, policy steps stored the clamped action (dz > -0.999 on the floor)."""
     link = ListLink()
-    client.reset(seed=0)
-    # Straight down for long enough to reach the workspace floor: the robot clamps, the transition says so.
-    session = Session(client, policy=lambda s: np.array([0.0, 0.0, -1.0, 0.0]), link=link, time_limit=60, log=None)
+    operator = Script([(False, [0, 0, 0, 0], set())] * 50 + [(True, [0.0, 0.0, -1.0, 0.0], set())] * 10)
+    session = Session(client, policy=lambda s: np.array([0.0, 0.0, -1.5, 0.0]), teleop=operator, link=link,
+                      time_limit=60, log=None)
     session.run_episode(seed=0)
-    dz = link.cat("action")[:, 2]
-    assert dz.min() >= -1.0 and (dz > -0.999).any()  # clamped steps stored with their smaller displacement
-    states = link.cat("obs")
-    assert states[:, 2].min() > 0.015
+    dz, states, operator_steps = link.cat("action")[:, 2], link.cat("obs"), link.cat("intervention")
+    assert operator_steps.tolist() == [False] * 50 + [True] * 10
+    np.testing.assert_array_equal(dz[:50], -1.0)  # proposed -1.5, clipped to the action bounds only
+    assert states[:, 2].min() > 0.015  # the robot did clamp: the hand never went through the floor
+    assert dz[50:].min() >= -1.0 and (dz[50:] > -0.999).all(), dz  # on the floor: the operator's, as executed
 
 
 def test_labels_rerecord_and_recording(client, tmp_path):
