@@ -69,7 +69,23 @@ def settings(run: Path) -> dict:
     config = yaml.safe_load((run / "config.yaml").read_text())
     return {"agent_gamma": float(config["agent"]["gamma"]), "agent_utd": int(config["agent"]["utd"]),
             **{k: config.get(k, default) for k, default in
-               (("mirror_demos", False), ("mirror_online", False), ("intervention_penalty", 0.0))}}
+               (("mirror_demos", False), ("mirror_online", False), ("intervention_penalty", 0.0),
+                ("teleop", "scripted"), ("distributed", False))},
+            "demos_path": config.get("demos")}
+
+
+def describe(config: dict) -> dict[str, str]:
+    """What ran: the operator, and the demos (recorded over the bridge by run.sh, or a dataset given as DEMOS=)."""
+    bridge = config.get("demos_path") is None or "/demos_s" in str(config["demos_path"])
+    return {
+        "operator": "teleop=scripted: the arm's scripted expert takes over when the policy stops making progress"
+                    if config.get("teleop") == "scripted" else "none (teleop=null): the policy acts alone",
+        "demos": ("20 scripted episodes recorded over the bridge first (robot-rl teleop ... teleop=scripted)" if bridge
+                  else f"{config['demos_path']}: 20 episodes of the simulator's scripted expert (robot-rl collect "
+                       "env.spec=arm:push-sparse policy=expert episodes=20)") + ", in the prior buffer with every "
+                 "intervention",
+        "learner": "on Ray (distributed=true)" if config.get("distributed") else "in the actor's process",
+    }
 
 
 def main() -> None:
@@ -96,9 +112,7 @@ def main() -> None:
     values = lambda key, sub: [s[key][sub] for s in per_seed.values()]  # noqa: E731
     summary = {
         "task": "sim_arm push, sparse reward (1 on success, which ends the episode), served by serve-robot at 20 Hz",
-        "operator": "teleop=scripted: the arm's scripted expert takes over when the policy stops making progress",
-        "demos": "20 scripted episodes recorded over the bridge first (robot-rl teleop ... teleop=scripted), in the "
-                 "prior buffer with every intervention",
+        **(describe(settings(runs[0])) if runs else {}),
         "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics) with the settings below; one update "
                  "per transition",
         **(settings(runs[0]) if runs else {}),
