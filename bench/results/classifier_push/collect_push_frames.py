@@ -1,6 +1,6 @@
-"""Usage: python collect_push_frames.py <out dir> <episodes> [first episode index (appends)]
+"""Usage: python collect_push_frames.py <out dir> <episodes> [first episode index (appends)] [frame size, default 64]
 
-Roll out arm push with pixels (64x64, front + wrist) under the scripted push expert acting from the env's internal
+Roll out arm push with pixels (64x64 unless told, front + wrist) under the scripted push expert acting from the env's internal
 full state (noisy; some episodes very noisy so they fail), going on up to 20 steps after the first success, and
 record the episodes with robot_rl's EpisodeRecorder (next.success = success of the observation the action led to).
 Beside the dataset, `distances.npy` holds each recorded frame's cube-to-target distance in the table plane (metres,
@@ -18,7 +18,7 @@ from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_feature
 
 out, episodes = sys.argv[1], int(sys.argv[2])
 start = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-size = 64
+size = int(sys.argv[4]) if len(sys.argv) > 4 else 64
 env = ArmEnv("push", "sparse", pixels=True, pixel_size=(size, size))
 writer = DatasetWriter(out, fps=20, features=transition_features(7, 4, images={"front": (size, size), "wrist": (size, size)}),
                        task="push", fsync=False, resume=start > 0)

@@ -3,9 +3,12 @@
 Trains `robot-rl classifier`'s model (`robot_rl.classifier_train.train_classifier`) under several settings on one
 dataset recorded by `collect_push_frames.py`, with a fixed split: the first `--train` episodes train, every other
 episode is held out (so all settings and seeds see the same labelled episodes, and the held-out set is the same).
-Each setting is NAME=key:value,... over `TrainSettings` fields plus `cameras` (front|wrist|front+wrist). Writes per
+Each setting is NAME=key:value,... over `TrainSettings` fields plus `cameras` (front|wrist|front+wrist) and `crop`
+(r0-r1-c0-c1: the front frames' rows r0:r1 and columns c0:c1, a zoom on the workspace as HIL-SERL crops). Writes per
 setting and seed: precision and recall at 0.5 and the reported thresholds, and the held-out errors by the frame's
-cube-to-target distance (`distances.npy`: success is < 5 cm), to show how many errors sit at the boundary."""
+cube-to-target distance (`distances.npy`: success is < 5 cm), to show how many errors sit at the boundary, and
+the classifier as a terminating reward on each held-out episode (`episode_view`), and the held-out frames'
+probabilities beside the json (`<out stem>_<name>_s<seed>_prob.npy`)."""
 from __future__ import annotations
 
 import argparse
@@ -23,12 +26,35 @@ from robot_rl.classifier_train import LabelledFrames, TrainSettings, load_labell
 BANDS_CM = (0.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 100.0)
 
 
+def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, threshold: float, k: int) -> dict:
+    """The classifier as a terminating reward (k frames in a row at or above `threshold`) on each held-out episode:
+    in an episode that succeeds, does it fire before the first success frame (early), within a frame of the k-th
+    success frame (on time), later, or never; in an episode that never succeeds, does it fire."""
+    counts = dict(early=0, on_time=0, late=0, never=0, failed_fired=0, failed_quiet=0)
+    for e in np.unique(episode):
+        hits, labels = prob[episode == e] >= threshold, label[episode == e]
+        streak, fire = 0, None
+        for t, hit in enumerate(hits):
+            streak = streak + 1 if hit else 0
+            if streak >= k:
+                fire = t
+                break
+        first = int(np.nonzero(labels)[0][0]) if labels.any() else None
+        if first is None:
+            counts["failed_fired" if fire is not None else "failed_quiet"] += 1
+        elif fire is None:
+            counts["never"] += 1
+        else:
+            counts["early" if fire < first else "on_time" if fire <= first + k else "late"] += 1
+    return counts
+
+
 def parse(spec: str) -> tuple[str, dict]:
     name, _, rest = spec.partition("=")
     out: dict = {}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition(":")
-        out[key] = value if key == "cameras" else type(getattr(TrainSettings(), key))(value)
+        out[key] = value if key in ("cameras", "crop") else type(getattr(TrainSettings(), key))(value)
     return name, out
 
 
@@ -47,35 +73,42 @@ def main() -> None:
     train_mask = frames_all.episode < a.train
     # the fixed split: train_classifier holds out what split_episodes says, so hand it the train-or-held mask
     ct.split_episodes = lambda episode, holdout, seed: (train_mask.clone(), ~train_mask)  # noqa: ARG005
-    held = frames_all.subset(~train_mask)
     results = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
     for spec in a.settings:
         name, kw = parse(spec)
         cams = kw.pop("cameras", "front+wrist").split("+")
+        crop = [int(v) for v in kw.pop("crop").split("-")] if "crop" in kw else None  # front rows r0-r1, cols c0-c1
         keep = {f"pixels/{c}" for c in cams} | {"state"}
-        frames = LabelledFrames({k: v for k, v in frames_all.obs.items() if k in keep}, frames_all.label,
-                                frames_all.episode)
+        obs = {k: v for k, v in frames_all.obs.items() if k in keep}
+        if crop:
+            obs["pixels/front"] = obs["pixels/front"][:, crop[0]:crop[1], crop[2]:crop[3]].contiguous()
+        frames = LabelledFrames(obs, frames_all.label, frames_all.episode)
         for seed in [int(s) for s in a.seeds.split(",")]:
             settings = replace(TrainSettings(), seed=seed, **kw)
             t0 = time.monotonic()
             model, metrics = train_classifier(frames, settings, message=lambda s: None)
             seconds = time.monotonic() - t0
-            prob = model.probability({k: v for k, v in held.obs.items() if k in keep}).cpu()
-            pred, label = prob >= settings.threshold, held.label
+            prob = model.probability(frames.subset(~train_mask).obs).cpu()
+            pred, label = prob >= settings.threshold, frames.label[~train_mask]
             hd = dist[~train_mask] * 100
             bands = {}
             for lo, hi in zip(BANDS_CM[:-1], BANDS_CM[1:], strict=True):
                 m = (hd >= lo) & (hd < hi)
                 bands[f"{lo:g}-{hi:g}cm"] = {"frames": int(m.sum()), "errors": int((pred != label)[m].sum())}
             metrics.pop("heldout_episodes", None)
-            results[f"{name}_s{seed}"] = {"settings": {**kw, "cameras": cams}, "seed": seed, "seconds": round(seconds),
-                                         "metrics": metrics, "errors_by_distance": bands}
+            held_label, held_episode = label.numpy(), frames.episode[~train_mask].numpy()
+            episodes = {f"k{k}": episode_view(prob.numpy(), held_label, held_episode, settings.threshold, k)
+                        for k in (1, 2)}
+            results[f"{name}_s{seed}"] = {"settings": {**kw, "cameras": cams, "crop": crop}, "seed": seed, "seconds": round(seconds),
+                                         "metrics": metrics, "errors_by_distance": bands,
+                                         "episodes_as_reward": episodes}
             by = metrics["by_threshold"]
             print(f"{name} s{seed}: P {metrics['precision']:.3f} R {metrics['recall']:.3f} | 0.9: "
                   f"{by['0.9']['precision']:.3f}/{by['0.9']['recall']:.3f} | errors by band "
                   f"{[v['errors'] for v in bands.values()]} of {[v['frames'] for v in bands.values()]} | "
                   f"{seconds:.0f}s", flush=True)
             Path(a.out).write_text(json.dumps(results, indent=1))
+            np.save(Path(a.out).with_name(f"{Path(a.out).stem}_{name}_s{seed}_prob.npy"), prob.numpy())
 
 
 if __name__ == "__main__":
