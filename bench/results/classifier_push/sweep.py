@@ -1,4 +1,5 @@
 """Usage: python sweep.py <dataset> <out.json> NAME=KEY:VALUE,KEY:VALUE ... [--train 20] [--seeds 0,1,2]
+       python sweep.py <dataset> <out.json> --report   (the table of every entry, from the saved probabilities)
 
 Trains `robot-rl classifier`'s model (`robot_rl.classifier_train.train_classifier`) under several settings on one
 dataset recorded by `collect_push_frames.py`, with a fixed split: the first `--train` episodes train, every other
@@ -49,6 +50,54 @@ def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, thres
     return counts
 
 
+def hidden_frames(front: torch.Tensor) -> np.ndarray:
+    """Front frames in which the red cube or the green target shows at most 2 pixels (hidden behind the hand or the
+    cube, or out of view): a classifier of this camera cannot see success there."""
+    f = front.numpy().astype(np.int16)
+    red = ((f[..., 0] > 140) & (f[..., 1] < 90) & (f[..., 2] < 90)).sum(axis=(1, 2))
+    green = ((f[..., 1] > 120) & (f[..., 0] < 110) & (f[..., 2] < 110)).sum(axis=(1, 2))
+    return (red <= 2) | (green <= 2)
+
+
+def report(dataset: str, out: str, train: int) -> None:
+    """Recompute, from the saved probabilities, each entry's episode view (k = 1, 2) and its errors on frames where
+    the front camera cannot see the cube or the target; print a markdown table (the README's)."""
+    from robot_rl.classifier_train import frame_labels
+    from robot_rl.datasets import read_dataset
+
+    data = read_dataset(dataset, load_images=True)
+    label, episode = frame_labels(data.success, data.episode_index).numpy(), data.episode_index.numpy()
+    held = episode >= train
+    hidden = hidden_frames(data.images["observation.images.front"][torch.from_numpy(held)])
+    dist = np.load(Path(dataset) / "distances.npy")[held] * 100
+    results = json.loads(Path(out).read_text())
+    print("| setting | seed | precision | recall | P / R at 0.9 | errors: all / cube 4-7 cm from the target / target or "
+          "cube hidden | as a reward, k=2: on time / early / late / never / failed episodes fired | time |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, entry in results.items():
+        m, path = entry["metrics"], Path(out).with_name(f"{Path(out).stem}_{name}_prob.npy")
+        head = (f"| {name.rsplit('_s', 1)[0]} {entry['settings']} | {entry['seed']} | {100 * m['precision']:.1f}% | "
+                f"{100 * m['recall']:.1f}% | {100 * m['by_threshold']['0.9']['precision']:.1f}% / "
+                f"{100 * m['by_threshold']['0.9']['recall']:.1f}%")
+        if not path.is_file():  # trained before the probabilities were saved
+            bands = entry["errors_by_distance"]
+            near = sum(bands[b]["errors"] for b in ("4-4.5cm", "4.5-5cm", "5-5.5cm", "5.5-6cm", "6-7cm"))
+            errors = sum(b["errors"] for b in bands.values())
+            print(f"{head} | {errors} / {near} / not saved | not saved | {entry['seconds']} s |")
+            continue
+        prob = np.load(path)
+        wrong = (prob >= entry["metrics"]["threshold"]) != label[held]
+        entry["episodes_as_reward"] = {f"k{k}": episode_view(prob, label[held], episode[held],
+                                                             entry["metrics"]["threshold"], k) for k in (1, 2)}
+        entry["errors_where_hidden"] = {"frames": int(hidden.sum()), "errors": int((wrong & hidden).sum())}
+        e = entry["episodes_as_reward"]["k2"]
+        print(f"{head} | {int(wrong.sum())} / "
+              f"{int((wrong & (dist >= 4) & (dist < 7)).sum())} / {int((wrong & hidden).sum())} | {e['on_time']} / "
+              f"{e['early']} / {e['late']} / {e['never']} / {e['failed_fired']} of "
+              f"{e['failed_fired'] + e['failed_quiet']} | {entry['seconds']} s |")
+    Path(out).write_text(json.dumps(results, indent=1))
+
+
 def parse(spec: str) -> tuple[str, dict]:
     name, _, rest = spec.partition("=")
     out: dict = {}
@@ -62,11 +111,15 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("dataset")
     p.add_argument("out")
-    p.add_argument("settings", nargs="+")
+    p.add_argument("settings", nargs="*")
+    p.add_argument("--report", action="store_true", help="only recompute the views from saved probabilities")
     p.add_argument("--train", type=int, default=20)
     p.add_argument("--seeds", default="0")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.report:
+        report(a.dataset, a.out, a.train)
+        return
     frames_all = load_labelled_frames(a.dataset)
     dist = torch.from_numpy(np.load(Path(a.dataset) / "distances.npy"))
     assert len(dist) == len(frames_all), (len(dist), len(frames_all))
