@@ -371,7 +371,8 @@ class RayLink:
     queued chunks go out up to ``max_merge`` per call once there is room.
     ``poll_weights`` asks for newer weights at most every ``sync_every_s`` and returns them on a later call, once
     they have arrived; with each such request it also asks for the learner's counters (updates made, updates owed,
-    transitions), which ``stats`` then includes, so the run's metrics show a learner that falls behind. Any call not
+    transitions), which ``stats`` then includes, so the run's metrics show a learner that falls behind, and for its
+    last losses and Q (``take_metrics``). Any call not
     back within ``call_timeout_s``, or failing because the learner died, marks the link dead (``alive`` False); then
     chunks queue up (bounded) and every ``reconnect_every_s`` a Ray task looks the learner up by name and pings it,
     so a learner restarted under the same name is picked up. Chunks that were in flight when the learner died are
@@ -417,6 +418,7 @@ class RayLink:
         self._stats_call: Future | None = None
         #: the learner's progress counters (``HILLearner.counters``) as of its last answer; {} before one
         self.learner_counters: dict[str, int] = {}
+        self._learner_metrics: dict[str, float] = {}  # its last training slice's losses and Q, until taken
         self._last_sync = -float("inf")
         self._new_weights: dict[str, torch.Tensor] | None = None
         self._find = _find_learner_task()
@@ -484,6 +486,12 @@ class RayLink:
                 self._fail(now, f"get_weights: {type(e).__name__}: {e}")
         weights, self._new_weights = self._new_weights, None
         return weights
+
+    def take_metrics(self) -> dict[str, float]:
+        """The losses and Q of the learner's last training slice as of its last answer (``LocalLink.take_metrics``
+        gives the mean over the episode's updates instead), once: {} until a newer answer comes."""
+        metrics, self._learner_metrics = self._learner_metrics, {}
+        return metrics
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -562,7 +570,9 @@ class RayLink:
             future, self._stats_call = self._stats_call, None
             if future.exception() is None:  # a failing learner is found by the other calls
                 counters = ("updates", "pending_updates", "transitions", "interventions", "prior_size")
-                self.learner_counters = {k: future.result()[k] for k in counters}
+                stats = future.result()
+                self.learner_counters = {k: stats[k] for k in counters}
+                self._learner_metrics = {k[len("metrics/"):]: v for k, v in stats.items() if k.startswith("metrics/")}
         oldest = [call[1] for call in self._in_flight]
         if self._weights_call is not None:
             oldest.append(self._weights_call[1])

@@ -82,7 +82,7 @@ class HILMethod(MethodDefaults):
             # the robot's ticks this loop did not reach (robot_rl.hil.session: the loop was slower than the robot)
             "missed_tick_rate": stats.missed_tick_rate,
         }
-        take = getattr(self.session.link, "take_metrics", None)  # LocalLink: the updates made in this episode
+        take = getattr(self.session.link, "take_metrics", None)  # the learner's losses and Q (both links)
         if take is not None:
             metrics.update(take())
         return metrics

@@ -134,8 +134,11 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys, monke
     assert state["counters"]["updates"] > 0
     # The Ray learner's counters reach the run's metrics (they were empty), and a local Ray cluster runs the learner
     # at the robot loop's priority (Ray's default niceness of 15 starved it on a busy machine).
-    logged = list(csv.DictReader((run / "metrics.csv").open()))[-1]
+    logged_rows = list(csv.DictReader((run / "metrics.csv").open()))
+    logged = logged_rows[-1]
     assert int(float(logged["updates"])) > 0 and int(float(logged["transitions"])) > 0 and logged["pending_updates"] != ""
+    # ... and so do its losses and Q (they were missing: a diverging Ray learner went unseen)
+    assert any(r.get("critic_loss") not in (None, "", "nan") and r.get("q_mean") not in (None, "") for r in logged_rows)
     import os
 
     assert os.environ["RAY_worker_niceness"] == "0"
