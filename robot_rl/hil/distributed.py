@@ -372,10 +372,10 @@ class RayLink:
     ``poll_weights`` asks for newer weights at most every ``sync_every_s`` and returns them on a later call, once
     they have arrived; with each such request it also asks for the learner's counters (updates made, updates owed,
     transitions), which ``stats`` then includes, so the run's metrics show a learner that falls behind, and for its
-    last losses and Q (``take_metrics``). Any call not
-    back within ``call_timeout_s``, or failing because the learner died, marks the link dead (``alive`` False); then
-    chunks queue up (bounded) and every ``reconnect_every_s`` a Ray task looks the learner up by name and pings it,
-    so a learner restarted under the same name is picked up. Chunks that were in flight when the learner died are
+    last losses and Q (``take_metrics``). Any call not back within ``call_timeout_s``, or failing because the
+    learner died, marks the link dead (``alive`` False); then chunks queue up (bounded) and every
+    ``reconnect_every_s`` a Ray task looks the learner up by name and pings it, so a learner restarted under the same
+    name is picked up. Chunks that were in flight when the learner died are
     counted as lost (they may or may not have arrived).
 
     A queued chunk is copied, a sent one is serialised at once, so the caller may reuse its arrays after ``push``.
