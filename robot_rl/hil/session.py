@@ -48,9 +48,10 @@ retried ``max_retries`` times before the error is raised. A lost camera frame (`
 was bad or did not decode; the step was applied) is handled the same way. An e-stop latched on the robot ends the session.
 
 Control rate: the robot ticks at its own rate and holds its pose on a tick that no command reached (a missed
-tick), so a loop slower than the robot records transitions that span several ticks, which are not the task's. Each step's reply carries the robot's tick number; ``EpisodeStats.missed_ticks`` counts the ticks that
-passed between two of the loop's steps, and the first episode that misses over ``MISSED_TICKS_WARNING`` of its
-ticks is reported with what to do (a busy CPU; with ``hil-train``, training in this process).
+tick), so a loop slower than the robot records transitions that span several ticks, which are not the task's.
+Each step's reply carries the robot's tick number; ``EpisodeStats.missed_ticks`` counts the ticks that passed
+between two of the loop's steps, and the first episode that misses over ``MISSED_TICKS_WARNING`` of its ticks is
+reported with what to do (a busy CPU; with ``hil-train``, training in this process).
 
 Learner loss: when the link reports the learner dead, the session stops sending policy actions and holds the
 robot (one hold per tick, so the heartbeat and the control rate continue) until the link is back. The operator
@@ -298,9 +299,9 @@ class Session:
                 held += 1
                 continue
             if operator:  # step 3 of the module docstring: the operator's as executed, the policy's as proposed
-                executed = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim)
+                stored = r.applied_action if r.applied_action is not None else np.zeros(self.action_dim)
             else:
-                executed = np.clip(action, self._action_low, self._action_high)
+                stored = np.clip(action, self._action_low, self._action_high)
             nxt = r.observation
             reward, judged = float(nxt.reward), bool(nxt.success)
             if self.reward_model is not None:
@@ -313,7 +314,7 @@ class Session:
             rewind_step = operator and rewinding
             rewind_steps += int(rewind_step)
             ep.states.append(state)
-            ep.actions.append(np.asarray(executed, np.float32))
+            ep.actions.append(np.asarray(stored, np.float32))
             ep.rewards.append(reward)
             ep.driver_rewards.append(float(nxt.reward))
             ep.next_states.append(nxt.state)
@@ -332,7 +333,7 @@ class Session:
                 pending_operator = operator
                 pending = {
                     "obs": state[None].astype(np.float32),
-                    "action": np.asarray(executed, np.float32)[None],
+                    "action": np.asarray(stored, np.float32)[None],
                     "reward": np.array([reward], np.float32),
                     "next_obs": nxt.state[None].astype(np.float32),
                     "terminated": np.array([terminated]),
