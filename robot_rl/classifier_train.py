@@ -138,13 +138,20 @@ class TrainSettings:
 
 
 def train_classifier(
-    frames: LabelledFrames, settings: TrainSettings, message: Callable[[str], None] = print
+    frames: LabelledFrames, settings: TrainSettings, message: Callable[[str], None] = print,
+    held_out: Tensor | None = None,
 ) -> tuple[SuccessClassifier, dict[str, Any]]:
-    """Train on the non-held-out episodes, return the classifier (eval mode) and its held-out metrics."""
+    """Train on the non-held-out episodes, return the classifier (eval mode) and its held-out metrics. `held_out`:
+    a bool mask over the frames to hold out (whole episodes, e.g. the same ones for every setting compared);
+    default `split_episodes` with `settings.holdout` and `settings.seed`."""
     s = settings
     if s.steps < 1 or s.batch_size < 2:
         raise ValueError("steps must be >= 1 and batch_size >= 2")
-    train, held = split_episodes(frames.episode, s.holdout, s.seed)
+    if held_out is None:
+        train, held = split_episodes(frames.episode, s.holdout, s.seed)
+    else:
+        held = held_out.bool()
+        train = ~held
     pos = torch.nonzero(frames.label & train).flatten()
     neg = torch.nonzero(~frames.label & train).flatten()
     if len(pos) == 0 or len(neg) == 0:

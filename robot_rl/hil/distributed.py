@@ -375,8 +375,8 @@ class RayLink:
     last losses and Q (``take_metrics``). Any call not back within ``call_timeout_s``, or failing because the
     learner died, marks the link dead (``alive`` False); then chunks queue up (bounded) and every
     ``reconnect_every_s`` a Ray task looks the learner up by name and pings it, so a learner restarted under the same
-    name is picked up. Chunks that were in flight when the learner died are
-    counted as lost (they may or may not have arrived).
+    name is picked up. Chunks that were in flight when the learner died are counted as lost (they may or may not
+    have arrived).
 
     A queued chunk is copied, a sent one is serialised at once, so the caller may reuse its arrays after ``push``.
     Build the link before the control loop starts: the constructor may take a second (it registers the lookup task

@@ -132,6 +132,17 @@ def test_training_is_seeded(dataset) -> None:
         assert torch.equal(v, w), k
 
 
+def test_a_given_held_out_mask_is_the_split(dataset) -> None:
+    """`held_out=` fixes which episodes are held out (the same set for every setting compared), whatever the seed."""
+    frames = load_labelled_frames(dataset[0])
+    held = frames.episode >= int(frames.episode.max())  # the last episode only
+    for seed in (0, 1):
+        _, metrics = train_classifier(frames, TrainSettings(steps=2, seed=seed, **FAST), message=lambda s: None,
+                                      held_out=held)
+        assert metrics["heldout_episodes"] == [int(frames.episode.max())]
+        assert metrics["heldout_frames"] == int(held.sum()) and metrics["train_frames"] == int((~held).sum())
+
+
 def test_save_load_round_trip_gives_identical_logits(trained, dataset) -> None:
     model, metrics, out = trained
     loaded = load_classifier(out)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from robot_rl.envs.arm import ArmEnv
+from robot_rl.envs.arm.constants import STATE_LAYOUT
 from robot_rl.envs.arm.experts import ScriptedExpert
 
 from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
@@ -25,6 +26,7 @@ writer = DatasetWriter(out, fps=20, features=transition_features(7, 4, images={"
 rec = EpisodeRecorder(writer, 1, obs_keys={"state": "observation.state", "pixels/front": "observation.images.front",
                                            "pixels/wrist": "observation.images.wrist"})
 t0 = time.time()
+REL = STATE_LAYOUT["target_rel_cube"]
 dist_path = Path(out) / "distances.npy"
 distances = list(np.load(dist_path)) if start > 0 and dist_path.exists() else []
 
@@ -40,7 +42,7 @@ for e in range(start, start + episodes):
     first, n_succ = None, 0
     for t in range(100):
         full = env.arm_task.observe(*env.physics.state())[0][None]
-        distances.append(float(np.linalg.norm(full[0, 23:25].numpy())))  # target_rel_cube, x and y
+        distances.append(float(np.linalg.norm(full[0, REL][:2].numpy())))  # target_rel_cube, x and y
         action = expert.act(full)[0].numpy()
         nxt, r, term, trunc, info = env.step(action)
         if info["success"] and first is None:

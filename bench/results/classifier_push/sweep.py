@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import robot_rl.classifier_train as ct
 from robot_rl.classifier_train import LabelledFrames, TrainSettings, load_labelled_frames, train_classifier
 
 BANDS_CM = (0.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 100.0)
@@ -50,6 +49,11 @@ def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, thres
     return counts
 
 
+def pct(x: float | None) -> str:
+    """A share as a percentage; "n/a" where undefined (no frame predicted or labelled a success)."""
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
 def hidden_frames(front: torch.Tensor) -> np.ndarray:
     """Front frames in which the red cube or the green target shows at most 2 pixels (hidden behind the hand or the
     cube, or out of view): a classifier of this camera cannot see success there."""
@@ -76,9 +80,9 @@ def report(dataset: str, out: str, train: int) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name, entry in results.items():
         m, path = entry["metrics"], Path(out).with_name(f"{Path(out).stem}_{name}_prob.npy")
-        head = (f"| {name.rsplit('_s', 1)[0]} {entry['settings']} | {entry['seed']} | {100 * m['precision']:.1f}% | "
-                f"{100 * m['recall']:.1f}% | {100 * m['by_threshold']['0.9']['precision']:.1f}% / "
-                f"{100 * m['by_threshold']['0.9']['recall']:.1f}%")
+        head = (f"| {name.rsplit('_s', 1)[0]} {entry['settings']} | {entry['seed']} | {pct(m['precision'])} | "
+                f"{pct(m['recall'])} | {pct(m['by_threshold']['0.9']['precision'])} / "
+                f"{pct(m['by_threshold']['0.9']['recall'])}")
         if not path.is_file():  # trained before the probabilities were saved
             bands = entry["errors_by_distance"]
             near = sum(bands[b]["errors"] for b in ("4-4.5cm", "4.5-5cm", "5-5.5cm", "5.5-6cm", "6-7cm"))
@@ -124,8 +128,6 @@ def main() -> None:
     dist = torch.from_numpy(np.load(Path(a.dataset) / "distances.npy"))
     assert len(dist) == len(frames_all), (len(dist), len(frames_all))
     train_mask = frames_all.episode < a.train
-    # the fixed split: train_classifier holds out what split_episodes says, so hand it the train-or-held mask
-    ct.split_episodes = lambda episode, holdout, seed: (train_mask.clone(), ~train_mask)  # noqa: ARG005
     results = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
     for spec in a.settings:
         name, kw = parse(spec)
@@ -139,7 +141,7 @@ def main() -> None:
         for seed in [int(s) for s in a.seeds.split(",")]:
             settings = replace(TrainSettings(), seed=seed, **kw)
             t0 = time.monotonic()
-            model, metrics = train_classifier(frames, settings, message=lambda s: None)
+            model, metrics = train_classifier(frames, settings, message=lambda s: None, held_out=~train_mask)
             seconds = time.monotonic() - t0
             prob = model.probability(frames.subset(~train_mask).obs).cpu()
             pred, label = prob >= settings.threshold, frames.label[~train_mask]
@@ -156,11 +158,11 @@ def main() -> None:
                                          "metrics": metrics, "errors_by_distance": bands,
                                          "episodes_as_reward": episodes}
             by = metrics["by_threshold"]
-            print(f"{name} s{seed}: P {metrics['precision']:.3f} R {metrics['recall']:.3f} | 0.9: "
-                  f"{by['0.9']['precision']:.3f}/{by['0.9']['recall']:.3f} | errors by band "
+            Path(a.out).write_text(json.dumps(results, indent=1))
+            print(f"{name} s{seed}: P {pct(metrics['precision'])} R {pct(metrics['recall'])} | 0.9: "
+                  f"{pct(by['0.9']['precision'])}/{pct(by['0.9']['recall'])} | errors by band "
                   f"{[v['errors'] for v in bands.values()]} of {[v['frames'] for v in bands.values()]} | "
                   f"{seconds:.0f}s", flush=True)
-            Path(a.out).write_text(json.dumps(results, indent=1))
             np.save(Path(a.out).with_name(f"{Path(a.out).stem}_{name}_s{seed}_prob.npy"), prob.numpy())
 
 
