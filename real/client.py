@@ -154,7 +154,8 @@ class RobotClient:
                 self._spec = RobotSpec(m.name, m.state_dim, m.action_dim, m.control_hz, tuple(m.action_low),
                                        tuple(m.action_high), cart, m.time_limit or None, cameras=cameras,
                                        mirror_state_sign=tuple(m.mirror_state_sign),
-                                       mirror_action_sign=tuple(m.mirror_action_sign))
+                                       mirror_action_sign=tuple(m.mirror_action_sign),
+                                       mirror_cameras=tuple(m.mirror_cameras))
             except ValueError as e:
                 raise BridgeError(grpc.StatusCode.FAILED_PRECONDITION, f"GetSpec: bad spec: {e}") from None
             self.watchdog_s = m.watchdog_s

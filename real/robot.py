@@ -114,6 +114,10 @@ class RobotSpec:
     # mirror_online=true``). Both empty: none declared.
     mirror_state_sign: tuple[float, ...] = ()
     mirror_action_sign: tuple[float, ...] = ()
+    # The cameras (names) whose frames, flipped left to right, are the mirror image's frames: each lies in the mirror
+    # plane with its image x axis across it, in a scene that is its own mirror image (``Reflection.cameras``). A
+    # camera learner mirrors only when it reads none but these.
+    mirror_cameras: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.action_low) != self.action_dim or len(self.action_high) != self.action_dim:
@@ -130,6 +134,12 @@ class RobotSpec:
         names = [c.name for c in self.cameras]
         if len(set(names)) != len(names):
             raise ValueError(f"camera names must be unique, got {names}")
+        if self.mirror_cameras and not self.mirror_state_sign:
+            raise ValueError("mirror_cameras needs mirror_state_sign and mirror_action_sign (the symmetry they belong to)")
+        unknown = [c for c in self.mirror_cameras if c not in names]
+        if unknown or len(set(self.mirror_cameras)) != len(self.mirror_cameras):
+            raise ValueError(f"mirror_cameras must be distinct names of the robot's cameras ({names or 'none'}), "
+                             f"got {list(self.mirror_cameras)}")
 
     def check_images(self, images: dict[str, np.ndarray]) -> None:
         """Raise ``ValueError`` (one line naming the camera) unless ``images`` holds exactly one uint8 frame of the

@@ -627,6 +627,7 @@ class RobotServer:
             action_low=s.action_low, action_high=s.action_high, time_limit=s.time_limit or 0,
             watchdog_s=self.config.watchdog_s, protocol=PROTOCOL,
             mirror_state_sign=s.mirror_state_sign, mirror_action_sign=s.mirror_action_sign,
+            mirror_cameras=s.mirror_cameras,
         )
         if s.cameras:
             msg.cameras.extend(pb.CameraSpec(name=c.name, height=c.height, width=c.width) for c in s.cameras)

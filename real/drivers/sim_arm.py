@@ -26,6 +26,10 @@ to the thread that made it current, and the server calls the driver from its con
 another one, so with cameras every env call runs on one thread of the driver's own (a hop of a few tens of
 microseconds per call). Rendering two 84x84 frames costs about 11 ms per tick on a software renderer (llvmpipe,
 the shared 2-core machine), inside the tick: fine at 20 Hz (50 ms), tight at 50 Hz.
+
+Symmetry. ``push`` and ``pick_place`` declare their y -> -y reflection in the spec (``mirror_state_sign`` and
+``mirror_action_sign`` for the state served; with cameras ``mirror_cameras``: both, which lie in the mirror plane),
+what ``hil-train mirror_demos=true mirror_online=true`` learns from.
 """
 
 from __future__ import annotations
@@ -96,8 +100,11 @@ class SimArm(Robot):
         d = self.env.max_delta
         proprio = self.pixels and not self.full_state
         layout = STATE_LAYOUT if not proprio else _proprio_layout()
-        # the task's y -> -y symmetry (push, pick_place) of the state; the bridge's spec carries no camera's
-        signs = None if self.pixels else self.env.reflection()
+        # The task's y -> -y symmetry (push, pick_place): the served state's signs (the full state's also beside
+        # the frames) and, with cameras, both of them (they lie in the mirror plane: MIRROR_CAMERAS).
+        signs = self.env.reflection()
+        if signs is not None and not proprio:
+            signs = (self.env.arm_task.reflection()[0], *signs[1:])
         self.spec = RobotSpec(
             name=f"sim_arm:{task}" + ("-sparse" if reward == "sparse" else "") + ("-pixels" if self.pixels else ""),
             state_dim=PROPRIO_DIM if proprio else STATE_DIM,
@@ -118,6 +125,7 @@ class SimArm(Robot):
             cameras=cameras,
             mirror_state_sign=() if signs is None else tuple(float(v) for v in signs[0]),
             mirror_action_sign=() if signs is None else tuple(float(v) for v in signs[1]),
+            mirror_cameras=() if signs is None else tuple(g.removeprefix("pixels/") for g in signs[2]),
         )
         self._obs: RobotObservation | None = None
         self._gripper = -1.0

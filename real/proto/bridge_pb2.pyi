@@ -11,7 +11,7 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class Spec(_message.Message):
-    __slots__ = ("name", "state_dim", "action_dim", "control_hz", "action_low", "action_high", "time_limit", "cartesian", "workspace_low", "workspace_high", "metres_per_unit", "max_step_m", "max_speed_mps", "watchdog_s", "protocol", "cameras", "image_encoding", "max_frame_bytes", "mirror_state_sign", "mirror_action_sign")
+    __slots__ = ("name", "state_dim", "action_dim", "control_hz", "action_low", "action_high", "time_limit", "cartesian", "workspace_low", "workspace_high", "metres_per_unit", "max_step_m", "max_speed_mps", "watchdog_s", "protocol", "cameras", "image_encoding", "max_frame_bytes", "mirror_state_sign", "mirror_action_sign", "mirror_cameras")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_DIM_FIELD_NUMBER: _ClassVar[int]
     ACTION_DIM_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class Spec(_message.Message):
     MAX_FRAME_BYTES_FIELD_NUMBER: _ClassVar[int]
     MIRROR_STATE_SIGN_FIELD_NUMBER: _ClassVar[int]
     MIRROR_ACTION_SIGN_FIELD_NUMBER: _ClassVar[int]
+    MIRROR_CAMERAS_FIELD_NUMBER: _ClassVar[int]
     name: str
     state_dim: int
     action_dim: int
@@ -52,7 +53,8 @@ class Spec(_message.Message):
     max_frame_bytes: int
     mirror_state_sign: _containers.RepeatedScalarFieldContainer[float]
     mirror_action_sign: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, name: _Optional[str] = ..., state_dim: _Optional[int] = ..., action_dim: _Optional[int] = ..., control_hz: _Optional[float] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., time_limit: _Optional[int] = ..., cartesian: _Optional[bool] = ..., workspace_low: _Optional[_Iterable[float]] = ..., workspace_high: _Optional[_Iterable[float]] = ..., metres_per_unit: _Optional[float] = ..., max_step_m: _Optional[float] = ..., max_speed_mps: _Optional[float] = ..., watchdog_s: _Optional[float] = ..., protocol: _Optional[str] = ..., cameras: _Optional[_Iterable[_Union[CameraSpec, _Mapping]]] = ..., image_encoding: _Optional[str] = ..., max_frame_bytes: _Optional[int] = ..., mirror_state_sign: _Optional[_Iterable[float]] = ..., mirror_action_sign: _Optional[_Iterable[float]] = ...) -> None: ...
+    mirror_cameras: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., state_dim: _Optional[int] = ..., action_dim: _Optional[int] = ..., control_hz: _Optional[float] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., time_limit: _Optional[int] = ..., cartesian: _Optional[bool] = ..., workspace_low: _Optional[_Iterable[float]] = ..., workspace_high: _Optional[_Iterable[float]] = ..., metres_per_unit: _Optional[float] = ..., max_step_m: _Optional[float] = ..., max_speed_mps: _Optional[float] = ..., watchdog_s: _Optional[float] = ..., protocol: _Optional[str] = ..., cameras: _Optional[_Iterable[_Union[CameraSpec, _Mapping]]] = ..., image_encoding: _Optional[str] = ..., max_frame_bytes: _Optional[int] = ..., mirror_state_sign: _Optional[_Iterable[float]] = ..., mirror_action_sign: _Optional[_Iterable[float]] = ..., mirror_cameras: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CameraSpec(_message.Message):
     __slots__ = ("name", "height", "width")

@@ -125,11 +125,12 @@ class HilTrainArgs(RobotArgs):
     )
     mirror_demos: bool = _help(
         False, "also learn from the demos' mirror images where the robot declares a symmetry (RobotSpec."
-               "mirror_state_sign; serve-robot driver=sim_arm task=push does), as train's data.mirror"
+               "mirror_state_sign; serve-robot driver=sim_arm task=push does), as train's data.mirror; from cameras "
+               "only those the robot declares mirrored (RobotSpec.mirror_cameras; sim_arm's front and wrist)"
     )
     mirror_online: bool = _help(
         False, "also store the mirror image of every transition received (interventions included), as train's "
-               "train.mirror_online; state learners only"
+               "train.mirror_online (camera frames as mirror_demos)"
     )
     intervention_penalty: float = _help(
         0.0, "subtracted from the reward of the policy's last step before each operator takeover, in what the learner "
@@ -503,14 +504,15 @@ def hil_train(args: HilTrainArgs) -> int:
         key = "mirror_demos" if args.mirror_demos else "mirror_online"
         client.close()
         raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
-                           f"task=push or pick_place without cameras does): set {key}=false")
+                           f"task=push or pick_place does): set {key}=false")
     cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.updates_per_transition,
                         learning_starts=args.learning_starts, seed=args.seed, device=args.device,
                         demo_path=args.demos, cameras=cameras, capacity=args.capacity or capacity,
                         prior_capacity=args.prior_capacity or prior_capacity, mirror_demos=args.mirror_demos,
                         mirror_online=args.mirror_online,
                         mirror_state_sign=list(spec.mirror_state_sign) if mirror else [],
-                        mirror_action_sign=list(spec.mirror_action_sign) if mirror else [])
+                        mirror_action_sign=list(spec.mirror_action_sign) if mirror else [],
+                        mirror_cameras=[f"pixels/{name}" for name in spec.mirror_cameras] if mirror else [])
     from robot_rl.policies.encoders import BackboneWeightsError, load_backbone
 
     try:

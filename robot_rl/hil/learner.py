@@ -24,7 +24,10 @@ its buffers are frame buffers (``ReplayBuffer(frames=...)``: each frame stored o
 a time and are not cut at every chunk end (each cut would keep a frame twice): a row that does not follow the stored
 one (a gap between chunks or intervention runs) is found by comparing observations and closed as a truncation
 (``ReplayBuffer.close_broken_episodes``). What the robot acts with is then the ``ActorPolicy`` of actor and encoder
-(``build_policy``, whose weights ``actor_state`` gives).
+(``build_policy``, whose weights ``actor_state`` gives). Mirror images (``mirror_demos``, ``mirror_online``) flip
+every camera's frames left to right, so a camera learner takes them only when the robot declares all its cameras
+mirrored (``mirror_cameras``); a mirrored run never follows its original (its state and frames differ), so it is
+closed as one too.
 """
 
 from __future__ import annotations
@@ -204,6 +207,10 @@ class LearnerConfig:
         [], "the task's mirror symmetry (RobotSpec.mirror_state_sign): +-1 per state entry; empty: none"
     )
     mirror_action_sign: list[float] = _help([], "the symmetry's +-1 per action entry (RobotSpec.mirror_action_sign)")
+    mirror_cameras: list[str] = _help(
+        [], "the camera groups (pixels/<camera>) whose frames flipped left to right are the mirror image's "
+            "(RobotSpec.mirror_cameras); a camera learner mirrors only if it reads none but these"
+    )
     mirror_demos: bool = _help(
         False, "also put the demos' mirror images into the prior buffer (as train's data.mirror)"
     )
@@ -215,6 +222,7 @@ class LearnerConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first bad field (before any memory is allocated)."""
         self.sac.validate()
+        unmirrored = sorted(set(self.cameras) - set(self.mirror_cameras))
         checks = [
             (self.obs_dim >= 1, "obs_dim must be >= 1"),
             (self.action_dim >= 1, "action_dim must be >= 1"),
@@ -238,8 +246,12 @@ class LearnerConfig:
              "mirror_state_sign and mirror_action_sign entries must be +1 or -1"),
             (not (self.mirror_demos or self.mirror_online) or self.mirror_state_sign,
              "mirror_demos and mirror_online need the robot's mirror_state_sign (it declares no symmetry)"),
-            (not (self.mirror_demos or self.mirror_online) or not self.cameras,
-             "mirror_demos and mirror_online reflect state observations only; this learner reads cameras"),
+            (not self.mirror_cameras or self.mirror_state_sign,
+             "mirror_cameras needs mirror_state_sign (the symmetry they belong to)"),
+            (not (self.mirror_demos or self.mirror_online) or not unmirrored,
+             f"mirror_demos and mirror_online: the robot declares no mirror image for camera "
+             f"{unmirrored[0] if unmirrored else ''} (mirror_cameras: {', '.join(self.mirror_cameras) or 'none'}): "
+             f"set both false, or learn from the state (hil-train pixels=false)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -307,7 +319,7 @@ class HILLearner:
         self.demo_transitions = 0  # put into the prior buffer by load_demos/add_prior
         self._credit = 0.0  # updates owed under the utd schedule, spent by train_due
         #: the task's mirror symmetry (sign vectors on the CPU, where chunks arrive), or None
-        self._reflection = (Reflection.from_signs(cfg.mirror_state_sign, cfg.mirror_action_sign)
+        self._reflection = (Reflection.from_signs(cfg.mirror_state_sign, cfg.mirror_action_sign, cfg.mirror_cameras)
                             if cfg.mirror_state_sign else None)
         if load_demos and cfg.demo_path:
             self.load_demos(cfg.demo_path, cfg.demo_max_episodes)
@@ -322,7 +334,8 @@ class HILLearner:
         data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
         if self.cfg.mirror_demos and self._reflection is not None:
-            data = data.with_reflection(self._reflection.state.to(self.device), self._reflection.action.to(self.device))
+            data = data.with_reflection(self._reflection.state.to(self.device), self._reflection.action.to(self.device),
+                                        self._reflection.cameras)
         if len(data) > self.prior.capacity:
             raise ValueError(
                 f"demo dataset {path} has {len(data):,} transitions"
@@ -391,11 +404,13 @@ class HILLearner:
             self.demo_transitions += n
 
     def _reflected(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The chunk's mirror image: states and actions times the symmetry's signs, everything else as it is."""
+        """The chunk's mirror image: states and actions times the symmetry's signs, the learner's camera frames
+        flipped left to right (validate: all of them are mirror cameras), everything else as it is."""
         assert self._reflection is not None, "validate() requires the signs with mirror_demos or mirror_online"
-        state_sign, action_sign, _ = self._reflection  # the learner mirrors state observations only (validate)
+        state_sign, action_sign, _ = self._reflection
+        frames = {key: Reflection.flip(t[key]) for group in self.cameras for key in frame_keys(group)}
         return {**t, "obs": t["obs"] * state_sign, "next_obs": t["next_obs"] * state_sign,
-                "action": t["action"] * action_sign}
+                "action": t["action"] * action_sign, **frames}
 
     def _observe(self, t: dict[str, Tensor]) -> None:
         """The agent's running statistics, one row at a time: a chunk is consecutive steps of one env."""

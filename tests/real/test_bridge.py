@@ -271,7 +271,8 @@ def test_batched_env_over_the_bridge(served):
 
 def test_spec_carries_the_tasks_mirror_symmetry(served):
     from robot_rl.envs.arm import ArmEnv
-    from robot_rl.real.robot import RobotSpec
+    from robot_rl.envs.arm.constants import PROPRIO_MIRROR_SIGN
+    from robot_rl.real.robot import CameraSpec, RobotSpec
 
     _, _, client, _ = served
     assert client.spec().mirror_state_sign == () == client.spec().mirror_action_sign  # reach declares none
@@ -283,15 +284,35 @@ def test_spec_carries_the_tasks_mirror_symmetry(served):
         spec = push.spec()
         assert spec.mirror_state_sign == tuple(state_sign.tolist()) and -1.0 in spec.mirror_state_sign
         assert spec.mirror_action_sign == tuple(action_sign.tolist()) and len(spec.mirror_action_sign) == 4
+        assert spec.mirror_cameras == ()
     finally:
         push.close()
         server.stop()
+    # with cameras: the proprioception's signs (or the full state's beside the frames) and both cameras mirrored
+    for full_state in (False, True):
+        robot = SimArm(task="push", control_hz=HZ, seed=0, pixels=True, pixel_size=(16, 16), full_state=full_state)
+        server = RobotServer(robot, ServerConfig(port=0, token=TOKEN))
+        push = RobotClient(f"127.0.0.1:{server.start()}", TOKEN, step_timeout_s=5.0)
+        try:
+            spec = push.spec()
+            assert spec.mirror_state_sign == tuple((state_sign if full_state else PROPRIO_MIRROR_SIGN).tolist())
+            assert spec.mirror_action_sign == tuple(action_sign.tolist())
+            assert spec.mirror_cameras == ("front", "wrist")
+        finally:
+            push.close()
+            server.stop()
     base = {"name": "r", "state_dim": 2, "action_dim": 1, "control_hz": 10.0, "action_low": (-1.0,),
             "action_high": (1.0,)}
     with pytest.raises(ValueError, match="both be empty or have state_dim"):
         RobotSpec(**base, mirror_state_sign=(1.0, -1.0))
     with pytest.raises(ValueError, match="must be \\+1 or -1"):
         RobotSpec(**base, mirror_state_sign=(1.0, 0.0), mirror_action_sign=(1.0,))
+    signs = {"mirror_state_sign": (1.0, -1.0), "mirror_action_sign": (-1.0,)}
+    front = (CameraSpec("front", 8, 8),)
+    with pytest.raises(ValueError, match="mirror_cameras needs mirror_state_sign"):
+        RobotSpec(**base, cameras=front, mirror_cameras=("front",))
+    with pytest.raises(ValueError, match="mirror_cameras must be distinct names of the robot's cameras"):
+        RobotSpec(**base, cameras=front, mirror_cameras=("wrist",), **signs)
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")

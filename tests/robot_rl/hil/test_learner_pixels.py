@@ -187,6 +187,52 @@ def test_intervention_runs_go_to_the_prior_buffer_with_their_own_next_frames() -
     assert learner.prior.truncated[:5, 0].tolist() == [False, True, False, False, False]  # the first run, closed
 
 
+MIRROR = {"mirror_state_sign": [1.0, -1.0, -1.0], "mirror_action_sign": [-1.0, 1.0]}  # column 0: the step index
+
+
+def lopsided(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The chunk with a white left half in every frame, so that a left-right flip shows."""
+    for group in CAMERAS:
+        for key in frame_keys(group):
+            c[key][:, :, : W // 2] = 255
+    return c
+
+
+def test_mirror_online_stores_each_run_then_its_reflection_with_every_frame_flipped() -> None:
+    learner = HILLearner(config(mirror_online=True, mirror_cameras=list(CAMERAS), **MIRROR))
+    c = lopsided(chunk(3, start=0, intervention=[0, 1, 0]))
+    learner.add(c)
+    learner.add(lopsided(chunk(2, start=3)))
+    state_sign, action_sign = (torch.tensor(MIRROR[k]) for k in ("mirror_state_sign", "mirror_action_sign"))
+    # online: the run, its reflection (a run of its own: cut apart from both neighbours), the next run, its reflection
+    assert learner.online.obs["state"][:10, 0, 0].tolist() == [0, 1, 2] * 2 + [3, 4] * 2
+    assert learner.online.truncated[:9, 0].tolist() == [False, False, True] * 2 + [False, True, False]
+    batch = learner.online._gather(torch.arange(6), torch.zeros(6, dtype=torch.long))
+    torch.testing.assert_close(batch.obs["state"][3:], torch.from_numpy(c["obs"]) * state_sign)
+    torch.testing.assert_close(batch.action[3:], torch.from_numpy(c["action"]) * action_sign)
+    for group in CAMERAS:
+        key, next_key = frame_keys(group)
+        assert (batch.obs[group][:3] == torch.from_numpy(c[key])).all()
+        assert (batch.obs[group][3:] == torch.from_numpy(c[key]).flip(-2)).all()
+        assert (batch.obs[group][3:, :, : W // 2] < 255).all()  # the white half is now on the right
+        assert (batch.next_obs[group][3:] == torch.from_numpy(c[next_key]).flip(-2)).all()
+    # the intervention and its reflection in the prior buffer, each with its own (flipped) next frame
+    prior = learner.prior._gather(torch.arange(2), torch.zeros(2, dtype=torch.long))
+    assert (prior.next_obs["pixels/wrist"][1] == torch.from_numpy(c["next_obs/pixels/wrist"][1]).flip(-2)).all()
+    assert (learner.transitions, learner.interventions) == (5, 1)
+
+
+def test_a_camera_learner_mirrors_only_cameras_the_robot_declares_mirrored() -> None:
+    with pytest.raises(ValueError, match="no mirror image for camera pixels/front .mirror_cameras: none.: set both"):
+        HILLearner(config(mirror_demos=True, **MIRROR))
+    with pytest.raises(ValueError, match="no mirror image for camera pixels/wrist .mirror_cameras: pixels/front"):
+        HILLearner(config(mirror_online=True, mirror_cameras=["pixels/front"], **MIRROR))
+    with pytest.raises(ValueError, match="mirror_cameras needs mirror_state_sign"):
+        HILLearner(config(mirror_cameras=list(CAMERAS)))
+    HILLearner(config(mirror_online=True, mirror_cameras=["pixels/front"], cameras={"pixels/front": [H, W, 3]},
+                      **MIRROR))  # reads only a mirrored camera
+
+
 # ------------------------------------------------------------------------------------------------ training
 
 
@@ -234,7 +280,7 @@ def test_state_dict_round_trip_restores_frames_weights_counters_and_sampling() -
 def test_pixel_demos_prefill_the_prior_buffer_and_export_reads_the_learner(tmp_path) -> None:
     """A camera dataset from `robot-rl collect` (push, 32x32 frames) fills a camera learner's prior buffer; the
     learner's checkpoint exports (and so deploys) as an actor + encoder policy at its cameras' sizes."""
-    from robot_rl.envs.arm import PROPRIO_DIM
+    from robot_rl.envs.arm import PROPRIO_DIM, ArmEnv
 
     from robot_rl.collect import CollectArgs, CollectEnvArgs, collect
     from robot_rl.export import policy_from_checkpoint
@@ -251,6 +297,17 @@ def test_pixel_demos_prefill_the_prior_buffer_and_export_reads_the_learner(tmp_p
     with pytest.raises(ValueError, match="pixels/side"):
         HILLearner(config(obs_dim=PROPRIO_DIM, action_dim=4, cameras={"pixels/side": [32, 32, 3]},
                           demo_path=str(out)))
+    # with mirror_demos (the signs and mirrored cameras sim_arm declares for push) the reflections follow, flipped
+    env = ArmEnv("push", pixels=True, pixel_size=(32, 32))
+    state_sign, action_sign, mirrored = env.reflection()
+    env.close()
+    both = HILLearner(config(obs_dim=PROPRIO_DIM, action_dim=4, cameras=cameras, demo_path=str(out),
+                             prior_capacity=50, mirror_demos=True, mirror_state_sign=state_sign.tolist(),
+                             mirror_action_sign=action_sign.tolist(), mirror_cameras=list(mirrored)))
+    assert both.demo_transitions == 28
+    for group in cameras:
+        assert (both.prior.obs[group][14:28] == learner.prior.obs[group][:14].flip(-2)).all()
+    torch.testing.assert_close(both.prior.action[14:28], learner.prior.action[:14] * torch.from_numpy(action_sign))
 
     state = learner.state_dict()
     policy, meta = policy_from_checkpoint(tmp_path / "learner.pt", {"learner": state})

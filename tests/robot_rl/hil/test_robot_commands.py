@@ -385,6 +385,29 @@ def test_hil_train_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypat
     assert learner["config"]["mirror_state_sign"] and learner["config"]["mirror_online"]
 
 
+def test_hil_train_from_cameras_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypatch):
+    """The push robot with cameras declares its front and wrist frames mirrored: a camera learner then stores every
+    transition twice, the second with both cameras' frames flipped."""
+    from robot_rl import checkpoint
+
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    run = tmp_path / "hil"
+    with served_robot("task=push", "pixels=true", "pixel_size=[16,16]", control_hz=20) as address:
+        code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=12", f"run_dir={run}",
+                     "teleop=null", "mirror_online=true", "learning_starts=6", "agent.batch_size=8",
+                     "agent.hidden_dims=[16]", "agent.encoder_feature_dim=8", "agent.encoder_channels=4",
+                     "agent.encoder_layers=1", "record=false"])
+    assert code == 0, capsys.readouterr().err
+    saved = checkpoint.load(run / "checkpoints" / "latest.pt")
+    config, received = saved["learner"]["config"], saved["learner"]["counters"]["transitions"]
+    assert config["mirror_cameras"] == ["pixels/front", "pixels/wrist"] and len(config["mirror_state_sign"]) == 7
+    online = saved["replay"]["online"]
+    assert online["size"] == 2 * received >= 24
+    front = online["obs"]["pixels/front"][:, 0]
+    # the first chunk (Session sends one transition per chunk), then its mirror image
+    assert torch.equal(front[1], front[0].flip(-2)) and not torch.equal(front[0], front[1])
+
+
 @pytest.mark.slow  # an untrained policy drives the arm: on a loaded 2-core machine the server's reset motion can
 # fail to bring the hand home within the reset deadline (seen 4 times in 6 runs at load 4), or at 50 Hz its
 # random commands breach the hard speed limit; quiet, it passes in under a minute
