@@ -235,8 +235,8 @@ class ArmEnv(gym.Env):
         """Free the renderers (EGL contexts); safe to call twice."""
         for name in ("_renderer", "_pixel_renderer"):
             renderer = getattr(self, name, None)
+            setattr(self, name, None)  # first: a close that raises is not tried again by __del__
             close_renderer(renderer)
-            setattr(self, name, None)
 
     def __del__(self) -> None:
         # an env dropped without close() must not free another env's GL objects (envs/sim/render.py)

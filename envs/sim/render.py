@@ -8,9 +8,18 @@ levels off on 92% of its pixels after a second arm env was closed). Renderers dr
 from `__del__`. Every env here owns one renderer per image size, so closing one env mid-process (an evaluation
 env, a probe env, a rebinding in a notebook) must not touch the others: make the closing renderer's own context
 current first.
+
+An EGL context is current on one thread at a time, and a renderer's stays current on the thread that drew with it
+last, so the closing thread cannot make it current when another one drew last (the simulated robot driver draws
+on its own thread; an env dropped there is collected on whichever thread runs the collector): `eglMakeCurrent`
+fails with EGL_BAD_ACCESS, which `close` and the envs' `__del__` used to raise. Then this thread is left with no
+context current, so the free reaches no renderer's objects (GL calls without a context do nothing), and the
+context is destroyed once its thread lets go of it.
 """
 
 from __future__ import annotations
+
+import sys
 
 import mujoco
 
@@ -24,5 +33,18 @@ def close_renderer(renderer: mujoco.Renderer | None) -> None:
         return
     gl_context = getattr(renderer, "_gl_context", None)  # private in mujoco; absent with the Filament backend
     if gl_context is not None and getattr(renderer, "_mjr_context", None) is not None:
-        gl_context.make_current()
+        try:
+            gl_context.make_current()
+        except Exception:
+            if not _release_egl_context(gl_context):
+                raise
     renderer.close()
+
+
+def _release_egl_context(gl_context: object) -> bool:
+    """Make no EGL context current on this thread; False (nothing done) for a context of another GL backend."""
+    egl = sys.modules.get(type(gl_context).__module__)
+    if type(gl_context).__module__ != "mujoco.egl" or egl is None:
+        return False
+    egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_CONTEXT)
+    return True

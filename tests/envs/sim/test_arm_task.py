@@ -513,6 +513,27 @@ def test_reflection_is_a_symmetry_of_the_task(task_name: str) -> None:
         env.close()
 
 
+def test_a_pixel_env_drawn_on_another_thread_closes_without_error_and_leaves_the_others_intact() -> None:
+    """An EGL context stays current on the thread that drew last, so closing an env made and used on another thread
+    (the simulated robot driver's GL thread; an env collected on whichever thread runs the collector) failed in
+    eglMakeCurrent with EGL_BAD_ACCESS: `close` raised and `__del__` printed the error. Now the closing thread lets go
+    of its own context instead, and the env still in use here draws the same frames."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    live = ArmEnv("push", "sparse", pixels=True, pixel_size=(32, 32))
+    pool = ThreadPoolExecutor(1)
+    try:
+        before = live.reset(seed=3)[0]["pixels/front"]
+        other = pool.submit(ArmEnv, "push", "sparse", pixels=True, pixel_size=(32, 32)).result()
+        pool.submit(other.reset, seed=1).result()
+        other.close()  # on this thread, while the worker still has the context current
+        assert other._pixel_renderer is None
+        np.testing.assert_array_equal(live.reset(seed=3)[0]["pixels/front"], before)
+    finally:
+        pool.shutdown()
+        live.close()
+
+
 def test_closing_or_dropping_a_pixel_env_leaves_the_other_envs_frames_intact() -> None:
     """mujoco's `Renderer.close` freed its render context under whichever GL context was current: closing (or
     garbage-collecting) one camera env made another live one return frames from the wrong camera, upside down
