@@ -103,6 +103,9 @@ def main() -> None:
             "env_steps": int(rows[-1]["env_steps"]), "first_2k": window_means(rows, True),
             "last_2k": window_means(rows, False),
             "deploy_success_percent": round(100 * int(done.group(1)) / int(done.group(2)), 1),
+            # ticks the robot held because no command came in time (a loaded host); older runs did not log them
+            "missed_ticks_percent": round(100 * sum(int(r.get("missed_ticks") or 0) for r in rows)
+                                          / int(rows[-1]["env_steps"]), 2),
         }
         runs.append(run)
         copy_run_files(run, OUT / run.name, (*RUN_FILES, "hil_metrics.csv"),
@@ -114,7 +117,7 @@ def main() -> None:
         "task": "sim_arm push, sparse reward (1 on success, which ends the episode), served by serve-robot at 20 Hz",
         **(describe(settings(runs[0])) if runs else {}),
         "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics) with the settings below; one update "
-                 "per transition",
+                 "per transition, each with agent_utd critic steps",
         **(settings(runs[0]) if runs else {}),
         "steps": "12k env steps (= agent steps, action repeat 1)",
         "evaluation": "training episodes (no separate evaluation on a robot); deploy: 50 episodes of the run's "
