@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Terminated", "sigterm_as_interrupt"]
+__all__ = ["Terminated", "interrupts_deferred", "sigterm_as_interrupt"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -40,3 +40,30 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """For the duration, Ctrl-C (SIGINT) and SIGTERM are held: one that arrives is delivered again when the block
+    ends, to the handlers that were in place (so it raises there, as it would have inside).
+
+    For bookkeeping that must not stop half done: a robot session that has counted a step but not yet handed its
+    transition to the learner would lose it (the learner's count then trails the run's by two, not one). Off the
+    main thread this does nothing, as `sigterm_as_interrupt`.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        caught.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):  # each signal once, in the order they came
+            signal.raise_signal(s)

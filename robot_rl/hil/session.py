@@ -74,6 +74,7 @@ import numpy as np
 from robot_rl.real.client import BridgeError, CameraError, EStopLatched, RobotClient
 from robot_rl.real.robot import RobotObservation
 from robot_rl.real.teleop.base import Event, Teleop
+from robot_rl.signals import interrupts_deferred
 
 
 class Link(Protocol):
@@ -313,36 +314,39 @@ class Session:
                                             or Event.RERECORD in events)
             rewind_step = operator and rewinding
             rewind_steps += int(rewind_step)
-            ep.states.append(state)
-            ep.actions.append(np.asarray(stored, np.float32))
-            ep.rewards.append(reward)
-            ep.driver_rewards.append(float(nxt.reward))
-            ep.next_states.append(nxt.state)
-            ep.terminated.append(terminated)
-            ep.truncated.append(truncated)
-            ep.success.append(success)
-            ep.intervention.append(operator)
-            for name in self.recorded_cameras:
-                ep.images.setdefault(name, []).append(current.images[name])
-            self.env_steps += 1
-            if self.link is not None:
-                if pending is not None:
-                    if operator and not pending_operator:  # the operator takes over from the policy here
-                        pending["reward"][0] -= self.intervention_penalty
-                    self.link.push(pending)
-                pending_operator = operator
-                pending = {
-                    "obs": state[None].astype(np.float32),
-                    "action": np.asarray(stored, np.float32)[None],
-                    "reward": np.array([reward], np.float32),
-                    "next_obs": nxt.state[None].astype(np.float32),
-                    "terminated": np.array([terminated]),
-                    "truncated": np.array([truncated]),
-                    # Rewind steps are real transitions (online buffer) but not demonstrations (prior buffer).
-                    "intervention": np.array([operator and not rewind_step]),
-                    **self._frames(current, nxt),
-                }
-            state, view, current = nxt.state, self._view(nxt), nxt
+            # Counted and handed on as one: a Ctrl-C or SIGTERM in between would lose this step's transition
+            # on top of the one held back (robot_rl.signals.interrupts_deferred).
+            with interrupts_deferred():
+                ep.states.append(state)
+                ep.actions.append(np.asarray(stored, np.float32))
+                ep.rewards.append(reward)
+                ep.driver_rewards.append(float(nxt.reward))
+                ep.next_states.append(nxt.state)
+                ep.terminated.append(terminated)
+                ep.truncated.append(truncated)
+                ep.success.append(success)
+                ep.intervention.append(operator)
+                for name in self.recorded_cameras:
+                    ep.images.setdefault(name, []).append(current.images[name])
+                self.env_steps += 1
+                if self.link is not None:
+                    if pending is not None:
+                        if operator and not pending_operator:  # the operator takes over from the policy here
+                            pending["reward"][0] -= self.intervention_penalty
+                        self.link.push(pending)
+                    pending_operator = operator
+                    pending = {
+                        "obs": state[None].astype(np.float32),
+                        "action": np.asarray(stored, np.float32)[None],
+                        "reward": np.array([reward], np.float32),
+                        "next_obs": nxt.state[None].astype(np.float32),
+                        "terminated": np.array([terminated]),
+                        "truncated": np.array([truncated]),
+                        # Rewind steps are real transitions (online buffer) but not demonstrations (prior buffer).
+                        "intervention": np.array([operator and not rewind_step]),
+                        **self._frames(current, nxt),
+                    }
+                state, view, current = nxt.state, self._view(nxt), nxt
             if Event.RERECORD in events:
                 label = "rerecord"
                 break

@@ -121,6 +121,28 @@ def test_a_policy_step_stores_the_proposed_action_and_an_operator_step_the_execu
     assert dz[50:].min() >= -1.0 and (dz[50:] > -0.999).all(), dz  # on the floor: the operator's, as executed
 
 
+def test_ctrl_c_while_a_transition_is_handed_on_loses_none_but_the_held_back_one(client):
+    """Ctrl-C (or SIGTERM) could land after the session counted a step and before it handed the previous transition to
+    the learner (LocalLink.push trains there, so on a busy machine it often did): the learner then trailed the run by
+    two transitions, not the one held back (the SIGTERM resume test failed on 23 steps and 21 transitions). The count
+    and the hand-over now run with interrupts deferred."""
+    import os
+    import signal
+
+    class InterruptedLink(ListLink):
+        def push(self, transitions: dict[str, np.ndarray]) -> None:
+            if len(self.chunks) == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C arrives while this chunk is being handed on
+            super().push(transitions)
+
+    link = InterruptedLink()
+    session = Session(client, policy=lambda s: np.zeros(4), link=link, time_limit=10, log=None)
+    with pytest.raises(KeyboardInterrupt):
+        session.run_episode(seed=0)
+    assert len(link.chunks) == 3 and session.env_steps == 4  # the fourth step's transition is the held-back one
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_labels_rerecord_and_recording(client, tmp_path):
     from robot_rl.datasets import DatasetWriter, transition_features
 
