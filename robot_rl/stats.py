@@ -87,9 +87,12 @@ def format_summary(s: dict, digits: int = 0) -> str:
     return f"IQM {f.format(s['iqm'])} [{iqm_ci}], mean {f.format(s['mean'])} [{mean_ci}] ({seeds})"
 
 
-def load_curve(run_dir: str | Path, metric: str = "eval_return_mean", x: str = "env_step") -> dict[float, float]:
-    """{x: metric} from a run directory's metrics.csv (rows without the metric are skipped)."""
-    path = Path(run_dir) / "metrics.csv"
+def load_curve(
+    run_dir: str | Path, metric: str = "eval_return_mean", x: str = "env_step", file: str = "metrics.csv"
+) -> dict[float, float]:
+    """{x: metric} from a run directory's metrics.csv, or another of its logs such as offline pretraining's
+    offline_metrics.csv (rows without the metric are skipped)."""
+    path = Path(run_dir) / file
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run directory?")
     curve: dict[float, float] = {}

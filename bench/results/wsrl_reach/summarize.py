@@ -1,4 +1,5 @@
-"""Summary of run.sh's WSRL and naive fine-tuning runs on arm:reach: per seed, the pretrained policy's success
+"""Summary of run.sh's WSRL and naive fine-tuning runs on arm:reach (or with TASK=push, arm:push: runs/wsrl_push
+summarised into ../wsrl_push): per seed, the pretrained policy's success
 (the step-0 evaluation of the online run, and the offline curve), the lowest online evaluation and the step where
 it came, the success at 20k env steps; over seeds, mean, IQM and 95% bootstrap intervals; the curves with bands.
 The issue's WSRL criterion: no online evaluation below the offline policy's success. Copies each run's small files
@@ -11,9 +12,29 @@ from pathlib import Path
 
 from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent.parent
-RUNS = Path("runs") / "wsrl"
+TASK = os.environ.get("TASK", "reach")
+if TASK not in ("reach", "push"):
+    raise SystemExit(f"TASK must be reach or push, got {TASK}")
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent if TASK == "reach" else ROOT / "bench" / "results" / "wsrl_push"
+RUNS = Path("runs") / ("wsrl" if TASK == "reach" else "wsrl_push")
+ABOUT = {  # what differs between the tasks
+    "reach": {
+        "task": "arm:reach, dense reward (minus the distance to the target); success = within 3 cm, which ends the "
+                "episode; 50-step time limit",
+        "data": "data/reach_mixed: 50 expert, 50 noisy-expert (noise 1.0), 50 random episodes (3,125 transitions)",
+        "evaluation": "every 1k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
+                      "pretrained policy",
+    },
+    "push": {
+        "task": "arm:push, dense shaped reward; success = cube within 5 cm of the target, which ends the episode; "
+                "100-step time limit",
+        "data": "data/push_mixed: 20 expert, 20 noisy-expert (noise 1.0), 10 random episodes (3,162 transitions; the "
+                "collect commands in configs/experiment/wsrl_push.yaml)",
+        "evaluation": "every 2k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
+                      "pretrained policy",
+    },
+}[TASK]
 LABELS = {  # run.sh's KIND[_TAG]
     "wsrl": "WSRL (5k warm-up, then online SAC)",
     "naive": "naive fine-tuning (updates from step 0)",
@@ -27,6 +48,8 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
 }
 
+if TASK == "push":  # experiment=wsrl_push sets train.critic_warmup_updates=2000 (reach's best setting)
+    LABELS["wsrl"] = "WSRL (5k warm-up, 2k critic-only updates, then online SAC)"
 PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k")  # success.png: the other groups are in the json
 
 
@@ -49,16 +72,15 @@ def per_run(run: Path) -> dict:
 def main() -> None:
     os.chdir(ROOT)
     summary: dict = {
-        "task": "arm:reach, dense reward (minus the distance to the target); success = within 3 cm, which ends the "
-                "episode; 50-step time limit",
-        "data": "data/reach_mixed: 50 expert, 50 noisy-expert (noise 1.0), 50 random episodes (3,125 transitions)",
+        "task": ABOUT["task"],
+        "data": ABOUT["data"],
         "pretraining": "IQL, expectile 0.9, running observation normalisation (agent.obs_norm=true), 20k offline "
                        "steps, one pretraining per seed shared by both methods",
         "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false)",
-        "evaluation": "every 1k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
-                      "pretrained policy",
+        "evaluation": ABOUT["evaluation"],
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
-        "commands": "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
+        "commands": "TASK=push run.sh 0 1 2 (push: the three default groups only)" if TASK == "push" else
+                    "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
                     "train.critic_warmup_updates=2000; KINDS=wsrl TAG=cw2k run.sh 0 1 2 -- "
                     "train.critic_warmup_updates=2000 (and cw5k: 5000); KINDS=wsrl TAG=preserve_cw2k run.sh 0 1 2 -- "
@@ -81,7 +103,8 @@ def main() -> None:
             pre = RUNS / f"iql20k_norm_s{r.name.rsplit('_s', 1)[1]}"
             if (pre / "offline_metrics.csv").is_file():
                 offline_curves[pre.name] = {int(k): round(100 * v, 1) for k, v in
-                                            load_curve(pre, "success_rate", x="offline_step").items()}
+                                            load_curve(pre, "success_rate", x="offline_step",
+                                                                 file="offline_metrics.csv").items()}
                 copy_run_files(pre, HERE / pre.name, files=("config.yaml", "offline_metrics.csv"),
                                logs={"output.log": pre.parent / f"{pre.name}.log"})
             copy_run_files(r, HERE / r.name, logs={"output.log": r.parent / f"{r.name}.log"})
@@ -92,7 +115,7 @@ def main() -> None:
         print(kind, {s: (v.get("offline_policy_success"), v["lowest_online_success"], v["success_20k"])
                      for s, v in seeds.items()})
     write_json(summary, HERE / "summary.json")
-    plot_curves(curves, HERE / "success.png", title="arm:reach, from data/reach_mixed", ylabel="success rate")
+    plot_curves(curves, HERE / "success.png", title=f"arm:{TASK}, from data/{TASK}_mixed", ylabel="success rate")
 
 
 if __name__ == "__main__":
