@@ -43,8 +43,8 @@ def close_renderer(renderer: mujoco.Renderer | None) -> None:
 
 def _release_egl_context(gl_context: object) -> bool:
     """Make no EGL context current on this thread; False (nothing done) for a context of another GL backend."""
-    egl = sys.modules.get(type(gl_context).__module__)
-    if type(gl_context).__module__ != "mujoco.egl" or egl is None:
+    if type(gl_context).__module__ != "mujoco.egl":
         return False
+    egl = sys.modules["mujoco.egl"]  # imported: it defines the context's class
     egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_CONTEXT)
     return True
