@@ -20,7 +20,7 @@ import torch
 from ..core import BackendStep, BatchedEnv, EnvOptions, Obs, Reflection
 from ..wrappers import default_time_limit
 from .physics import make_physics
-from .render import close_renderer
+from .render import close_renderer, open_renderer
 from .rng import CounterRNG, ResetRNG
 from .task import SimTask
 
@@ -151,7 +151,7 @@ class SimEnv(BatchedEnv):
         self._check_render(index)
         if self._renderer is None:
             height, width = self._render_size
-            self._renderer = mujoco.Renderer(self._model, height, width)
+            self._renderer = open_renderer(self._model, height, width)
             self._render_data = mujoco.MjData(self._model)
         data = self._render_data
         assert data is not None

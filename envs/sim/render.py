@@ -15,15 +15,45 @@ on its own thread; an env dropped there is collected on whichever thread runs th
 fails with EGL_BAD_ACCESS, which `close` and the envs' `__del__` used to raise. Then this thread is left with no
 context current, so the free reaches no renderer's objects (GL calls without a context do nothing), and the
 context is destroyed once its thread lets go of it.
+
+A renderer still open when the interpreter exits (an env nobody closed) used to print three EGL tracebacks:
+`mujoco.egl` terminates its display from an `atexit` hook, and the renderer's `__del__` ran after it, during
+teardown. `open_renderer` registers the renderers it makes, and an `atexit` hook registered after mujoco's (hooks
+run last-registered first) closes those still open while the display lives.
 """
 
 from __future__ import annotations
 
+import atexit
 import sys
+import weakref
 
 import mujoco
 
-__all__ = ["close_renderer"]
+__all__ = ["close_renderer", "open_renderer"]
+
+_OPEN: weakref.WeakSet[mujoco.Renderer] = weakref.WeakSet()
+_exit_hook_registered = False
+
+
+def open_renderer(model: mujoco.MjModel, height: int, width: int) -> mujoco.Renderer:
+    """`mujoco.Renderer(model, height, width)`, closed at interpreter exit if nothing closed it before (module
+    docstring)."""
+    global _exit_hook_registered
+    renderer = mujoco.Renderer(model, height, width)
+    _OPEN.add(renderer)
+    if not _exit_hook_registered:  # after the first renderer: its GL backend registers its own hook with it
+        atexit.register(_close_open_renderers)
+        _exit_hook_registered = True
+    return renderer
+
+
+def _close_open_renderers() -> None:
+    for renderer in list(_OPEN):
+        try:
+            close_renderer(renderer)
+        except Exception:  # noqa: BLE001 - exiting: a context another thread holds is freed with the process
+            pass
 
 
 def close_renderer(renderer: mujoco.Renderer | None) -> None:

@@ -534,6 +534,24 @@ def test_a_pixel_env_drawn_on_another_thread_closes_without_error_and_leaves_the
         live.close()
 
 
+def test_a_camera_env_left_open_at_exit_closes_quietly() -> None:
+    """mujoco.egl terminates its display from an atexit hook, and an env nobody closed had its renderers freed
+    after it, during interpreter teardown: three EGL tracebacks on stderr at the end of a user's script.
+    `envs/sim/render.open_renderer` closes the still-open renderers from a hook that runs first."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from robot_rl.envs.arm import ArmEnv\n"
+              "env = ArmEnv('push', 'sparse', pixels=True, pixel_size=(32, 32), render_mode='rgb_array', "
+              "render_size=(32, 32))\n"
+              "env.reset(seed=0); env.render()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "EGLError" not in done.stderr, done.stderr
+
+
 def test_closing_or_dropping_a_pixel_env_leaves_the_other_envs_frames_intact() -> None:
     """mujoco's `Renderer.close` freed its render context under whichever GL context was current: closing (or
     garbage-collecting) one camera env made another live one return frames from the wrong camera, upside down
