@@ -63,6 +63,14 @@ def _backend(spec: str) -> tuple[Any, str]:
     )
 
 
+def _options(spec: str, *args: object) -> EnvOptions:
+    """`EnvOptions(*args)`, refusing `full_state` where the spec observes no cameras beside a state."""
+    options = EnvOptions(*args)  # type: ignore[arg-type]
+    if options.full_state and not (spec.startswith("arm:") and spec.endswith("-pixels")):
+        raise ValueError(f"full_state=True: only arm:<task>-pixels specs observe cameras beside a state, got {spec!r}")
+    return options
+
+
 def make_single(
     spec: str,
     seed: int | None = None,
@@ -73,13 +81,14 @@ def make_single(
     render_size: tuple[int, int] = (240, 320),
     camera_id: int | None = None,
     pixel_size: tuple[int, int] | None = None,
+    full_state: bool = False,
 ) -> gym.Env:
     """One gymnasium env for ``spec`` with float32 observations and actions in [-1, 1].
 
     With a ``seed`` the env is reset once with it (and its action space seeded), so the caller's following
     ``reset()`` calls form a reproducible stream. Options are as for ``make``.
     """
-    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size)
+    options = _options(spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state)
     backend, name = _backend(spec)
     env, _ = backend.make_env(name, options)
     if seed is not None:
@@ -100,6 +109,7 @@ def make(
     render_size: tuple[int, int] = (240, 320),
     camera_id: int | None = None,
     pixel_size: tuple[int, int] | None = None,
+    full_state: bool = False,
 ) -> BatchedEnv:
     """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
 
@@ -111,11 +121,13 @@ def make(
         render_size: (height, width) of rendered frames.
         camera_id: camera to render from (dm_control default 0; gymnasium MuJoCo default is the task's).
         pixel_size: (height, width) of camera observations (``arm:...-pixels``; default 84x84).
+        full_state: ``arm:...-pixels`` only: ``state`` is the full task state instead of proprioception (frames
+            for a camera reward classifier beside a state learner; such an env is no pixel task).
     ``seed`` applies to the first ``reset()`` that gets no seed of its own. Unknown options raise TypeError.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    options = EnvOptions(action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size)
+    options = _options(spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state)
     backend, name = _backend(spec)
     if hasattr(backend, "make_batched"):  # steps the whole batch natively instead of a list of envs
         return backend.make_batched(spec, name, num_envs, device, seed, options)

@@ -105,6 +105,9 @@ class EnvOptions:
     # Camera observations' (height, width) where a spec has them (arm -pixels); None: the backend's default.
     # Separate from render_size because a video and the images a network learns from want different sizes.
     pixel_size: tuple[int, int] | None = None
+    # arm -pixels specs: `state` is the full task state instead of proprioception (frames rendered for a camera
+    # reward classifier beside a state learner; robot_rl.classifier_reward). Other backends have no cameras.
+    full_state: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.action_repeat) or self.action_repeat < 1:

@@ -11,6 +11,11 @@ terminates at its own success therefore still ends there; its reward is the clas
 
 `robot-rl train env.reward_classifier=<dir>` wraps its training envs with this (`robot_rl.trainer.make_env`);
 evaluation envs keep the task's own reward and success, so evaluations measure what the learned reward led to.
+On a state task (`arm:<task>` without `-pixels`) the training envs render the classifier's cameras for it
+(`classifier_view`: the `-pixels` variant at the classifier's frame size, with the full state) and `hide_frames`
+passes on only the state: the learner is the state task's, and only its reward comes from the frames. That
+measures a classifier as a reward apart from learning from pixels (the issue's "RLPD on the classifier's reward
+against RLPD on the true reward").
 
 The rule itself (threshold, steps in a row, reset at each episode start) lives in `SuccessStreak` only, so that the
 simulated envs and the robot commands cannot drift apart: `ClassifierReward` runs it batched, `LearnedReward` on
@@ -27,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from robot_rl.classifier import ClassifierError, load_classifier
-from robot_rl.envs.core import BackendStep, BatchedEnv, Obs
+from robot_rl.classifier import ClassifierError, load_classifier, read_classifier_config
+from robot_rl.envs.core import BackendStep, BatchedEnv, Obs, Reflection
 
-__all__ = ["ClassifierReward", "LearnedReward", "SuccessStreak", "check_streak_settings"]
+__all__ = ["ClassifierReward", "LearnedReward", "SuccessStreak", "check_streak_settings", "classifier_view"]
 
 
 def check_streak_settings(threshold: float, consecutive: int) -> None:
@@ -70,7 +75,8 @@ class ClassifierReward(BatchedEnv):
 
     Raises ClassifierError when the directory is missing or not a classifier, or when the classifier's cameras
     (or state size) are not the env's; ValueError for a bad threshold or count, or for `terminate=True` on an env
-    whose sub-envs cannot be reset one at a time.
+    whose sub-envs cannot be reset one at a time. With `hide_frames` the observations passed on (and the
+    `observation_spec`) hold only `state`: the frames were rendered for the classifier alone.
     """
 
     def __init__(
@@ -80,6 +86,7 @@ class ClassifierReward(BatchedEnv):
         threshold: float = 0.5,
         consecutive: int = 1,
         terminate: bool = True,
+        hide_frames: bool = False,
     ) -> None:
         check_streak_settings(threshold, consecutive)
         if terminate and not hasattr(env, "reset_envs"):
@@ -89,14 +96,19 @@ class ClassifierReward(BatchedEnv):
         self.classifier.check_observation_spec(env.observation_spec, f"{classifier_dir} on {env.spec}")
         self.env, self.threshold, self.consecutive, self.terminate = env, float(threshold), int(consecutive), terminate
         self.num_envs, self.device, self.spec = env.num_envs, env.device, env.spec
-        self.observation_spec, self.action_dim = env.observation_spec, env.action_dim
+        self._shown = ("state",) if hide_frames else tuple(env.observation_spec)
+        self.observation_spec = {k: env.observation_spec[k] for k in self._shown}
+        self.action_dim = env.action_dim
         self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
         self.single_observation_space, self.single_action_space = env.single_observation_space, env.single_action_space
         self._streak = SuccessStreak(threshold, consecutive, env.num_envs, env.device)
 
     def _reset(self, seed: int | None) -> Obs:
         self._streak.reset()
-        return self.env.reset(seed=seed)
+        return self._show(self.env.reset(seed=seed))
+
+    def _show(self, obs: Obs) -> Obs:
+        return obs if len(self._shown) == len(obs) else {k: obs[k] for k in self._shown}
 
     def _step(self, action: torch.Tensor) -> BackendStep:
         obs, _, terminated, truncated, info = self.env.step(action)
@@ -119,7 +131,15 @@ class ClassifierReward(BatchedEnv):
         if "success" in info:
             out["env_success"] = info["success"]
         out.update(success=success, classifier_prob=prob)
-        return BackendStep(obs, success.to(torch.float32), terminated, truncated, final, out)
+        return BackendStep(self._show(obs), success.to(torch.float32), terminated, truncated, self._show(final), out)
+
+    def reflection(self) -> Reflection | None:
+        """The env's symmetry (a reward judged on a frame is the mirror image's reward too), without the cameras
+        `hide_frames` hides."""
+        signs = self.env.reflection()
+        if signs is None or len(self._shown) == len(self.env.observation_spec):
+            return signs
+        return Reflection(signs.state, signs.action, tuple(c for c in signs.cameras if c in self._shown))
 
     def render(self, index: int = 0) -> np.ndarray:
         return self.env.render(index)
@@ -129,13 +149,34 @@ class ClassifierReward(BatchedEnv):
         self.env.close()
 
 
-def wrap_if_configured(env: BatchedEnv, classifier_dir: str | None, threshold: float, consecutive: int) -> BatchedEnv:
+def classifier_view(spec: str, classifier_dir: str | os.PathLike[str]) -> tuple[str, tuple[int, int]] | None:
+    """For a state task whose scene can render (`arm:<task>` without `-pixels`): the spec that renders the
+    classifier's cameras and their frame size (module docstring). None for any other spec (its own cameras, if it
+    has them, are what the classifier reads), or for a classifier that reads a state (a state task's full state is
+    not the proprioception it learned from): `ClassifierReward` then names what is missing. ClassifierError for
+    cameras at different sizes."""
+    from robot_rl.envs.arm_specs import PREFIX as ARM
+
+    if not spec.startswith(ARM) or spec.endswith("-pixels"):
+        return None
+    kwargs = read_classifier_config(classifier_dir).get("kwargs", {})
+    if kwargs.get("state_dim"):
+        return None
+    sizes = {tuple(int(v) for v in shape[:2]) for shape in kwargs.get("cameras", {}).values()}
+    if len(sizes) != 1:
+        raise ClassifierError(f"{classifier_dir}: its cameras have different frame sizes {sorted(sizes)}; the "
+                              f"{ARM} tasks render every camera at one size")
+    return f"{spec}-pixels", sizes.pop()
+
+
+def wrap_if_configured(env: BatchedEnv, classifier_dir: str | None, threshold: float, consecutive: int,
+                       hide_frames: bool = False) -> BatchedEnv:
     """`env` with `ClassifierReward` when `classifier_dir` is set (the `env.reward_classifier*` keys of
     `robot-rl train`); a bad directory closes the env and raises ClassifierError naming the key."""
     if not classifier_dir:
         return env
     try:
-        return ClassifierReward(env, classifier_dir, threshold, consecutive)
+        return ClassifierReward(env, classifier_dir, threshold, consecutive, hide_frames=hide_frames)
     except (ClassifierError, ValueError) as e:
         env.close()
         raise ClassifierError(f"env.reward_classifier: {e}") from None

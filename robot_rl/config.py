@@ -36,7 +36,9 @@ class EnvConfig:
     pixel_size: list[int] = _help([84, 84], "camera observations' height and width (arm:<task>-pixels)")
     reward_classifier: str | None = _help(
         None, "a success classifier directory (robot-rl classifier): the training envs' reward becomes 1 when it sees "
-        "success, 0 otherwise, and episodes end there; evaluation keeps the task's own reward and success"
+        "success, 0 otherwise, and episodes end there; evaluation keeps the task's own reward and success. On a "
+        "state arm task (arm:push-sparse) the training envs render the classifier's cameras for it and the learner "
+        "still reads the state"
     )
     reward_classifier_threshold: float = _help(0.5, "classifier probability at or above which a frame is a success")
     reward_classifier_consecutive: int = _help(1, "success needs this many steps in a row above the threshold")

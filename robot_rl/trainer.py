@@ -34,22 +34,34 @@ __all__ = ["EVAL_SEED_OFFSET", "OnlineSAC", "Trainer", "build_agent", "make_env"
 
 def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **options) -> envs.BatchedEnv:
     """The env of `cfg.env`; with `learned_reward` (the training envs) and `env.reward_classifier` set, its reward
-    and success come from that classifier (`robot_rl.classifier_reward`); evaluation envs keep the task's own."""
+    and success come from that classifier (`robot_rl.classifier_reward`); evaluation envs keep the task's own. On
+    a state arm task the training envs render the classifier's cameras for it, and the learner sees the state only."""
+    spec, pixel_size, view = cfg.env.spec, tuple(cfg.env.pixel_size), None
+    classifier = cfg.env.reward_classifier if learned_reward else None
+    if classifier:
+        from robot_rl.classifier import ClassifierError
+        from robot_rl.classifier_reward import classifier_view, wrap_if_configured
+
+        try:
+            view = classifier_view(spec, classifier)
+        except ClassifierError as e:
+            raise ClassifierError(f"env.reward_classifier: {e}") from None
+        if view is not None:
+            spec, pixel_size = view
+            options["full_state"] = True
     env = envs.make(
-        cfg.env.spec,
+        spec,
         num_envs=num_envs,
         device=cfg.device,  # GPU backends (mjx:, warp:, isaaclab:) then simulate where the learner is
         action_repeat=cfg.env.action_repeat,
         max_episode_steps=cfg.env.max_episode_steps,
-        pixel_size=tuple(cfg.env.pixel_size),
+        pixel_size=pixel_size,
         **options,
     )
-    if not learned_reward or not cfg.env.reward_classifier:
+    if not classifier:
         return env
-    from robot_rl.classifier_reward import wrap_if_configured
-
-    return wrap_if_configured(env, cfg.env.reward_classifier, cfg.env.reward_classifier_threshold,
-                              cfg.env.reward_classifier_consecutive)
+    return wrap_if_configured(env, classifier, cfg.env.reward_classifier_threshold,
+                              cfg.env.reward_classifier_consecutive, hide_frames=view is not None)
 
 
 def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:

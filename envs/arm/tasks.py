@@ -46,7 +46,8 @@ With ``pixels=True`` the observation is a dict ``{"state": float32 [7], "pixels/
 "pixels/wrist": uint8 (H, W, 3)}`` (``PIXEL_CAMERAS``; the ``pixels/<camera>`` groups ``CameraFusion`` encodes),
 and ``state`` is proprioception only (``PROPRIO_KEYS``: ``ee_pos``, ``ee_vel``, ``gripper``, in that order): the
 cube and the target are what the cameras are for, and a position of either in the state would let a learner
-solve the task without looking. ``front`` is the fixed camera in front of the table, ``wrist`` rides on the
+solve the task without looking (``full_state=True`` keeps the full state instead, for a reward classifier's frames
+beside a state learner). ``front`` is the fixed camera in front of the table, ``wrist`` rides on the
 hand looking along the gripper (see ``robot_rl.envs.arm.model``).
 
 Tasks (time limits in control steps are ``TIME_LIMITS``; sampling boxes in ``robot_rl.envs.arm.constants``).
@@ -95,12 +96,11 @@ import mujoco
 import numpy as np
 import torch
 
-from ..sim.render import close_renderer
+from ..sim.render import close_renderer, open_renderer
 from .constants import (
     CONTROL_DT,
     MIRROR_CAMERAS,
     PIXEL_CAMERAS,
-    PROPRIO_DIM,
     PROPRIO_INDEX,
     PROPRIO_MIRROR_SIGN,
     STATE_DIM,
@@ -116,6 +116,9 @@ class ArmEnv(gym.Env):
         pixels: observe ``{"state": proprioception, "pixels/front": ..., "pixels/wrist": ...}`` instead of the full
             state vector (see the module docstring).
         pixel_size: (height, width) of each camera image.
+        full_state: with ``pixels``, ``state`` is the full task state (as without ``pixels``) instead of the
+            proprioception: frames for a camera reward classifier beside a learner that reads the scene's state
+            (``robot-rl train env.reward_classifier=`` on a state task), not a pixel task (it leaks the scene).
         render_mode: None or ``"rgb_array"`` (``render()`` then returns a frame of ``render_size``).
         render_size: (height, width) of ``render()`` frames.
         camera: camera name or id for ``render()`` (default the fixed ``"front"`` camera); pixel observations
@@ -138,6 +141,7 @@ class ArmEnv(gym.Env):
         *,
         pixels: bool = False,
         pixel_size: tuple[int, int] = (84, 84),
+        full_state: bool = False,
         render_mode: str | None = None,
         render_size: tuple[int, int] = (240, 320),
         camera: str | int = "front",
@@ -175,19 +179,19 @@ class ArmEnv(gym.Env):
         self._full_state: np.ndarray | None = None  # of the latest observation (``privileged_state``)
         self._pixel_renderer: mujoco.Renderer | None = None
         self._pixel_cameras = {f"pixels/{name}": m.camera(name).id for name in PIXEL_CAMERAS}
-        self._proprio = np.asarray(PROPRIO_INDEX)
+        self._proprio = np.asarray(PROPRIO_INDEX) if not full_state else np.arange(STATE_DIM)
         if pixels:
-            self._pixel_renderer = mujoco.Renderer(m, *pixel_size)
+            self._pixel_renderer = open_renderer(m, *pixel_size)
             # Shadows cost several times the plain render on a software GL (llvmpipe); observations skip them.
             self._pixel_renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
         self._renderer: mujoco.Renderer | None = None
         if render_mode == "rgb_array":
-            self._renderer = mujoco.Renderer(m, *render_size)
+            self._renderer = open_renderer(m, *render_size)
 
         if pixels:
             image = gym.spaces.Box(0, 255, (*pixel_size, 3), np.uint8)
             self.observation_space = gym.spaces.Dict(
-                {"state": gym.spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32),
+                {"state": gym.spaces.Box(-np.inf, np.inf, (len(self._proprio),), np.float32),
                  **{group: image for group in self._pixel_cameras}}
             )
         else:
@@ -267,13 +271,15 @@ class ArmEnv(gym.Env):
 
     def reflection(self) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None:
         """(state signs, action signs, mirrored camera groups): ``ArmTask.reflection`` and no camera for the state
-        observation; with ``pixels=True`` the proprioception's signs and both cameras (``MIRROR_CAMERAS``)."""
+        observation; with ``pixels=True`` the proprioception's signs (the full state's with ``full_state``) and both
+        cameras (``MIRROR_CAMERAS``)."""
         signs = self.arm_task.reflection()
         if signs is None:
             return None
         if self._pixel_renderer is None:
             return signs[0], signs[1], ()
-        return PROPRIO_MIRROR_SIGN.copy(), signs[1], MIRROR_CAMERAS
+        state_signs = signs[0] if len(self._proprio) == STATE_DIM else PROPRIO_MIRROR_SIGN.copy()
+        return state_signs, signs[1], MIRROR_CAMERAS
 
     def hold(self) -> None:
         """Freeze the servo targets on the measured pose (``ArmTask.hold``); time does not advance."""

@@ -355,6 +355,58 @@ def test_train_learns_from_the_classifier_reward_end_to_end(tmp_path: Path, trai
     assert torch.equal(replay["reward"], torch.ones(40, 1)) and bool(replay["terminated"].all())
 
 
+def always_success(path: Path, cameras: dict) -> Path:
+    """A saved classifier that calls every frame a success (its last bias +20), whatever it is shown."""
+    model = SuccessClassifier(cameras, **{k: v for k, v in FAST.items() if k != "batch_size"})
+    with torch.no_grad():
+        model.head[-1].bias.fill_(20.0)
+    save_classifier(model, path)
+    return path
+
+
+def test_a_state_arm_task_renders_the_classifiers_frames_and_the_learner_reads_the_state(tmp_path: Path) -> None:
+    """`train env.spec=arm:push-sparse env.reward_classifier=<dir>`: a state task has no cameras, so the training
+    envs are the -pixels variant with the full state, at the classifier's frame size; the learner sees only the
+    state (what the state task observes: the same numbers from the same seed), the reward is the classifier's, and
+    the mirror symmetry stays (without the hidden cameras). Before, the classifier found no camera to read."""
+    from robot_rl import checkpoint
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import make_env
+
+    clf = always_success(tmp_path / "clf", {"pixels/front": [SIZE, SIZE, 3]})
+    cfg = compose_train_config(["env.spec=arm:push-sparse", f"env.reward_classifier={clf}"])
+    with make_env(cfg, 2, learned_reward=True) as env, envs.make("arm:push-sparse", 2) as plain:
+        assert env.observation_spec == plain.observation_spec == {"state": ((29,), torch.float32)}
+        obs, first = env.reset(seed=3), plain.reset(seed=3)
+        assert obs.keys() == {"state"} and torch.equal(obs["state"], first["state"])
+        _, reward, terminated, _, info = env.step(torch.zeros(2, 4))
+        assert torch.equal(reward, torch.ones(2)) and bool(terminated.all()) and not bool(info["env_success"].any())
+        assert info["final_obs"].keys() == {"state"}
+        reflection, own = env.reflection(), plain.reflection()
+        assert reflection.cameras == () and torch.equal(reflection.state, own.state)
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=arm:push-sparse", f"env.reward_classifier={clf}", "train.steps=30",
+                 "train.learning_starts=20", "agent=sac", "agent.hidden_dims=[16,16]", "agent.batch_size=8",
+                 "train.mirror_online=true", "env.num_eval_envs=1", "train.eval_every=30", "train.replay_capacity=100",
+                 "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    state = checkpoint.load(run / "checkpoints" / "latest.pt")
+    replay = state["method"]["replay"] if "method" in state else state["replay"]
+    assert not any(k.startswith("pixels") for k in replay["obs"])
+    assert bool((replay["reward"][:30] == 1).all()) and bool(replay["terminated"][:30].all())
+
+
+def test_a_classifier_a_state_task_cannot_render_for_is_one_clear_error(tmp_path: Path) -> None:
+    from robot_rl.classifier_reward import classifier_view
+
+    mixed = always_success(tmp_path / "mixed", {"pixels/front": [SIZE, SIZE, 3], "pixels/wrist": [16, 16, 3]})
+    with pytest.raises(ClassifierError, match=r"different frame sizes \[\(16, 16\), \(32, 32\)\]"):
+        classifier_view("arm:push", mixed)
+    assert classifier_view("arm:push-pixels", mixed) is None  # observes cameras: checked against them as before
+    assert classifier_view("gym:Pendulum-v1", mixed) is None  # nothing to render: ClassifierReward names the camera
+    with pytest.raises(ValueError, match="full_state=True: only arm:<task>-pixels specs"):
+        envs.make("arm:push", full_state=True)
+
+
 @pytest.mark.parametrize("args, expected", [
     (["train", "env.reward_classifier_threshold=0"], "env.reward_classifier_threshold must be in (0, 1]"),
     (["train", "env.reward_classifier_consecutive=0"], "env.reward_classifier_consecutive must be >= 1"),

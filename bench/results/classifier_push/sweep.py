@@ -1,4 +1,4 @@
-"""Usage: python sweep.py <dataset> <out.json> NAME=KEY:VALUE,KEY:VALUE ... [--train 20] [--seeds 0,1,2]
+"""Usage: python sweep.py <dataset> <out.json> NAME=KEY:VALUE,KEY:VALUE ... [--train 20] [--seeds 0,1,2] [--save DIR]
        python sweep.py <dataset> <out.json> --report   (the table of every entry, from the saved probabilities)
 
 Trains `robot-rl classifier`'s model (`robot_rl.classifier_train.train_classifier`) under several settings on one
@@ -9,7 +9,8 @@ Each setting is NAME=key:value,... over `TrainSettings` fields plus `cameras` (f
 setting and seed: precision and recall at 0.5 and the reported thresholds, and the held-out errors by the frame's
 cube-to-target distance (`distances.npy`: success is < 5 cm), to show how many errors sit at the boundary, and
 the classifier as a terminating reward on each held-out episode (`episode_view`), and the held-out frames'
-probabilities beside the json (`<out stem>_<name>_s<seed>_prob.npy`)."""
+probabilities beside the json (`<out stem>_<name>_s<seed>_prob.npy`). `--save DIR` also saves each classifier as
+`DIR/<name>_s<seed>` (`robot-rl classifier`'s format: `robot-rl train env.reward_classifier=` reads it)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robot_rl.classifier import save_classifier
 from robot_rl.classifier_train import LabelledFrames, TrainSettings, load_labelled_frames, train_classifier
 
 BANDS_CM = (0.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 100.0)
@@ -119,6 +121,7 @@ def main() -> None:
     p.add_argument("--report", action="store_true", help="only recompute the views from saved probabilities")
     p.add_argument("--train", type=int, default=20)
     p.add_argument("--seeds", default="0")
+    p.add_argument("--save", help="directory to save each trained classifier in, as <name>_s<seed>")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.report:
@@ -164,6 +167,9 @@ def main() -> None:
                   f"{[v['errors'] for v in bands.values()]} of {[v['frames'] for v in bands.values()]} | "
                   f"{seconds:.0f}s", flush=True)
             np.save(Path(a.out).with_name(f"{Path(a.out).stem}_{name}_s{seed}_prob.npy"), prob.numpy())
+            if a.save:
+                save_classifier(model, Path(a.save) / f"{name}_s{seed}", metrics,
+                                {"dataset": a.dataset, "train_episodes": a.train, "setting": spec})
 
 
 if __name__ == "__main__":
