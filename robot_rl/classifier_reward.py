@@ -29,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -100,7 +101,10 @@ class ClassifierReward(BatchedEnv):
         self.observation_spec = {k: env.observation_spec[k] for k in self._shown}
         self.action_dim = env.action_dim
         self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
-        self.single_observation_space, self.single_action_space = env.single_observation_space, env.single_action_space
+        space = env.single_observation_space
+        if hide_frames and isinstance(space, gym.spaces.Dict):
+            space = space["state"]  # what a state task's sub-env observes
+        self.single_observation_space, self.single_action_space = space, env.single_action_space
         self._streak = SuccessStreak(threshold, consecutive, env.num_envs, env.device)
 
     def _reset(self, seed: int | None) -> Obs:

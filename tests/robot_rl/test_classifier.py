@@ -377,6 +377,7 @@ def test_a_state_arm_task_renders_the_classifiers_frames_and_the_learner_reads_t
     cfg = compose_train_config(["env.spec=arm:push-sparse", f"env.reward_classifier={clf}"])
     with make_env(cfg, 2, learned_reward=True) as env, envs.make("arm:push-sparse", 2) as plain:
         assert env.observation_spec == plain.observation_spec == {"state": ((29,), torch.float32)}
+        assert env.single_observation_space == plain.single_observation_space
         obs, first = env.reset(seed=3), plain.reset(seed=3)
         assert obs.keys() == {"state"} and torch.equal(obs["state"], first["state"])
         _, reward, terminated, _, info = env.step(torch.zeros(2, 4))
