@@ -63,7 +63,7 @@ def plot(runs: list[Path]) -> None:
 
 def settings(run: Path) -> dict:
     """The settings the run's group varies (its config.yaml): the discount, the mirror images, the intervention
-    penalty (keys a run from before they existed lacks are their defaults)."""
+    penalty, the updates per transition (keys a run from before they existed lacks are their defaults)."""
     import yaml
 
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -71,7 +71,7 @@ def settings(run: Path) -> dict:
             **{k: config.get(k, default) for k, default in
                (("mirror_demos", False), ("mirror_online", False), ("intervention_penalty", 0.0),
                 ("teleop", "scripted"), ("distributed", False))},
-            "demos_path": config.get("demos")}
+            "updates_per_transition": float(config.get("updates_per_transition", 1.0)), "demos_path": config.get("demos")}
 
 
 def describe(config: dict) -> dict[str, str]:
@@ -116,8 +116,8 @@ def main() -> None:
     summary = {
         "task": "sim_arm push, sparse reward (1 on success, which ends the episode), served by serve-robot at 20 Hz",
         **(describe(settings(runs[0])) if runs else {}),
-        "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics) with the settings below; one update "
-                 "per transition, each with agent_utd critic steps",
+        "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics) with the settings below; "
+                 "updates_per_transition updates per transition, each with agent_utd critic steps",
         **(settings(runs[0]) if runs else {}),
         "steps": "12k env steps (= agent steps, action repeat 1)",
         "evaluation": "training episodes (no separate evaluation on a robot); deploy: 50 episodes of the run's "
