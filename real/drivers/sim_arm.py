@@ -91,7 +91,8 @@ class SimArm(Robot):
         # With cameras, the env lives on one thread of its own: its OpenGL context must only be current there.
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sim-arm-gl") if self.pixels else None
         try:
-            self.env = self._call(ArmEnv, task, reward, control_hz=control_hz, pixels=self.pixels, pixel_size=size)
+            self.env = self._call(ArmEnv, task, reward, control_hz=control_hz, pixels=self.pixels, pixel_size=size,
+                                  full_state=self.full_state)
         except BaseException:
             if self._thread is not None:
                 self._thread.shutdown(wait=False)
@@ -100,11 +101,9 @@ class SimArm(Robot):
         d = self.env.max_delta
         proprio = self.pixels and not self.full_state
         layout = STATE_LAYOUT if not proprio else _proprio_layout()
-        # The task's y -> -y symmetry (push, pick_place): the served state's signs (the full state's also beside
-        # the frames) and, with cameras, both of them (they lie in the mirror plane: MIRROR_CAMERAS).
+        # The task's y -> -y symmetry (push, pick_place): the served state's signs (the env's: the full state's also
+        # beside the frames) and, with cameras, both of them (they lie in the mirror plane: MIRROR_CAMERAS).
         signs = self.env.reflection()
-        if signs is not None and not proprio:
-            signs = (self.env.arm_task.reflection()[0], *signs[1:])
         self.spec = RobotSpec(
             name=f"sim_arm:{task}" + ("-sparse" if reward == "sparse" else "") + ("-pixels" if self.pixels else ""),
             state_dim=PROPRIO_DIM if proprio else STATE_DIM,
@@ -152,14 +151,7 @@ class SimArm(Robot):
         """(state, frames by camera name) from the env's observation."""
         if not self.pixels:
             return obs, {}
-        images = {name: obs[f"pixels/{name}"] for name in PIXEL_CAMERAS}
-        if self.full_state:  # the env gave proprioception; the full state is its task's observation
-            return self._call(self._full_state), images
-        return obs["state"], images
-
-    def _full_state(self) -> np.ndarray:
-        qpos, qvel = self.env.physics.state()
-        return self.env.arm_task.observe(qpos, qvel)[0].numpy()
+        return obs["state"], {name: obs[f"pixels/{name}"] for name in PIXEL_CAMERAS}
 
     def _stamp(self) -> float:
         return self._clock0 + self._sim_s
