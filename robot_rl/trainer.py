@@ -22,7 +22,7 @@ from robot_rl.agents.sac import SAC, camera_groups
 from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.envs.core import Reflection
 from robot_rl.evaluation import record_video
-from robot_rl.logger import Episodes
+from robot_rl.logger import METRIC_COLUMNS, Episodes
 from robot_rl.offline import pretrain
 from robot_rl.policies.encoders import BackboneWeightsError
 from robot_rl.prior_data import OfflineData
@@ -30,6 +30,11 @@ from robot_rl.replay import ReplayBuffer
 from robot_rl.runner import EVAL_SEED_OFFSET, MethodDefaults, Runner, RunSettings, prepare
 
 __all__ = ["EVAL_SEED_OFFSET", "OnlineSAC", "Trainer", "build_agent", "make_env"]
+
+# metrics.csv's extra columns with env.reward_classifier: the training episodes' ends judged by the classifier
+# (train_success_rate) and by the task, and how often the classifier called a success the task did not, or missed one
+LEARNED_REWARD_COLUMNS = ["train_success_rate", "train_env_success_rate", "train_reward_false_success",
+                          "train_reward_missed_success"]
 
 
 def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **options) -> envs.BatchedEnv:
@@ -208,6 +213,12 @@ class OnlineSAC(MethodDefaults):
         self._obs = next_obs
         self.env_steps += n
         metrics: dict[str, Any] = {"episode_return": Episodes(info["episode_return"], done)}
+        if "env_success" in info:  # a learned reward (env.reward_classifier): its verdicts against the task's own
+            learned, task = info["success"], info["env_success"]
+            metrics |= {"success": Episodes(learned.float(), done),
+                        "train_env_success_rate": Episodes(task.float(), done),
+                        "train_reward_false_success": Episodes((learned & ~task).float(), done),
+                        "train_reward_missed_success": Episodes((task & ~learned).float(), done)}
         batch_size = cfg.agent.batch_size
         if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
             for _ in range(self.updates_per_step):
@@ -307,6 +318,7 @@ class Trainer(Runner):
         settings = RunSettings(
             steps=t.steps, eval_every=t.eval_every, checkpoint_every=t.checkpoint_every, seed=cfg.seed,
             command="train", title=cfg.env.spec, quiet=cfg.quiet,
+            columns=[*METRIC_COLUMNS, *LEARNED_REWARD_COLUMNS] if cfg.env.reward_classifier else None,
         )
         super().__init__(method, eval_env, run_dir, cfg, settings, resume=resume)
 

@@ -4,6 +4,7 @@ loop that follows the env contract (info["success"] describes the observation th
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import gymnasium as gym
@@ -394,6 +395,10 @@ def test_a_state_arm_task_renders_the_classifiers_frames_and_the_learner_reads_t
     replay = state["method"]["replay"] if "method" in state else state["replay"]
     assert not any(k.startswith("pixels") for k in replay["obs"])
     assert bool((replay["reward"][:30] == 1).all()) and bool(replay["terminated"][:30].all())
+    # each training episode's end judged both ways: the classifier's success, never the task's
+    row = next(csv.DictReader((run / "metrics.csv").open()))
+    assert float(row["train_success_rate"]) == 1.0 and float(row["train_env_success_rate"]) == 0.0
+    assert float(row["train_reward_false_success"]) == 1.0 and float(row["train_reward_missed_success"]) == 0.0
 
 
 def test_a_classifier_a_state_task_cannot_render_for_is_one_clear_error(tmp_path: Path) -> None:
