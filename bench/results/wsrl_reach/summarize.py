@@ -1,5 +1,6 @@
 """Summary of run.sh's WSRL and naive fine-tuning runs on arm:reach (or with TASK=push, arm:push: runs/wsrl_push
-summarised into ../wsrl_push): per seed, the pretrained policy's success
+summarised into ../wsrl_push; with TASK=push-sparse, arm:push-sparse into ../wsrl_push_sparse): per seed, the
+pretrained policy's success
 (the step-0 evaluation of the online run, and the offline curve), the lowest online evaluation and the step where
 it came, the success at 20k env steps; over seeds, mean, IQM and 95% bootstrap intervals; the curves with bands.
 The issue's WSRL criterion: no online evaluation below the offline policy's success. Copies each run's small files
@@ -13,11 +14,13 @@ from pathlib import Path
 from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
 
 TASK = os.environ.get("TASK", "reach")
-if TASK not in ("reach", "push"):
-    raise SystemExit(f"TASK must be reach or push, got {TASK}")
+if TASK not in ("reach", "push", "push-sparse"):
+    raise SystemExit(f"TASK must be reach, push or push-sparse, got {TASK}")
 ROOT = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent if TASK == "reach" else ROOT / "bench" / "results" / "wsrl_push"
-RUNS = Path("runs") / ("wsrl" if TASK == "reach" else "wsrl_push")
+FOLDER = {"reach": "wsrl_reach", "push": "wsrl_push", "push-sparse": "wsrl_push_sparse"}[TASK]
+HERE = ROOT / "bench" / "results" / FOLDER
+RUNS = Path("runs") / ("wsrl" if TASK == "reach" else FOLDER)
+DATA = {"reach": "data/reach_mixed", "push": "data/push_mixed", "push-sparse": "data/push_sparse_mixed"}[TASK]
 ABOUT = {  # what differs between the tasks
     "reach": {
         "task": "arm:reach, dense reward (minus the distance to the target); success = within 3 cm, which ends the "
@@ -31,6 +34,15 @@ ABOUT = {  # what differs between the tasks
                 "100-step time limit",
         "data": "data/push_mixed: 20 expert, 20 noisy-expert (noise 1.0), 10 random episodes (3,162 transitions; the "
                 "collect commands in configs/experiment/wsrl_push.yaml)",
+        "evaluation": "every 2k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
+                      "pretrained policy",
+    },
+    "push-sparse": {
+        "task": "arm:push-sparse, reward 1 on success (cube within 5 cm of the target, which ends the episode), else "
+                "0; 100-step time limit; experiment=wsrl_push_sparse: rlpd_push's gamma 0.95, two critic steps per "
+                "env step and mirrored online data",
+        "data": "data/push_sparse_mixed: 20 expert, 20 noisy-expert (noise 1.0), 10 random episodes (3,162 "
+                "transitions; the collect commands in configs/experiment/wsrl_push_sparse.yaml)",
         "evaluation": "every 2k env steps, 20 episodes (one per eval env), deterministic actor; step 0 = the "
                       "pretrained policy",
     },
@@ -48,7 +60,7 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
 }
 
-if TASK == "push":  # experiment=wsrl_push sets train.critic_warmup_updates=2000 (reach's best setting)
+if TASK != "reach":  # experiment=wsrl_push (and wsrl_push_sparse) sets train.critic_warmup_updates=2000 (reach's best setting)
     LABELS["wsrl"] = "WSRL (5k warm-up, 2k critic-only updates, then online SAC)"
 PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k")  # success.png: the other groups are in the json
 
@@ -79,7 +91,7 @@ def main() -> None:
         "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false)",
         "evaluation": ABOUT["evaluation"],
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
-        "commands": "TASK=push run.sh 0 1 2 (push: the three default groups only)" if TASK == "push" else
+        "commands": f"TASK={TASK} run.sh 0 1 2 (the three default groups only)" if TASK != "reach" else
                     "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
                     "train.critic_warmup_updates=2000; KINDS=wsrl TAG=cw2k run.sh 0 1 2 -- "
@@ -115,7 +127,7 @@ def main() -> None:
         print(kind, {s: (v.get("offline_policy_success"), v["lowest_online_success"], v["success_20k"])
                      for s, v in seeds.items()})
     write_json(summary, HERE / "summary.json")
-    plot_curves(curves, HERE / "success.png", title=f"arm:{TASK}, from data/{TASK}_mixed", ylabel="success rate")
+    plot_curves(curves, HERE / "success.png", title=f"arm:{TASK}, from {DATA}", ylabel="success rate")
 
 
 if __name__ == "__main__":
