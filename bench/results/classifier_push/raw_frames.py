@@ -22,6 +22,7 @@ import torch
 from robot_rl.envs.arm import ArmEnv
 from robot_rl.envs.arm.constants import STATE_LAYOUT
 from robot_rl.envs.arm.experts import ScriptedExpert
+from sweep import episode_view  # this folder's: the classifier as a terminating reward, per episode
 
 from robot_rl.classifier import load_classifier
 from robot_rl.stats import summarize, write_json
@@ -52,8 +53,7 @@ def main() -> None:
     clf = load_classifier(a.classifier)
     env = ArmEnv("push", "sparse", pixels=True, pixel_size=(64, 64), full_state=True)
     policy = run_policy(a.run) if a.run else None
-    hits, labels, fire_distance = [], [], []
-    ends = dict(early=0, on_time=0, late=0, never=0, failed_fired=0, failed_quiet=0)
+    probs, labels, episode, fire_distance = [], [], [], []
     for e in range(a.episodes):
         expert = ScriptedExpert("push", 1, noise=[0.1, 0.3, 1.0][e % 3], seed=5000 + e)
         obs, _ = env.reset(seed=5000 + e)
@@ -62,23 +62,20 @@ def main() -> None:
             state = obs["state"]
             action = policy(state) if policy else expert.act(torch.from_numpy(state)[None])[0].numpy()
             obs, _, _, _, info = env.step(action)
-            fire = float(clf.probability({"pixels/front": torch.from_numpy(obs["pixels/front"])[None]})[0]) >= 0.5
-            hits.append(fire)
+            prob = float(clf.probability({"pixels/front": torch.from_numpy(obs["pixels/front"])[None]})[0])
+            probs.append(prob)
             labels.append(bool(info["success"]))
-            if fire and first_fire is None:
+            episode.append(e)
+            if prob >= 0.5 and first_fire is None:
                 first_fire = t
                 fire_distance.append(float(np.linalg.norm(obs["state"][TO_TARGET][:2])))
             first_success = t if info["success"] and first_success is None else first_success
             if first_success is not None and (policy or t - first_success >= 20):
                 break
-        if first_success is None:
-            ends["failed_fired" if first_fire is not None else "failed_quiet"] += 1
-        elif first_fire is None:
-            ends["never"] += 1
-        else:
-            ends["early" if first_fire < first_success else "on_time" if first_fire == first_success else "late"] += 1
     env.close()
-    hit, label = np.array(hits), np.array(labels)
+    hit, label = np.array(probs) >= 0.5, np.array(labels)
+    # on time = at the task's first success frame: the task ends there, so a later verdict rewards nothing
+    ends = episode_view(np.array(probs), label, np.array(episode), 0.5, k=1, slack=0)
     result = {"classifier": a.classifier, "actor": str(a.run) if a.run else "scripted expert, noise 0.1/0.3/1.0",
               "episodes": a.episodes, "frames": int(label.size), "success_frames": int(label.sum()),
               "precision": round(float((hit & label).sum() / max(hit.sum(), 1)), 3),

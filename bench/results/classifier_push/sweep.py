@@ -28,10 +28,13 @@ from robot_rl.classifier_train import LabelledFrames, TrainSettings, load_labell
 BANDS_CM = (0.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 100.0)
 
 
-def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, threshold: float, k: int) -> dict:
+def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, threshold: float, k: int,
+                 slack: int | None = None) -> dict:
     """The classifier as a terminating reward (k frames in a row at or above `threshold`) on each held-out episode:
-    in an episode that succeeds, does it fire before the first success frame (early), within a frame of the k-th
-    success frame (on time), later, or never; in an episode that never succeeds, does it fire."""
+    in an episode that succeeds, does it fire before the first success frame (early), at most `slack` frames after
+    it (on time; default k: within a frame of the k-th success frame), later, or never; in an episode that never
+    succeeds, does it fire."""
+    slack = k if slack is None else slack
     counts = dict(early=0, on_time=0, late=0, never=0, failed_fired=0, failed_quiet=0)
     for e in np.unique(episode):
         hits, labels = prob[episode == e] >= threshold, label[episode == e]
@@ -47,7 +50,7 @@ def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, thres
         elif fire is None:
             counts["never"] += 1
         else:
-            counts["early" if fire < first else "on_time" if fire <= first + k else "late"] += 1
+            counts["early" if fire < first else "on_time" if fire <= first + slack else "late"] += 1
     return counts
 
 
