@@ -40,7 +40,8 @@ class CollectArgs:
     env: CollectEnvArgs = field(default_factory=CollectEnvArgs)
     out: str = _help("", "dataset directory to write")
     episodes: int = _help(20, "finished episodes to record")
-    policy: str = _help("expert", "expert (the task's scripted expert), random, or a checkpoint file (.pt)")
+    policy: str = _help("expert", "expert (the task's scripted expert), random, or a checkpoint file (.pt; "
+                        "one trained on arm:<task> also records in arm:<task>-pixels, acting on the full state)")
     noise: float = _help(0.0, "std of Gaussian noise added to the policy's actions (clipped to [-1, 1])")
     seed: int = _help(0, "seed of the envs and the noise")
     append: bool = _help(False, "add episodes to an existing dataset instead of refusing to overwrite it")
@@ -49,7 +50,13 @@ class CollectArgs:
 
 
 def checkpoint_policy(path: Path, env: envs.BatchedEnv, device: str = "cpu") -> Policy:
-    """The stochastic SAC policy of a training checkpoint (latest.pt, best.pt or pretrained.pt)."""
+    """The stochastic SAC policy of a training checkpoint (latest.pt, best.pt or pretrained.pt).
+
+    A policy trained on a state arm task (`arm:push-sparse`) recording in its camera variant
+    (`arm:push-sparse-pixels`) acts on the simulator's full state (`env.privileged_state()`, which is that state
+    task's observation) while the dataset gets the camera variant's observation: how the frames of what a state
+    policy does are recorded, e.g. a policy trained on a reward classifier's reward, whose false positives the
+    classifier is then trained again on (HIL-SERL's second round of labels)."""
     from robot_rl import checkpoint
     from robot_rl.agents.sac import SAC, SACConfig
     from robot_rl.agents.sac import camera_groups as cameras
@@ -57,13 +64,21 @@ def checkpoint_policy(path: Path, env: envs.BatchedEnv, device: str = "cpu") -> 
     state = checkpoint.load(path)
     if "agent" not in state or "config" not in state:
         raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint (no agent/config in it)")
-    (obs_dim,) = env.observation_spec["state"][0]
-    agent = SAC(obs_dim, env.action_dim, SACConfig(**state["config"]["agent"]), device=device,
-                cameras=cameras(env.observation_spec))
+    trained_on = str(state["config"].get("env", {}).get("spec", ""))
+    privileged = bool(trained_on) and env.spec == f"{trained_on}-pixels"
+    if privileged:
+        obs_dim, groups = int(env.privileged_state().shape[1]), []
+    else:
+        (obs_dim,) = env.observation_spec["state"][0]
+        groups = cameras(env.observation_spec)
+    agent = SAC(obs_dim, env.action_dim, SACConfig(**state["config"]["agent"]), device=device, cameras=groups)
     try:
         agent.load_state_dict(state["agent"])
     except RuntimeError as e:
-        raise checkpoint.CheckpointError(f"{path} was trained on a different task than {env.spec} ({e})") from e
+        raise checkpoint.CheckpointError(f"{path} was trained on {trained_on or 'a different task'}, not on "
+                                         f"{env.spec} or its state task ({e})") from e
+    if privileged:
+        return lambda obs: agent.act({"state": env.privileged_state().to(device)}).to(env.device)
     return lambda obs: agent.act(obs).to(env.device)
 
 
@@ -113,6 +128,7 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
     env = envs.make(args.env.spec, num_envs=args.env.num_envs, seed=args.seed,
                     max_episode_steps=args.env.max_episode_steps, pixel_size=tuple(args.env.pixel_size))
     try:
+        obs = env.reset(seed=args.seed)  # before the policy: a privileged one reads the full state's size
         policy, reset_policy = make_policy(args, env)
         (state_dim,) = env.observation_spec["state"][0]
         # Camera group pixels/<camera> -> video feature observation.images.<camera>; other groups are not recorded.
@@ -129,7 +145,6 @@ def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
             message(f"warning: {args.out} already holds episodes of task(s) {', '.join(others)}; adding episodes of "
                     f"{task!r} (a learner reading the dataset mixes them)")
         recorder = EpisodeRecorder(writer, env.num_envs, task=task, obs_keys={"state": STATE, **cameras})
-        obs = env.reset(seed=args.seed)
         reset_policy(torch.ones(env.num_envs, dtype=torch.bool, device=env.device))
         # Exactly `episodes` episodes: each env records only episodes that were assigned when they started.
         active = torch.arange(env.num_envs) < args.episodes

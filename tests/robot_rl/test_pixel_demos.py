@@ -290,3 +290,47 @@ def test_cached_embeddings_run_the_backbone_once_per_camera_and_step(tmp_path) -
     expected = method.agent.for_replay({k: finals[3][k] for k in method.groups})
     for group in CAMERAS:
         torch.testing.assert_close(added[3][group], expected[group])
+
+
+def test_a_state_policy_records_in_its_camera_variant_acting_on_the_full_state(tmp_path, monkeypatch) -> None:
+    """`robot-rl collect env.spec=arm:push-sparse-pixels policy=<checkpoint of arm:push-sparse>`: the policy reads
+    the simulator's full state (its own task's observation) while the dataset gets proprioception and frames; how the
+    frames of what a policy trained on a classifier's reward does are recorded to train the classifier again.
+    Before, the checkpoint was built for the camera task's 7-number state and refused (a different task). A
+    checkpoint of another state task is still refused, naming both."""
+    from robot_rl import checkpoint
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    cfg = compose_train_config([
+        "env.spec=arm:push-sparse", "train.steps=20", "train.learning_starts=10", "agent=sac",
+        "agent.hidden_dims=[32,32]", "agent.batch_size=8", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1",
+        "train.eval_every=20", "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1"])
+    Trainer(cfg, tmp_path / "run").run()
+    calls, make = [], envs.make
+
+    def make_counting(*a, **kw):  # the env whose privileged_state() the policy reads, counted
+        env = make(*a, **kw)
+        real = env.privileged_state
+        env.privileged_state = lambda: calls.append(1) or real()
+        return env
+
+    monkeypatch.setattr(envs, "make", make_counting)
+    args = CollectArgs(env=CollectEnvArgs(spec=SPEC, num_envs=2, max_episode_steps=4, pixel_size=list(SIZE)),
+                       out=str(tmp_path / "policy"), episodes=3, policy=str(tmp_path / "run/checkpoints/latest.pt"))
+    assert collect(args, message=lambda m: None)["episodes"] == 3
+    data = read_dataset(tmp_path / "policy", load_images=True)
+    assert data.obs.shape[1] == len(PROPRIO_INDEX) and len(data.episodes.index) == 3
+    assert data.images["observation.images.front"].float().mean() > 10
+    assert len(calls) >= len(data.action) // 2  # a full-state read per batched step (2 envs each)
+    with envs.make("arm:push-sparse") as state_env:
+        full_dim = state_env.observation_spec["state"][0][0]
+    assert full_dim > len(PROPRIO_INDEX)
+    # another state task's policy is refused, naming what it was trained on
+    cfg = compose_train_config(["env.spec=arm:reach", "train.steps=2", "train.learning_starts=1", "agent=sac",
+                                "agent.hidden_dims=[32,32]", "env.num_eval_envs=1", "train.eval_every=2",
+                                "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1"])
+    Trainer(cfg, tmp_path / "reach").run()
+    args.policy, args.out = str(tmp_path / "reach/checkpoints/latest.pt"), str(tmp_path / "reach_data")
+    with pytest.raises(checkpoint.CheckpointError, match="trained on arm:reach, not on arm:push-sparse-pixels"):
+        collect(args, message=lambda m: None)
