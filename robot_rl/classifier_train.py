@@ -35,8 +35,8 @@ from robot_rl.classifier import ClassifierError, SuccessClassifier, camera_group
 from robot_rl.datasets.format import IMAGE_PREFIX, DatasetError
 
 __all__ = [
-    "LabelledFrames", "TrainSettings", "frame_labels", "load_labelled_frames", "precision_recall", "split_episodes",
-    "train_classifier",
+    "LabelledFrames", "TrainSettings", "frame_labels", "join_frames", "load_labelled_frames", "precision_recall",
+    "split_episodes", "train_classifier",
 ]
 
 REPORT_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -90,6 +90,31 @@ def load_labelled_frames(root: str | os.PathLike[str], cameras: Sequence[str] = 
     obs = {g: data.images[found[g]] for g in wanted}
     obs["state"] = data.obs
     return LabelledFrames(obs, frame_labels(data.success, data.episode_index), data.episode_index.clone())
+
+
+def join_frames(parts: Sequence[LabelledFrames], names: Sequence[str]) -> tuple[LabelledFrames, Tensor]:
+    """Several datasets' frames as one set, and a bool mask of the frames of the first. Episode ids are renumbered
+    so no two datasets share one. Every part must have the first's cameras at its frame size and its state width
+    (DatasetError naming the dataset that differs)."""
+    first, offset = parts[0], 0
+    shapes = {k: tuple(v.shape[1:]) for k, v in first.obs.items()}
+    for part, name in zip(parts[1:], names[1:], strict=True):
+        other = {k: tuple(v.shape[1:]) for k, v in part.obs.items()}
+        if other != shapes:
+            raise DatasetError(f"{name}: its frames and state are {other}, {names[0]}'s {shapes}; record it with the "
+                               "same cameras, frame size and robot")
+    obs: dict[str, list[Tensor]] = {k: [] for k in shapes}
+    episodes, is_first = [], []
+    for i, part in enumerate(parts):
+        for k in shapes:
+            obs[k].append(part.obs[k])
+        _, renumbered = torch.unique(part.episode, return_inverse=True)
+        episodes.append(renumbered + offset)
+        offset += int(renumbered.max()) + 1 if len(renumbered) else 0
+        is_first.append(torch.full((len(part),), i == 0))
+    joined = LabelledFrames({k: torch.cat(v) for k, v in obs.items()}, torch.cat([p.label for p in parts]),
+                            torch.cat(episodes))
+    return joined, torch.cat(is_first)
 
 
 def split_episodes(episode: Tensor, holdout: float, seed: int) -> tuple[Tensor, Tensor]:

@@ -882,6 +882,10 @@ def _export(args: list[str]) -> int:
 class ClassifierArgs:
     dataset: str = _help("", "required: a dataset with camera features and next.success flags (LeRobot v3 layout)")
     out: str = _help("", "required: the classifier directory to write (an existing classifier is replaced)")
+    extra: list[str] = _help([], "more datasets (the same cameras) whose episodes all train, none held out: e.g. "
+                             "rollouts of a policy trained on this classifier's reward (robot-rl collect "
+                             "policy=<checkpoint>) with the task's or the operator's success flags, so it unlearns "
+                             "the false positives that policy found (HIL-SERL's second round of labels)")
     steps: int = _help(2000, "gradient steps (Adam, class-balanced batches)")
     seed: int = _help(0, "seed of the episode split, the initialisation, the batches and the augmentation")
     holdout: float = _help(0.2, "fraction of the episodes held out (whole episodes) for precision and recall")
@@ -912,6 +916,8 @@ def _classifier_help() -> str:
         "Examples:",
         "  robot-rl classifier dataset=data/push_cams out=classifiers/push",
         "  robot-rl classifier dataset=data/push_cams out=classifiers/push_front cameras=[front] steps=4000 seed=1",
+        "  robot-rl classifier dataset=data/push_cams extra=[data/push_policy] out=classifiers/push_r2   (a second round:",
+        "    frames of a policy trained on the first classifier's reward, robot-rl collect policy=<its checkpoint>)",
         "",
         "Keys (default):",
     ]
@@ -920,8 +926,16 @@ def _classifier_help() -> str:
 
 
 def _classifier(args: list[str]) -> int:
+    import torch
+
     from robot_rl.classifier import save_classifier
-    from robot_rl.classifier_train import TrainSettings, load_labelled_frames, train_classifier
+    from robot_rl.classifier_train import (
+        TrainSettings,
+        join_frames,
+        load_labelled_frames,
+        split_episodes,
+        train_classifier,
+    )
     from robot_rl.policies.encoders import POOLS
 
     a: ClassifierArgs = _parse_args(ClassifierArgs, args, "classifier")
@@ -937,14 +951,24 @@ def _classifier(args: list[str]) -> int:
             raise UserError(f"{key} must be {rule}, not {getattr(a, key)}")
     if a.pool not in POOLS:
         raise UserError(f"pool must be one of {', '.join(POOLS)}, not {a.pool!r}")
+    missing = [d for d in a.extra if not Path(d).is_dir()]
+    if missing:
+        raise UserError(f"extra dataset {missing[0]} does not exist")
     frames = load_labelled_frames(a.dataset, a.cameras)
+    held_out = None
+    if a.extra:  # the held-out episodes come from dataset= only, split as without extra=
+        names = [a.dataset, *a.extra]
+        frames, primary = join_frames([frames, *(load_labelled_frames(d, a.cameras) for d in a.extra)], names)
+        held_out = torch.zeros(len(frames), dtype=torch.bool)
+        held_out[primary] = split_episodes(frames.episode[primary], a.holdout, a.seed)[1]
     settings = TrainSettings(
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, holdout=a.holdout, threshold=a.threshold,
         use_state=a.state, feature_dim=a.feature_dim, channels=a.channels, layers=a.layers, pool=a.pool,
         device=a.device,
     )
-    model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True))
-    metadata = {"dataset": str(Path(a.dataset).resolve()), "args": dataclasses.asdict(a)}
+    model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True), held_out=held_out)
+    metadata = {"dataset": str(Path(a.dataset).resolve()), "extra": [str(Path(d).resolve()) for d in a.extra],
+                "args": dataclasses.asdict(a)}
     out = save_classifier(model, a.out, metrics, metadata)
     print("[classifier] held-out precision/recall by threshold: " + ", ".join(
         f"{t}: {_share(m['precision'])}/{_share(m['recall'])}" for t, m in metrics["by_threshold"].items()), flush=True)

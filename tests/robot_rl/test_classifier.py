@@ -17,14 +17,16 @@ from robot_rl import envs
 from robot_rl.classifier import ClassifierError, SuccessClassifier, load_classifier, save_classifier
 from robot_rl.classifier_reward import ClassifierReward, LearnedReward, SuccessStreak
 from robot_rl.classifier_train import (
+    LabelledFrames,
     TrainSettings,
     frame_labels,
+    join_frames,
     load_labelled_frames,
     split_episodes,
     train_classifier,
 )
 from robot_rl.cli import main
-from robot_rl.datasets import DatasetWriter, EpisodeRecorder, read_dataset, transition_features
+from robot_rl.datasets import DatasetError, DatasetWriter, EpisodeRecorder, read_dataset, transition_features
 
 SIZE = 32
 LENGTH = 10
@@ -323,6 +325,34 @@ def test_classifier_cli_trains_saves_and_reports(capsys, dataset, tmp_path: Path
     loaded = load_classifier(out)
     assert "recall" in text.splitlines()[-1] and loaded.metrics["steps"] == 20
     assert loaded.pool == "spatial_softmax" and loaded.config()["pool"] == "spatial_softmax"  # rebuilt as trained
+
+
+def test_extra_datasets_train_and_the_held_out_episodes_stay_the_datasets(capsys, dataset, tmp_path: Path) -> None:
+    """`extra=[...]` (a second round of labels, e.g. a policy's rollouts): every extra episode trains, the held-out
+    episodes are the ones `dataset=` alone would hold out, so figures before and after the round compare."""
+    more = tmp_path / "more"
+    record(more, episodes=4, seed=5)
+    common = ["steps=2", "seed=1", "holdout=0.25", "channels=8", "layers=3", "feature_dim=16", "batch_size=16"]
+    assert main(["classifier", f"dataset={dataset[0]}", f"out={tmp_path / 'a'}", *common]) == 0
+    assert main(["classifier", f"dataset={dataset[0]}", f"extra=[{more}]", f"out={tmp_path / 'b'}", *common]) == 0
+    a, b = load_classifier(tmp_path / "a").metrics, load_classifier(tmp_path / "b").metrics
+    assert a["heldout_episodes"] == b["heldout_episodes"] and a["heldout_frames"] == b["heldout_frames"]
+    assert b["train_episodes"] == a["train_episodes"] + 4 and b["train_frames"] == a["train_frames"] + 4 * LENGTH
+    capsys.readouterr()
+    assert main(["classifier", f"dataset={dataset[0]}", "extra=[/nonexistent]", "out=x"]) == 2
+    assert "extra dataset /nonexistent does not exist" in capsys.readouterr().err
+
+
+def test_join_frames_renumbers_episodes_and_refuses_other_cameras() -> None:
+    def part(episodes: list[int], size: int = 8) -> LabelledFrames:
+        n = len(episodes)
+        return LabelledFrames({"pixels/front": torch.zeros(n, size, size, 3, dtype=torch.uint8),
+                               "state": torch.zeros(n, 2)}, torch.zeros(n, dtype=torch.bool), torch.tensor(episodes))
+
+    joined, first = join_frames([part([3, 3, 7]), part([0, 1, 1])], ["a", "b"])
+    assert joined.episode.tolist() == [0, 0, 1, 2, 3, 3] and first.tolist() == [True] * 3 + [False] * 3
+    with pytest.raises(DatasetError, match=r"b: its frames and state are .*16, 16, 3.*record it with the same cameras"):
+        join_frames([part([0]), part([0], size=16)], ["a", "b"])
 
 
 @pytest.mark.parametrize("args, expected", [
