@@ -10,7 +10,14 @@ setting and seed: precision and recall at 0.5 and the reported thresholds, and t
 cube-to-target distance (`distances.npy`: success is < 5 cm), to show how many errors sit at the boundary, and
 the classifier as a terminating reward on each held-out episode (`episode_view`), and the held-out frames'
 probabilities beside the json (`<out stem>_<name>_s<seed>_prob.npy`). `--save DIR` also saves each classifier as
-`DIR/<name>_s<seed>` (`robot-rl classifier`'s format: `robot-rl train env.reward_classifier=` reads it)."""
+`DIR/<name>_s<seed>` (`robot-rl classifier`'s format: `robot-rl train env.reward_classifier=` reads it).
+
+HIL-SERL's second round of labels: `--extra DATASET` (repeatable) adds every episode of another dataset with the same
+cameras to the training set only (e.g. `robot-rl collect policy=<checkpoint>` rollouts of a policy that learned to
+fool the classifier, labelled by the task's success); `--heldout-from N` keeps episodes N.. held out whatever
+`--train` is (episodes between the two are not used), so a run with fewer labelled episodes is scored on the same
+set; `--probe DATASET` also scores each classifier on another dataset's frames (e.g. another seed's policy
+rollouts): per-frame precision and false-positive rate, and in how many episodes it fires (as a reward, k=1)."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +30,13 @@ import numpy as np
 import torch
 
 from robot_rl.classifier import save_classifier
-from robot_rl.classifier_train import LabelledFrames, TrainSettings, load_labelled_frames, train_classifier
+from robot_rl.classifier_train import (
+    LabelledFrames,
+    TrainSettings,
+    join_frames,
+    load_labelled_frames,
+    train_classifier,
+)
 
 BANDS_CM = (0.0, 3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 100.0)
 
@@ -52,6 +65,20 @@ def episode_view(prob: np.ndarray, label: np.ndarray, episode: np.ndarray, thres
         else:
             counts["early" if fire < first else "on_time" if fire <= first + slack else "late"] += 1
     return counts
+
+
+def probe_view(model, probe: LabelledFrames, keys: list[str], threshold: float, name: str) -> dict:
+    """The classifier on another dataset's frames: per-frame precision and false-positive rate at `threshold`, and
+    per episode whether it fires (k=1) and at which step (median over those that fire)."""
+    prob = model.probability({k: v for k, v in probe.obs.items() if k in keys}).cpu().numpy()
+    label, episode = probe.label.numpy(), probe.episode.numpy()
+    hit = prob >= threshold
+    fired = [int(np.nonzero(hit[episode == e])[0][0]) for e in np.unique(episode) if hit[episode == e].any()]
+    return {"dataset": name, "frames": int(len(label)), "positives": int(label.sum()),
+            "predicted_positive": int(hit.sum()), "false_positives": int((hit & ~label).sum()),
+            "false_positive_rate": float((hit & ~label).sum() / max(1, (~label).sum())),
+            "episodes": int(len(np.unique(episode))), "episodes_fired": len(fired),
+            "median_first_fire_step": float(np.median(fired)) if fired else None}
 
 
 def pct(x: float | None) -> str:
@@ -125,15 +152,26 @@ def main() -> None:
     p.add_argument("--train", type=int, default=20)
     p.add_argument("--seeds", default="0")
     p.add_argument("--save", help="directory to save each trained classifier in, as <name>_s<seed>")
+    p.add_argument("--extra", action="append", default=[], help="a dataset whose episodes all train (repeatable)")
+    p.add_argument("--heldout-from", type=int, help="first held-out episode (default: --train)")
+    p.add_argument("--probe", help="another dataset to score each classifier on (e.g. a policy's rollouts)")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.report:
-        report(a.dataset, a.out, a.train)
+        report(a.dataset, a.out, a.train if a.heldout_from is None else a.heldout_from)
         return
-    frames_all = load_labelled_frames(a.dataset)
+    primary = load_labelled_frames(a.dataset)
     dist = torch.from_numpy(np.load(Path(a.dataset) / "distances.npy"))
-    assert len(dist) == len(frames_all), (len(dist), len(frames_all))
-    train_mask = frames_all.episode < a.train
+    assert len(dist) == len(primary), (len(dist), len(primary))
+    heldout_from = a.train if a.heldout_from is None else a.heldout_from
+    assert heldout_from >= a.train, "--heldout-from must not be below --train"
+    held_primary = primary.episode >= heldout_from
+    dist = dist[held_primary]
+    frames_all = primary.subset((primary.episode < a.train) | held_primary)
+    frames_all, from_primary = join_frames([frames_all, *map(load_labelled_frames, a.extra)], [a.dataset, *a.extra])
+    train_mask = ~from_primary  # every extra episode trains; the primary's first --train ones, renumbered in order
+    train_mask[from_primary] = torch.arange(int(from_primary.sum())) < int((primary.episode < a.train).sum())
+    probe = load_labelled_frames(a.probe) if a.probe else None
     results = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
     for spec in a.settings:
         name, kw = parse(spec)
@@ -151,7 +189,7 @@ def main() -> None:
             seconds = time.monotonic() - t0
             prob = model.probability(frames.subset(~train_mask).obs).cpu()
             pred, label = prob >= settings.threshold, frames.label[~train_mask]
-            hd = dist[~train_mask] * 100
+            hd = dist * 100  # held-out frames only
             bands = {}
             for lo, hi in zip(BANDS_CM[:-1], BANDS_CM[1:], strict=True):
                 m = (hd >= lo) & (hd < hi)
@@ -170,6 +208,10 @@ def main() -> None:
                   f"{[v['errors'] for v in bands.values()]} of {[v['frames'] for v in bands.values()]} | "
                   f"{seconds:.0f}s", flush=True)
             np.save(Path(a.out).with_name(f"{Path(a.out).stem}_{name}_s{seed}_prob.npy"), prob.numpy())
+            if probe is not None:
+                results[f"{name}_s{seed}"]["probe"] = probe_view(model, probe, list(obs), settings.threshold, a.probe)
+                Path(a.out).write_text(json.dumps(results, indent=1))
+                print(f"  probe {a.probe}: {results[f'{name}_s{seed}']['probe']}", flush=True)
             if a.save:
                 save_classifier(model, Path(a.save) / f"{name}_s{seed}", metrics,
                                 {"dataset": a.dataset, "train_episodes": a.train, "setting": spec})

@@ -58,11 +58,12 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_cw5k": "WSRL, 5k critic-only updates first",
     "wsrl_preserve_cw2k": "WSRL, statistics updated preserving the networks' outputs, 2k critic-only updates first",
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
+    "wsrl_mix": "WSRL keeping the dataset in half of each batch after pretraining (data.mix_online=true)",
 }
 
 if TASK != "reach":  # experiment=wsrl_push (and wsrl_push_sparse) sets train.critic_warmup_updates=2000 (reach's best setting)
     LABELS["wsrl"] = "WSRL (5k warm-up, 2k critic-only updates, then online SAC)"
-PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k")  # success.png: the other groups are in the json
+PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix")  # success.png: the other groups are in the json
 
 
 def per_run(run: Path) -> dict:
@@ -88,10 +89,13 @@ def main() -> None:
         "data": ABOUT["data"],
         "pretraining": "IQL, expectile 0.9, running observation normalisation (agent.obs_norm=true), 20k offline "
                        "steps, one pretraining per seed shared by both methods",
-        "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false)",
+        "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false), "
+                  "but the wsrl_mix group: half of each batch from the dataset, as RLPD",
         "evaluation": ABOUT["evaluation"],
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
-        "commands": f"TASK={TASK} run.sh 0 1 2 (the three default groups only)" if TASK != "reach" else
+        "commands": f"TASK={TASK} run.sh 0 1 2 (the three default groups)" + (
+                    "; KINDS=wsrl TAG=mix run.sh 0 1 2 -- data.mix_online=true" if TASK == "push-sparse" else "")
+                    if TASK != "reach" else
                     "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
                     "train.critic_warmup_updates=2000; KINDS=wsrl TAG=cw2k run.sh 0 1 2 -- "
