@@ -10,7 +10,7 @@ after it, never; and in episodes that never succeed, whether it fires. Also the 
 first fires. Writes raw_frames.json beside this script.
 
 With `--run`, the run's latest weights (deterministic) act instead of the expert, for 100 steps or to the first
-success, and the results go to raw_frames_<run name>.json: what a policy trained on the classifier's reward
+success, and the results go to raw_frames_[<round>_]<run name>.json: what a policy trained on the classifier's reward
 (rlpd_reward.sh) does when the classifier fires."""
 from __future__ import annotations
 
@@ -82,7 +82,10 @@ def main() -> None:
               "recall": round(float((hit & label).sum() / max(label.sum(), 1)), 3),
               "as_a_terminating_reward": ends,
               "cube_to_target_cm_at_first_fire": summarize([100 * d for d in fire_distance]) if fire_distance else None}
-    name = f"raw_frames_{a.run.name}.json" if a.run else "raw_frames.json"
+    name = "raw_frames.json"
+    if a.run:  # runs/clf_rlpd/s1 -> raw_frames_s1.json, runs/clf_rlpd_r2/s0 -> raw_frames_r2_s0.json
+        rnd = a.run.parent.name.removeprefix("clf_rlpd").lstrip("_")
+        name = f"raw_frames_{rnd + '_' if rnd else ''}{a.run.name}.json"
     write_json(result, Path(__file__).resolve().parent / name)
     print({k: v for k, v in result.items() if k != "cube_to_target_cm_at_first_fire"},
           "cm at first fire:", result["cube_to_target_cm_at_first_fire"] and
