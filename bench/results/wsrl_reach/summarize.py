@@ -59,11 +59,12 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_preserve_cw2k": "WSRL, statistics updated preserving the networks' outputs, 2k critic-only updates first",
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
     "wsrl_mix": "WSRL keeping the dataset in half of each batch after pretraining (data.mix_online=true)",
+    "wsrl_mix40k": "the same, continued to 40k env steps (resume=)",
 }
 
 if TASK != "reach":  # experiment=wsrl_push (and wsrl_push_sparse) sets train.critic_warmup_updates=2000 (reach's best setting)
     LABELS["wsrl"] = "WSRL (5k warm-up, 2k critic-only updates, then online SAC)"
-PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix")  # success.png: the other groups are in the json
+PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix40k")  # success.png: the other groups are in the json
 
 
 def per_run(run: Path) -> dict:
@@ -74,7 +75,7 @@ def per_run(run: Path) -> dict:
     first_100 = min((k for k, v in online.items() if v == 100), default=None)
     out = {"lowest_online_success": round(online[low_step], 1), "lowest_at_env_step": low_step,
            "first_env_step_at_100": first_100, "success_20k": round(online.get(20_000, float("nan")), 1),
-           "evaluations": len(online)}
+           "evaluations": len(online), "last_env_step": max(online), "success_last": round(online[max(online)], 1)}
     if 0 in curve:
         start = curve[0]
         out |= {"offline_policy_success": round(start, 1), "dip_points": round(start - online[low_step], 1),
@@ -94,7 +95,9 @@ def main() -> None:
         "evaluation": ABOUT["evaluation"],
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
         "commands": f"TASK={TASK} run.sh 0 1 2 (the three default groups)" + (
-                    "; KINDS=wsrl TAG=mix run.sh 0 1 2 -- data.mix_online=true" if TASK == "push-sparse" else "")
+                    "; KINDS=wsrl TAG=mix run.sh 0 1 2 -- data.mix_online=true (mix40k: each mix run copied to "
+                    "online_wsrl_mix40k_sN and continued with robot-rl finetune resume=<it> train.steps=40000)"
+                    if TASK == "push-sparse" else "")
                     if TASK != "reach" else
                     "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
@@ -111,7 +114,7 @@ def main() -> None:
             continue
         seeds = {r.name.rsplit("_s", 1)[1]: per_run(r) for r in runs}
         group = {"runs": [str(r) for r in runs], "per_seed": seeds}
-        for key in ("offline_policy_success", "lowest_online_success", "dip_points", "success_20k"):
+        for key in ("offline_policy_success", "lowest_online_success", "dip_points", "success_20k", "success_last"):
             if all(key in s for s in seeds.values()):
                 group[key] = summarize([s[key] for s in seeds.values()])
         offline_curves = {}
