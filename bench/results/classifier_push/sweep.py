@@ -214,7 +214,8 @@ def main() -> None:
                 print(f"  probe {a.probe}: {results[f'{name}_s{seed}']['probe']}", flush=True)
             if a.save:
                 save_classifier(model, Path(a.save) / f"{name}_s{seed}", metrics,
-                                {"dataset": a.dataset, "train_episodes": a.train, "setting": spec})
+                                {"dataset": a.dataset, "train_episodes": a.train, "extra": a.extra,
+                                 "setting": spec})
 
 
 if __name__ == "__main__":
