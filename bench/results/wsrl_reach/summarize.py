@@ -60,11 +60,12 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
     "wsrl_mix": "WSRL keeping the dataset in half of each batch after pretraining (data.mix_online=true)",
     "wsrl_mix40k": "the same, continued to 40k env steps (resume=)",
+    "rlpd40k": "RLPD, continued to 40k env steps (resume=)",
 }
 
 if TASK != "reach":  # experiment=wsrl_push (and wsrl_push_sparse) sets train.critic_warmup_updates=2000 (reach's best setting)
     LABELS["wsrl"] = "WSRL (5k warm-up, 2k critic-only updates, then online SAC)"
-PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix40k")  # success.png: the other groups are in the json
+PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix40k", "rlpd40k")  # the rest: in the json
 
 
 def per_run(run: Path) -> dict:
@@ -96,7 +97,8 @@ def main() -> None:
         "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
         "commands": f"TASK={TASK} run.sh 0 1 2 (the three default groups)" + (
                     "; KINDS=wsrl TAG=mix run.sh 0 1 2 -- data.mix_online=true (mix40k: each mix run copied to "
-                    "online_wsrl_mix40k_sN and continued with robot-rl finetune resume=<it> train.steps=40000)"
+                    "online_wsrl_mix40k_sN and continued with robot-rl finetune resume=<it> train.steps=40000; rlpd40k: "
+                    "the rlpd runs the same way with robot-rl train)"
                     if TASK == "push-sparse" else "")
                     if TASK != "reach" else
                     "run.sh 0 1 2; TAG=frozen KINDS='wsrl naive' run.sh 0 1 2 -- offline.freeze_statistics=true; "
