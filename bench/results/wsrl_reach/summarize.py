@@ -59,7 +59,7 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_preserve_cw2k": "WSRL, statistics updated preserving the networks' outputs, 2k critic-only updates first",
     "wsrl_preserve_cw2k_alr1e-4": "the same, actor learning rate 1e-4",
     "wsrl_mix": "WSRL keeping the dataset in half of each batch after pretraining (data.mix_online=true)",
-    "wsrl_mix40k": "the same, continued to 40k env steps (resume=)",
+    "wsrl_mix40k": "WSRL keeping the dataset in half of each batch, to 40k env steps (resume=)",
     "rlpd40k": "RLPD, continued to 40k env steps (resume=)",
 }
 
