@@ -30,16 +30,21 @@ def held_out(run: Path) -> float | None:
     return float(found.group(1)) if found else None
 
 
+def seed_of(run: Path) -> str:
+    """`s0` (rlpd_reward.sh's runs) or `<group>_s0` (push_rlpd's) -> "0"."""
+    return run.name.rsplit("_s", 1)[-1].lstrip("s")
+
+
 def group(runs: list[Path], held: dict[str, float | None]) -> dict:
-    at = {step: {r.name.rsplit("_s", 1)[-1].lstrip("s"): round(100 * load_curve(r, "success_rate").get(step, float("nan")), 1)
-                 for r in runs} for step in (10_000, 20_000)}
+    at = {step: {seed_of(r): round(100 * load_curve(r, "success_rate").get(step, float("nan")), 1) for r in runs}
+          for step in (10_000, 20_000)}
     # the share of training episodes the classifier ended with a success the task did not have, 10k-20k env steps
     # (metrics.csv's learned-reward column; absent in runs older than it and in runs on the task's reward)
     false = {}
     for r in runs:
         late = [v for k, v in load_curve(r, "train_reward_false_success").items() if k >= 10_000]
         if late:
-            false[r.name.rsplit("_s", 1)[-1].lstrip("s")] = round(100 * sum(late) / len(late), 1)
+            false[seed_of(r)] = round(100 * sum(late) / len(late), 1)
     return {"runs": [str(r.relative_to(ROOT)) if r.is_relative_to(ROOT) else str(r) for r in runs],
             "false_success_percent_10k_20k": false,
             "success_percent_10k": at[10_000], "success_percent_20k": at[20_000],
@@ -65,7 +70,7 @@ def main() -> None:
         if not runs:
             continue
         rounds[name] = {"classifier": f"runs/clf/{clf}: {described}",
-                        **group(runs, {r.name[1:]: held_out(r) for r in runs})}
+                        **group(runs, {seed_of(r): held_out(r) for r in runs})}
         for r in runs:
             copy_run_files(r, HERE / ("rlpd_reward" if folder == "clf_rlpd" else f"rlpd_reward_{folder[9:]}") / r.name,
                            files=("config.yaml", "metrics.csv", "heldout.log"),

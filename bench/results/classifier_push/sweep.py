@@ -167,10 +167,10 @@ def main() -> None:
     assert heldout_from >= a.train, "--heldout-from must not be below --train"
     held_primary = primary.episode >= heldout_from
     dist = dist[held_primary]
-    frames_all = primary.subset((primary.episode < a.train) | held_primary)
-    frames_all, from_primary = join_frames([frames_all, *map(load_labelled_frames, a.extra)], [a.dataset, *a.extra])
-    train_mask = ~from_primary  # every extra episode trains; the primary's first --train ones, renumbered in order
-    train_mask[from_primary] = torch.arange(int(from_primary.sum())) < int((primary.episode < a.train).sum())
+    used = primary.subset((primary.episode < a.train) | held_primary)
+    frames_all, from_primary = join_frames([used, *map(load_labelled_frames, a.extra)], [a.dataset, *a.extra])
+    train_mask = ~from_primary  # every extra episode trains, and the primary's first --train ones
+    train_mask[from_primary] = used.episode < a.train
     probe = load_labelled_frames(a.probe) if a.probe else None
     results = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
     for spec in a.settings:
