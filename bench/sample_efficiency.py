@@ -18,10 +18,15 @@ excluded) are reported for both. Published SimbaV2 / FlashSAC curves (bench/refe
 drawn as dashed reference lines where that file has them.
 
 Runs are resumable: running the same command again skips finished runs and continues robot_rl runs from
-their latest checkpoint and SB3 runs from their last evaluation. `--report` only aggregates what exists.
+their latest checkpoint and SB3 runs from their last evaluation. `--report` only aggregates what exists. The
+results file (`bench/results/<date>-sample-efficiency.json`) always covers every task with a finished run, whatever
+subset a call ran. A variant of robot_rl (`--ours` overrides) goes in its own `--out-dir` and results file
+(`<date>-sample-efficiency-<dir name>.json`); the README table is the default agent's.
 
     python -m bench.sample_efficiency --tasks hopper,walker2d --seeds 5 --jobs 2
     python -m bench.sample_efficiency --report --update-readme
+    python -m bench.sample_efficiency --tasks hopper --libs ours --ours "agent.compile=true agent.bf16=true" \
+        --out-dir bench/results/sample_efficiency_compile_bf16
 """
 
 from __future__ import annotations
@@ -251,8 +256,23 @@ def _training_rate(path: Path, task: Task) -> tuple[float | None, float | None]:
     return wall, (frames / (wall - eval_s) if eval_s is not None and wall > eval_s else None)
 
 
+def tasks_with_runs(out: Path) -> list[str]:
+    """The benchmark's tasks that have at least one finished run (of either library) under `out`."""
+    return [name for name, task in TASKS.items()
+            if any(finished(path, task) for lib in LIBRARIES for path in (out / name / lib).glob("seed_*"))]
+
+
+def results_path(out: Path, day: datetime.date) -> Path:
+    """The day's results file. The default agent's runs (`OUT_DIR`) give `<date>-sample-efficiency.json`; another
+    `--out-dir` (a variant, e.g. `--ours agent.compile=true`) gives `<date>-sample-efficiency-<dir name>.json`, so a
+    variant never overwrites the benchmark's file."""
+    suffix = "" if out.resolve() == OUT_DIR.resolve() else f"-{out.name}"
+    return RESULTS_DIR / f"{day}-sample-efficiency{suffix}.json"
+
+
 def report(tasks: list[str], libs: list[str], out: Path) -> dict:
     references = load_references()
+    ours_label = "robot_rl (default agent)" if out.resolve() == OUT_DIR.resolve() else f"robot_rl ({out.name})"
     results: dict = {"protocol": {
         "eval_every_frames": EVAL_EVERY_FRAMES, "eval_episodes": EVAL_EPISODES,
         "learning_starts_frames_ours": LEARNING_STARTS_FRAMES, "sb3": "SAC at its defaults (bench/sb3.py)",
@@ -277,7 +297,7 @@ def report(tasks: list[str], libs: list[str], out: Path) -> dict:
                 "wall_time_s_median": sorted(walls)[len(walls) // 2],
                 "train_frames_per_s_median": sorted(rates)[len(rates) // 2] if rates else None,
             }
-            label = "robot_rl (default agent)" if lib == "ours" else "SB3 SAC (defaults)"
+            label = ours_label if lib == "ours" else "SB3 SAC (defaults)"
             groups[label] = {**summary, "x": "frames"}
         ours, sb3 = entry["libraries"].get("ours"), entry["libraries"].get("sb3")
         if ours and sb3 and sb3["final"]["mean"]:
@@ -359,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the run directories go")
     p.add_argument("--ours", default="", help="extra Hydra overrides for robot_rl, space-separated (e.g. agent=sac)")
-    p.add_argument("--report", action="store_true", help="only aggregate the runs that exist")
-    p.add_argument("--update-readme", action="store_true", help="write the table into bench/README.md")
+    p.add_argument("--report", action="store_true",
+                   help="only aggregate the runs that exist (every task with a finished run in --out-dir)")
+    p.add_argument("--update-readme", action="store_true",
+                   help="write the table into bench/README.md (the default agent's runs only)")
     p.add_argument("--sb3-run", nargs=3, metavar=("TASK", "SEED", "DIR"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.sb3_run:
@@ -370,22 +392,32 @@ def main(argv: list[str] | None = None) -> int:
         tasks, libs = selection(args.tasks, args.libs)
     except ValueError as e:
         p.error(str(e))
+    default_out = args.out_dir.resolve() == OUT_DIR.resolve()
+    if args.update_readme and not default_out:
+        p.error(f"--update-readme writes the default agent's table (runs in bench/results/{OUT_DIR.name}); "
+                f"the table of {args.out_dir} is in its own results file, printed below a run or --report")
+    if args.ours and default_out and not args.report:
+        p.error(f"--ours changes robot_rl's runs: give them their own --out-dir (e.g. bench/results/"
+                f"sample_efficiency_<variant>) so they do not mix with the default agent's in {OUT_DIR.name}")
     seeds = {t: args.seeds or TASKS[t].seeds for t in tasks}
     if not args.report:
         run_all(tasks, libs, seeds, args.jobs, args.out_dir, args.ours.split())
     from bench.common import machine_info
 
-    results = report(tasks, libs, args.out_dir)
+    # the results file is the state of the whole benchmark in --out-dir, whatever subset this call ran: a run of
+    # one task used to rewrite the day's file with that task alone
+    results = report(tasks_with_runs(args.out_dir), list(LIBRARIES), args.out_dir)
     results["date"] = f"{datetime.date.today()}"
     results["machine"] = machine_info(1, "cpu")
-    name = f"{datetime.date.today()}-sample-efficiency.json"
+    results_file = results_path(args.out_dir, datetime.date.today())
+    name = results_file.name
     m = results["machine"]
     text = (f"Reported {results['date']} (`bench/results/{name}`): {m.get('cpu')}, {m.get('cores')} cores, one torch "
             f"thread per run, two runs side by side. n = seeds finished; with n = 1 a figure is an anecdote.\n\n"
             + table(results))
     print(text)
     results["table"] = text
-    path = stats.write_json(results, RESULTS_DIR / name)
+    path = stats.write_json(results, results_file)
     print(f"results: {path}; plots: {args.out_dir}/<task>.png")
     if args.update_readme:
         update_readme(text)

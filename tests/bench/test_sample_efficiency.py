@@ -1,6 +1,9 @@
 """The benchmark's command line (its runs are long and live outside the test suite)."""
+import json
+
 import pytest
 
+import bench.sample_efficiency as sb
 from bench.sample_efficiency import LIBRARIES, TASKS, selection
 
 
@@ -15,3 +18,41 @@ def test_unknown_names_are_named_with_the_choices():
         selection("hoper", "ours")
     with pytest.raises(ValueError, match="'sb2'.*both"):
         selection(",".join(TASKS), "sb2")
+
+
+def _finished_run(path, task, returns):
+    """A run directory whose metrics.csv reaches the task's last evaluation (what `finished` checks)."""
+    path.mkdir(parents=True)
+    step = sb.TASKS[task].agent_steps // len(returns)
+    rows = ["env_step,wall_time_s,eval_time_s,eval_return_mean"]
+    rows += [f"{step * (i + 1)},{100.0 * (i + 1)},1.0,{r}" for i, r in enumerate(returns)]
+    (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_the_results_file_keeps_every_task_whatever_subset_a_call_reports(tmp_path, monkeypatch):
+    # a run of one task (`--tasks halfcheetah`) rewrote the day's results file with that task alone
+    out = tmp_path / "sample_efficiency"
+    monkeypatch.setattr(sb, "OUT_DIR", out)
+    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
+    _finished_run(out / "hopper" / "ours" / "seed_0", "hopper", [100.0, 200.0])
+    _finished_run(out / "halfcheetah" / "sb3" / "seed_0", "halfcheetah", [50.0, 80.0])
+    (out / "walker2d" / "ours" / "seed_0").mkdir(parents=True)  # started, nothing logged: not reported
+    assert sb.main(["--report", "--tasks", "halfcheetah", "--out-dir", str(out)]) == 0
+    results = json.loads(next(tmp_path.glob("*-sample-efficiency.json")).read_text())
+    assert list(results["tasks"]) == ["hopper", "halfcheetah"]
+    assert results["tasks"]["hopper"]["libraries"]["ours"]["final"]["mean"] == 200.0
+
+
+def test_a_variant_writes_its_own_results_file_and_not_the_readme_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sb, "OUT_DIR", tmp_path / "sample_efficiency")
+    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
+    variant = tmp_path / "sample_efficiency_bf16"
+    _finished_run(variant / "hopper" / "ours" / "seed_0", "hopper", [300.0])
+    assert sb.main(["--report", "--out-dir", str(variant)]) == 0
+    assert [p.name.split("-", 3)[3] for p in tmp_path.glob("*.json")] == ["sample-efficiency-sample_efficiency_bf16.json"]
+    with pytest.raises(SystemExit):
+        sb.main(["--report", "--update-readme", "--out-dir", str(variant)])
+    assert "--update-readme writes the default agent's table" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a variant's runs would mix with the default agent's
+        sb.main(["--tasks", "hopper", "--ours", "agent.bf16=true"])
+    assert "give them their own --out-dir" in capsys.readouterr().err
