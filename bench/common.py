@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from robot_rl.agents.sac import SACConfig
+from robot_rl.device import cpu_has_native_bf16
 from robot_rl.trainer import Trainer
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -148,6 +149,10 @@ def machine_info(threads: int, device: str) -> dict[str, Any]:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else None
     info: dict[str, Any] = {
         "cpu": cpu_model(),
+        # torch's vector ISA and whether bf16 matmuls run in hardware: this project's VMs have been Intel Xeons
+        # with AMX and AVX2-only AMD EPYCs, and bf16 timings differ ~100x between them
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
         "cores": os.cpu_count(),
         "memory_gib": round(mem_gib, 1) if mem_gib else None,
         # A loaded machine makes every timing noisy; the load average says how loaded it was.

@@ -47,12 +47,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from robot_rl.device import bf16_cpu_warning
 from robot_rl.fields import help_field as _help
 from robot_rl.policies import QEnsemble, TanhGaussianActor
 from robot_rl.policies.actor_policy import make_actor
@@ -112,7 +114,8 @@ class SACConfig:
     )
     noise_repeat_exponent: float = _help(2.0, "P(hold k steps) ~ k^-exponent for k = 1..noise_repeat_max")
     compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
-    bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32)")
+    bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32); on a CPU only with "
+                       "AVX512-BF16/AMX (elsewhere its matmuls are emulated, tens of times slower: a warning says so)")
     encoder: str = _help("conv", "camera tasks: conv (DrQ's, trained end to end) or pretrained (a frozen ResNet "
                                  "from encoder_weights with learned pooling, as HIL-SERL)")
     encoder_weights: str | None = _help(None, "encoder=pretrained: the backbone's local weights file (a torchvision "
@@ -317,6 +320,8 @@ class SAC:
         cfg.validate()
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.device = torch.device(device)
+        if cfg.bf16 and self.device.type == "cpu" and (message := bf16_cpu_warning()):
+            warnings.warn(message, stacklevel=2)
         self.obs_norm = RunningNorm(obs_dim).to(self.device) if cfg.obs_norm else None
         self.encoder: CameraFusion | None = None
         net_dim, net_norm = obs_dim, self.obs_norm
