@@ -33,7 +33,8 @@ def check_torch_device(device: str) -> None:
 
 # The x86 flags of CPUs that multiply bfloat16 in hardware. Without them (an AVX2-only CPU such as many AMD EPYC
 # VMs) torch's bf16 matmuls are emulated: measured 40.9 ms against fp32's 0.47 ms for a 256x128 @ 128x512 matmul on
-# an AVX2 EPYC, one thread (bench/README.md, "bf16 on a CPU without bf16 hardware").
+# an AVX2 EPYC, one thread, and the default agent's update 15x slower (bench/README.md, "bf16 on a CPU without bf16
+# hardware").
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -53,10 +54,10 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool | None:
 
 
 def bf16_cpu_warning(cpuinfo: str | None = None) -> str | None:
-    """One line for a run that asks for bfloat16 on a CPU that emulates it (tens of times slower than fp32), else
+    """One line for a run that asks for bfloat16 on a CPU that emulates it (an update 15x slower than fp32), else
     None. A warning, not an error: the run is correct, only slow, and tests of bf16 must still run anywhere."""
     if cpu_has_native_bf16(cpuinfo) is not False:
         return None
     return ("agent.bf16=true on a CPU without bfloat16 hardware (no avx512_bf16 or amx_bf16 flag in /proc/cpuinfo): "
-            "its bf16 matmuls are emulated, tens of times slower than fp32; set agent.bf16=false (fp32), or use a "
-            "CPU with AVX512-BF16/AMX or a GPU")
+            "its bf16 matmuls are emulated and an update is many times slower than in fp32 (15x measured); set "
+            "agent.bf16=false (fp32), or use a CPU with AVX512-BF16/AMX or a GPU")
