@@ -10,7 +10,9 @@
 # mirror_proposed = OUT=runs/hil_prop_op PORT_BASE=50470 run.sh 0 1 2 -- agent.gamma=0.95 mirror_demos=true
 # mirror_online=true distributed=true; mirror_proposed_utd2 = the same and agent.utd=2, OUT=runs/hil_utd2 with
 # runs/hil_utd2/demos_s<seed> linked to runs/hil_prop_op's (the same demos); mirror_proposed_upt3 = the same with
-# updates_per_transition=3 instead, OUT=runs/hil_upt3 (seed 0 only). One run at a time: two side by side made
+# updates_per_transition=3 instead, OUT=runs/hil_upt3 (seed 0 only); mirror_proposed_takeover5 = mirror_proposed's keys
+# and teleop_args.takeover_steps=5, OUT=runs/hil_to5_prop PORT_BASE=50670 with runs/hil_prop_op's demos (seed 0 only).
+# One run at a time: two side by side made
 # 7-10% of the robot's ticks go missed (a loaded host), against under 0.1% alone.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
