@@ -262,17 +262,22 @@ def tasks_with_runs(out: Path) -> list[str]:
             if any(finished(path, task) for lib in LIBRARIES for path in (out / name / lib).glob("seed_*"))]
 
 
+def is_default_out(out: Path) -> bool:
+    """Whether `out` holds the default agent's runs (the README table's), not a variant's."""
+    return out.resolve() == OUT_DIR.resolve()
+
+
 def results_path(out: Path, day: datetime.date) -> Path:
     """The day's results file. The default agent's runs (`OUT_DIR`) give `<date>-sample-efficiency.json`; another
     `--out-dir` (a variant, e.g. `--ours agent.compile=true`) gives `<date>-sample-efficiency-<dir name>.json`, so a
     variant never overwrites the benchmark's file."""
-    suffix = "" if out.resolve() == OUT_DIR.resolve() else f"-{out.name}"
+    suffix = "" if is_default_out(out) else f"-{out.name}"
     return RESULTS_DIR / f"{day}-sample-efficiency{suffix}.json"
 
 
 def report(tasks: list[str], libs: list[str], out: Path) -> dict:
     references = load_references()
-    ours_label = "robot_rl (default agent)" if out.resolve() == OUT_DIR.resolve() else f"robot_rl ({out.name})"
+    ours_label = "robot_rl (default agent)" if is_default_out(out) else f"robot_rl ({out.name})"
     results: dict = {"protocol": {
         "eval_every_frames": EVAL_EVERY_FRAMES, "eval_episodes": EVAL_EPISODES,
         "learning_starts_frames_ours": LEARNING_STARTS_FRAMES, "sb3": "SAC at its defaults (bench/sb3.py)",
@@ -392,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks, libs = selection(args.tasks, args.libs)
     except ValueError as e:
         p.error(str(e))
-    default_out = args.out_dir.resolve() == OUT_DIR.resolve()
+    default_out = is_default_out(args.out_dir)
     if args.update_readme and not default_out:
         p.error(f"--update-readme writes the default agent's table (runs in bench/results/{OUT_DIR.name}); "
                 f"the table of {args.out_dir} is in its own results file, printed below a run or --report")
