@@ -9,9 +9,10 @@ critics, UTD 1) the same call with one critic update; for SB3's SAC at its defau
 gradient step per env step) `model.train(gradient_steps=1, batch_size=256)`.
 
 Variants of the default agent: fp32 eager (what the benchmark ran), `agent.compile=true` (torch.compile of the
-two losses), `agent.bf16=true` (bfloat16 autocast of the networks), and both. Batches are sampled from a replay
-of random data (the cost does not depend on what is stored). FLOPs are counted on the eager fp32 update
-(`torch.utils.flop_counter`: matmuls, forward and backward; the variants do the same matmuls).
+two losses), `agent.bf16=true` (bfloat16 autocast of the networks), both, and one critic instead of two (SimbaV2's
+critic on tasks without terminations, where it drops clipped double Q). Batches are sampled from a replay of random
+data (the cost does not depend on what is stored). FLOPs are counted on each eager fp32 update
+(`torch.utils.flop_counter`: matmuls, forward and backward; compile and bf16 do the eager update's matmuls).
 
 The default agent, the variants and SB3 run interleaved in rounds (`--rounds`), so a change in the machine's
 load reaches all of them; the table gives medians over rounds and the ratio to SB3 of the same round.
@@ -39,6 +40,7 @@ VARIANTS = {
     "default compile": ["agent.compile=true"],
     "default bf16": ["agent.bf16=true"],
     "default compile+bf16": ["agent.compile=true", "agent.bf16=true"],
+    "default, 1 critic": ["agent.num_critics=1", "agent.num_target_critics=1"],
     "agent=sac (UTD 1)": ["agent=sac"],
 }
 

@@ -169,6 +169,12 @@ class BatchedEnv(abc.ABC):
     single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Box
     control_dt: float | None = None  # simulated seconds per agent step (action repeat included); None: unknown
+    # Whether an episode can end in a terminal state (``terminated``) before its time limit. False only where the
+    # backend knows it cannot: dm_control tasks without a termination condition and their mujoco:/mjx:/warp: twins.
+    # True where it cannot tell: gymnasium's API declares nothing (so gym:HalfCheetah-v5 reports True; SimbaV2 also
+    # keeps clipped double Q on all of gymnasium's MuJoCo tasks). The default agent picks its critics by it
+    # (`robot_rl.agents.sac.resolve_critics`).
+    can_terminate: bool = True
 
     def reset(self, seed: int | None = None) -> Obs:
         """Reset every sub-env and return the batched first observation.
@@ -414,6 +420,7 @@ class SyncBatchedEnv(BatchedEnv):
         self.single_observation_space = obs_space
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
         self.control_dt = _agent_step_seconds(first)
+        self.can_terminate = bool(getattr(first.unwrapped, "can_terminate", True))
         self._render = render
         self._initial_seed = seed
 

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from dm_control import suite
+from dm_control.rl import control
 
 from .core import EnvOptions, UnknownEnvError
 from .wrappers import finish_single_env
@@ -53,6 +54,8 @@ class DmcEnv(gym.Env[np.ndarray, np.ndarray]):
     fixed. The action space is the native actuator range (``NormalizedAction`` maps to [-1, 1] on top).
     ``LAST`` with discount 0 means terminated; ``LAST`` with a non-zero discount means truncated.
     The env runs without a time limit; ``default_max_steps`` is the suite's own limit in control steps.
+    ``can_terminate``: whether the task has a termination condition of its own (in the suite only the LQR tasks
+    do; every other episode ends at the time limit).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
@@ -70,6 +73,7 @@ class DmcEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"unsupported render_mode {render_mode!r}; only 'rgb_array'")
         self._env = suite.load(domain, task, task_kwargs={"time_limit": float("inf")})
         self._closed = False
+        self.can_terminate = type(self._env.task).get_termination is not control.Task.get_termination
         control_dt = self._env.control_timestep()
         time_limit = _task_time_limit(domain, task)
         self.default_max_steps: int | None = (

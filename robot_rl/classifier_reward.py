@@ -101,6 +101,7 @@ class ClassifierReward(BatchedEnv):
         self.observation_spec = {k: env.observation_spec[k] for k in self._shown}
         self.action_dim = env.action_dim
         self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
+        self.can_terminate = terminate or env.can_terminate  # the classifier's success ends episodes too
         space = env.single_observation_space
         if hide_frames and isinstance(space, gym.spaces.Dict):
             space = space["state"]  # what a state task's sub-env observes

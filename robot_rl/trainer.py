@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from robot_rl import checkpoint, envs
-from robot_rl.agents.sac import SAC, camera_groups
+from robot_rl.agents.sac import SAC, camera_groups, resolve_critics
 from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.envs.core import Reflection
 from robot_rl.evaluation import record_video
@@ -70,8 +70,14 @@ def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **op
 
 
 def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
-    """SAC for `env`: a pixel agent (DrQ encoders) when the env has camera groups."""
+    """SAC for `env`: a pixel agent (DrQ encoders) when the env has camera groups. Critics left at their default
+    are resolved for this env first (`resolve_critics`: one critic where episodes cannot terminate), in `cfg`
+    itself, so that the run's config.yaml and checkpoints record what was built."""
     (obs_dim,) = env.observation_spec["state"][0]
+    try:
+        cfg.agent = resolve_critics(cfg.agent, env.can_terminate)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     try:
         return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device, cameras=camera_groups(env.observation_spec))
     except BackboneWeightsError as e:

@@ -55,6 +55,7 @@ class SimEnv(BatchedEnv):
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         options = options or EnvOptions()
         self.task = task
+        self.can_terminate = task.can_terminate
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.spec = spec or f"{physics}:{task.name}"

@@ -34,6 +34,9 @@ class SimTask(abc.ABC):
     obs_dim: int
     action_dim: int
     reports_success: bool = False
+    # BatchedEnv.can_terminate: False only for tasks that follow the dm_control suite (no termination condition);
+    # the locomotion twins of gymnasium's tasks report True, as the gym: backend does (gymnasium declares nothing)
+    can_terminate: bool = True
     # (contacts, constraint rows) per env that MuJoCo Warp preallocates; None keeps its defaults, which are
     # too small for scenes with several simultaneous contacts (it then drops constraints and warns).
     contact_capacity: tuple[int, int] | None = None

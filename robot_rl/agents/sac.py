@@ -77,8 +77,11 @@ class SACConfig:
     critic_blocks: int = _help(1, "network=hyper: residual blocks of each critic")
     actor_width: int = _help(128, "network=hyper: actor width")
     actor_blocks: int = _help(1, "network=hyper: residual blocks of the actor")
-    num_critics: int = _help(2, "critics in the ensemble (RLPD: 10 for state observations)")
-    num_target_critics: int = _help(2, "random subset of target critics the TD target reduces over")
+    num_critics: int | None = _help(
+        None, "critics in the ensemble (RLPD: 10 for state observations); default (null): 2 (clipped double Q) "
+              "where episodes can terminate, 1 where they end only at a time limit (dm_control), as SimbaV2")
+    num_target_critics: int | None = _help(
+        None, "random subset of target critics the TD target reduces over; default (null): min(2, num_critics)")
     target_reduce: str = _help("min", "how the TD target combines the subset: min (clipped double Q) or mean")
     actor_q: str = _help("mean", "what the actor maximises over the ensemble: mean (RLPD) or min")
     num_atoms: int = _help(1, "1: scalar critics (MSE); >1: categorical critics over this many atoms (network=hyper)")
@@ -133,8 +136,8 @@ class SACConfig:
         """Raise ValueError naming the first bad field."""
         checks = [
             (self.network in NETWORKS, f"agent.network must be one of {', '.join(NETWORKS)}"),
-            (2 <= self.num_critics <= 20, "agent.num_critics must be between 2 and 20"),
-            (1 <= self.num_target_critics <= self.num_critics,
+            (self.num_critics is None or 1 <= self.num_critics <= 20, "agent.num_critics must be between 1 and 20"),
+            (self.num_target_critics is None or 1 <= self.num_target_critics <= (self.num_critics or 20),
              "agent.num_target_critics must be between 1 and agent.num_critics"),
             (self.target_reduce in REDUCTIONS, f"agent.target_reduce must be one of {', '.join(REDUCTIONS)}"),
             (self.actor_q in REDUCTIONS, f"agent.actor_q must be one of {', '.join(REDUCTIONS)}"),
@@ -173,6 +176,24 @@ class SACConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+
+
+def resolve_critics(cfg: SACConfig, can_terminate: bool = True) -> SACConfig:
+    """`cfg` with `num_critics` and `num_target_critics` filled in where they are null (the default).
+
+    SimbaV2's rule: two critics with clipped double Q (the TD target's minimum over both) on tasks whose episodes
+    can terminate, one critic without it where episodes end only at a time limit (its DMC runs). Measured here on
+    dm_control walker-walk (bench/README.md): clipped double Q's pessimism slowed learning there, and one critic
+    also halves the critics' cost. `can_terminate` is the env's (`BatchedEnv.can_terminate`; True where the backend
+    cannot tell). Raises ValueError when an explicit `num_target_critics` exceeds the critics it resolves to.
+    """
+    num = cfg.num_critics if cfg.num_critics is not None else (2 if can_terminate else 1)
+    target = cfg.num_target_critics if cfg.num_target_critics is not None else min(2, num)
+    if target > num:
+        raise ValueError(f"agent.num_target_critics={target} exceeds the {num} critic(s) of this task "
+                         f"(agent.num_critics{'' if cfg.num_critics is not None else ' resolves to ' + str(num)}); "
+                         "set agent.num_critics too")
+    return dataclasses.replace(cfg, num_critics=num, num_target_critics=target)
 
 
 def random_subset(num: int, k: int, device: torch.device) -> Tensor:
@@ -318,6 +339,7 @@ class SAC:
     def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, device: str | torch.device = "cpu",
                  cameras: dict[str, tuple[int, ...]] | None = None) -> None:
         cfg.validate()
+        cfg = resolve_critics(cfg)  # where the caller has not (`trainer.build_agent` does, from the env)
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.device = torch.device(device)
         if cfg.bf16 and self.device.type == "cpu" and (message := bf16_cpu_warning()):

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from robot_rl import envs
-from robot_rl.agents.sac import SAC, SACConfig, min_of_random_subset
+from robot_rl.agents.sac import SAC, SACConfig, min_of_random_subset, resolve_critics
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.chunks import ChunkRunner
 from robot_rl.policies import QEnsemble
@@ -80,6 +80,7 @@ class DSRL(MethodDefaults):
         cfg.validate()
         if sac.n_step != 1:
             raise ValueError("DSRL stores one transition per chunk; set agent.n_step=1")
+        sac = resolve_critics(sac, env.can_terminate)  # the same for a resumed run: it depends on the env alone
         self.cfg, self.sac_cfg, self.env = cfg, sac, env
         self.base = base.to(device).eval().requires_grad_(False)
         self.noise_shape = base.noise_shape

@@ -103,3 +103,18 @@ def test_control_dt_is_simulated_seconds_per_agent_step(spec: str, repeat: int, 
     """What video frame rates and dataset fps are derived from, on every backend."""
     with envs.make(spec, num_envs=1, action_repeat=repeat) as env:
         assert env.control_dt == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "spec, can_terminate",
+    [("dmc:walker-walk", False), ("dmc:cartpole-swingup", False), ("dmc:lqr-lqr_2_1", True),
+     ("mujoco:cartpole-swingup", False), ("gym:Hopper-v5", True), ("gym:HalfCheetah-v5", True),
+     ("mujoco:HalfCheetah-v5", True), ("arm:push-sparse", True)],
+)
+def test_can_terminate_is_false_only_where_the_backend_knows_episodes_end_at_the_time_limit(
+    spec: str, can_terminate: bool
+) -> None:
+    """What the default agent picks its critics by: dm_control tasks without a termination condition (all of the
+    suite but LQR) and their twins say so; gymnasium declares nothing, so its envs (HalfCheetah too) report True."""
+    with envs.make(spec, num_envs=1) as env:
+        assert env.can_terminate is can_terminate

@@ -51,7 +51,7 @@ def test_train_help_lists_keys_and_presets(capsys):
         (["++bogus=1"], "unknown config key 'bogus'"),
         (["bogus=1"], "unknown config key 'bogus'"),
         (["agent.utd=abc"], "agent.utd"),
-        (["agent.num_critics=1"], "agent.num_critics must be between 2 and 20"),
+        (["agent.num_critics=0"], "agent.num_critics must be between 1 and 20"),
         (["env=nope"], "unknown preset env=nope; choose one of: cartpole_swingup"),
         (["env.spec=gym:NoSuchEnv-v0"], "NoSuchEnv"),
         (["env.spec=foo:bar"], "gym:"),

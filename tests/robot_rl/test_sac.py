@@ -27,10 +27,11 @@ def _critic_loss(agent: SAC, b: Batch) -> float:
         return ((agent.critic(b.obs["state"], b.action) - target) ** 2).mean().item()
 
 
-@pytest.mark.parametrize("num_critics", [2, 10])
+@pytest.mark.parametrize("num_critics", [1, 2, 10])
 def test_update_lowers_critic_loss_on_fixed_batch(num_critics):
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(num_critics=num_critics, hidden_dims=[64, 64], utd=4))
+    agent = SAC(4, 2, SACConfig(num_critics=num_critics, num_target_critics=min(2, num_critics), hidden_dims=[64, 64],
+                                utd=4))
     b = _batch(256)
     before = _critic_loss(agent, b)
     for _ in range(50):
@@ -116,7 +117,7 @@ def test_loaded_optimiser_state_takes_this_configs_learning_rates():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"num_critics": 1}, "num_critics"),
+        ({"num_critics": 0}, "num_critics"),
         ({"num_target_critics": 5, "num_critics": 2}, "num_target_critics"),
         ({"utd": 0}, "utd"),
         ({"gamma": 1.5}, "gamma"),
@@ -254,11 +255,14 @@ def test_return_scale_keeps_returns_inside_the_support():
     assert fresh.scale().item() == 1.0  # nothing seen: rewards unchanged
 
 
-def test_simba_update_keeps_weights_on_the_sphere_and_lowers_the_loss():
+@pytest.mark.parametrize("num_critics", [1, 2])
+def test_simba_update_keeps_weights_on_the_sphere_and_lowers_the_loss(num_critics):
+    """Also with one critic: SimbaV2's critic on tasks without terminations (no clipped double Q)."""
     from robot_rl.policies.hyper import HyperLinear
 
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(**{**SIMBA, "critic_lr": 1e-3}))
+    agent = SAC(4, 2, SACConfig(**{**SIMBA, "critic_lr": 1e-3, "num_critics": num_critics,
+                                   "num_target_critics": num_critics}))
     b = _batch(256)
     agent.observe(b.obs, b.reward, torch.zeros(256, dtype=torch.bool))
     first = agent.update(b.reshape(1, 256))["critic_loss"]
@@ -387,3 +391,43 @@ def test_prior_rows_is_what_sample_mixed_takes_from_prior():
         batch = sample_mixed(online, prior, 32, 2, fraction)
         assert bool((batch.obs["state"][:, :rows] == 1).all()) and bool((batch.obs["state"][:, rows:] == 0).all())
     assert prior_rows(None, 32, 0.5) == 0 and prior_rows(prior, 32, 0.0) == 0
+
+
+def test_critics_left_at_default_are_two_where_episodes_can_terminate_and_one_where_they_cannot():
+    """SimbaV2's rule (`resolve_critics`); explicit settings are kept, a target subset larger than the critics it
+    resolves to is refused with the keys named."""
+    from robot_rl.agents.sac import resolve_critics
+
+    default = SACConfig(**SIMBA)
+    assert default.num_critics is None and default.num_target_critics is None
+    two, one = resolve_critics(default, can_terminate=True), resolve_critics(default, can_terminate=False)
+    assert (two.num_critics, two.num_target_critics) == (2, 2)
+    assert (one.num_critics, one.num_target_critics) == (1, 1)
+    rlpd = resolve_critics(SACConfig(num_critics=10, num_target_critics=2), can_terminate=False)
+    assert (rlpd.num_critics, rlpd.num_target_critics) == (10, 2)
+    kept = resolve_critics(SACConfig(num_critics=2), can_terminate=False)
+    assert (kept.num_critics, kept.num_target_critics) == (2, 2)
+    with pytest.raises(ValueError, match=r"agent.num_target_critics=2 exceeds the 1 critic.*set agent.num_critics"):
+        resolve_critics(SACConfig(num_target_critics=2), can_terminate=False)
+    assert SAC(4, 2, default).critic.num_critics == 2  # built without an env: the terminating case
+
+
+def test_train_on_a_dm_control_task_builds_one_critic_and_resumes_with_it(tmp_path):
+    """The run records what it built (config.yaml says 1 critic), so a resumed run rebuilds the same networks."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import Trainer
+
+    args = ["env.spec=dmc:cartpole-swingup", "agent.critic_width=16", "agent.actor_width=16", "train.steps=60",
+            "train.learning_starts=20", "train.eval_every=60", "env.num_eval_envs=0", "env.max_episode_steps=30",
+            "train.video=false", "quiet=true", "threads=1"]
+    run = tmp_path / "run"
+    trainer = Trainer(compose_train_config(args), run)
+    assert trainer.agent.critic.num_critics == 1 and trainer.agent.cfg.num_target_critics == 1
+    trainer.run()
+    saved = OmegaConf.load(run / "config.yaml").agent
+    assert (saved.num_critics, saved.num_target_critics) == (1, 1)
+    resumed = Trainer(compose_train_config([*args, "train.steps=80"]), run, resume=True)
+    assert resumed.agent.critic.num_critics == 1
+    assert resumed.method.env_steps == 60

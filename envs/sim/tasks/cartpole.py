@@ -41,6 +41,7 @@ class CartpoleSwingup(SimTask):
     frame_skip = 1
     time_limit = 1000
     obs_dim = 5
+    can_terminate = False  # as dmc:cartpole-swingup: an episode ends only at the time limit
 
     def build_model(self) -> mujoco.MjModel:
         model = mujoco.MjModel.from_xml_path(str(_suite_dir() / "cartpole.xml"))
