@@ -416,7 +416,7 @@ def test_train_on_a_dm_control_task_builds_one_critic_and_resumes_with_it(tmp_pa
     """The run records what it built (config.yaml says 1 critic), so a resumed run rebuilds the same networks."""
     from omegaconf import OmegaConf
 
-    from robot_rl.config import compose_train_config
+    from robot_rl.config import compose_train_config, load_run_config
     from robot_rl.trainer import Trainer
 
     args = ["env.spec=dmc:cartpole-swingup", "agent.critic_width=16", "agent.actor_width=16", "train.steps=60",
@@ -428,6 +428,6 @@ def test_train_on_a_dm_control_task_builds_one_critic_and_resumes_with_it(tmp_pa
     trainer.run()
     saved = OmegaConf.load(run / "config.yaml").agent
     assert (saved.num_critics, saved.num_target_critics) == (1, 1)
-    resumed = Trainer(compose_train_config([*args, "train.steps=80"]), run, resume=True)
+    resumed = Trainer(load_run_config(run, ["train.steps=80"]), run, resume=True)  # as `train resume=<run>`
     assert resumed.agent.critic.num_critics == 1
     assert resumed.method.env_steps == 60
