@@ -190,8 +190,8 @@ def resolve_critics(cfg: SACConfig, can_terminate: bool = True) -> SACConfig:
     num = cfg.num_critics if cfg.num_critics is not None else (2 if can_terminate else 1)
     target = cfg.num_target_critics if cfg.num_target_critics is not None else min(2, num)
     if target > num:
-        raise ValueError(f"agent.num_target_critics={target} exceeds the {num} critic(s) of this task "
-                         f"(agent.num_critics{'' if cfg.num_critics is not None else ' resolves to ' + str(num)}); "
+        source = "agent.num_critics" if cfg.num_critics is not None else f"agent.num_critics resolves to {num}"
+        raise ValueError(f"agent.num_target_critics={target} exceeds the {num} critic(s) of this task ({source}); "
                          "set agent.num_critics too")
     return dataclasses.replace(cfg, num_critics=num, num_target_critics=target)
 
