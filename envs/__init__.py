@@ -64,10 +64,13 @@ def _backend(spec: str) -> tuple[Any, str]:
 
 
 def _options(spec: str, *args: object) -> EnvOptions:
-    """`EnvOptions(*args)`, refusing `full_state` where the spec observes no cameras beside a state."""
+    """`EnvOptions(*args)`, refusing `full_state` where the spec observes no cameras beside a state, and
+    `end_on_success=False` where the backend cannot go on past a task's success."""
     options = EnvOptions(*args)  # type: ignore[arg-type]
     if options.full_state and not (spec.startswith("arm:") and spec.endswith("-pixels")):
         raise ValueError(f"full_state=True: only arm:<task>-pixels specs observe cameras beside a state, got {spec!r}")
+    if not options.end_on_success and not spec.startswith("arm:"):
+        raise ValueError(f"end_on_success=False: only arm: specs can go on past a task's success, got {spec!r}")
     return options
 
 
@@ -82,13 +85,16 @@ def make_single(
     camera_id: int | None = None,
     pixel_size: tuple[int, int] | None = None,
     full_state: bool = False,
+    end_on_success: bool = True,
 ) -> gym.Env:
     """One gymnasium env for ``spec`` with float32 observations and actions in [-1, 1].
 
     With a ``seed`` the env is reset once with it (and its action space seeded), so the caller's following
     ``reset()`` calls form a reproducible stream. Options are as for ``make``.
     """
-    options = _options(spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state)
+    options = _options(
+        spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success
+    )
     backend, name = _backend(spec)
     env, _ = backend.make_env(name, options)
     if seed is not None:
@@ -110,6 +116,7 @@ def make(
     camera_id: int | None = None,
     pixel_size: tuple[int, int] | None = None,
     full_state: bool = False,
+    end_on_success: bool = True,
 ) -> BatchedEnv:
     """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
 
@@ -123,11 +130,15 @@ def make(
         pixel_size: (height, width) of camera observations (``arm:...-pixels``; default 84x84).
         full_state: ``arm:...-pixels`` only: ``state`` is the full task state instead of proprioception (frames
             for a camera reward classifier beside a state learner; such an env is no pixel task).
+        end_on_success: ``arm:`` only: False lets episodes go on past the task's success (only the time limit, or
+            a reward classifier around the env, ends them); ``info["success"]`` still reports each solved step.
     ``seed`` applies to the first ``reset()`` that gets no seed of its own. Unknown options raise TypeError.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    options = _options(spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state)
+    options = _options(
+        spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success
+    )
     backend, name = _backend(spec)
     if hasattr(backend, "make_batched"):  # steps the whole batch natively instead of a list of envs
         return backend.make_batched(spec, name, num_envs, device, seed, options)

@@ -108,6 +108,9 @@ class EnvOptions:
     # arm -pixels specs: `state` is the full task state instead of proprioception (frames rendered for a camera
     # reward classifier beside a state learner; robot_rl.classifier_reward). Other backends have no cameras.
     full_state: bool = False
+    # arm tasks: False keeps an episode going past the task's success (only the time limit, or a reward classifier
+    # around the env, ends it): training on a learned reward. Other backends' tasks do not end at a success.
+    end_on_success: bool = True
 
     def __post_init__(self) -> None:
         if not _is_int(self.action_repeat) or self.action_repeat < 1:

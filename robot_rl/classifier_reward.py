@@ -6,8 +6,10 @@ becomes 1.0 when its probability has been >= `threshold` for `consecutive` steps
 0.0; `info["success"]` is that flag. With `terminate` the episode ends there (`terminated=True`): a sub-env that
 did not end by itself is reset on the spot (`SyncBatchedEnv.reset_envs`), as autoreset would have.
 The env's own success flag, where it has one, is kept as `info["env_success"]` and the probability as
-`info["classifier_prob"]`. The env's own terminations and time limits still apply (a simulated task that
-terminates at its own success therefore still ends there; its reward is the classifier's verdict on that frame).
+`info["classifier_prob"]`. The env's own terminations and time limits still apply: a simulated task that
+terminates at its own success still ends there, with the classifier's verdict on that frame as its reward, unless
+the arm task was made with `end_on_success=False` (`robot-rl train env.end_on_task_success=false`), which leaves
+the classifier and the time limit as the only ends of an episode, as on a robot.
 
 `robot-rl train env.reward_classifier=<dir>` wraps its training envs with this (`robot_rl.trainer.make_env`);
 evaluation envs keep the task's own reward and success, so evaluations measure what the learned reward led to.

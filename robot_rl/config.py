@@ -42,6 +42,12 @@ class EnvConfig:
     )
     reward_classifier_threshold: float = _help(0.5, "classifier probability at or above which a frame is a success")
     reward_classifier_consecutive: int = _help(1, "success needs this many steps in a row above the threshold")
+    end_on_task_success: bool = _help(
+        True, "arm: tasks: training episodes end at the task's own success. false: they go on past it, and only the "
+        "time limit or the reward classifier's success ends them, as on a robot, where nothing but the classifier "
+        "knows of success (with the task's end, a success the classifier misses or sees a frame late earns 0 and "
+        "ends the episode, and consecutive > 1 can never reward it). Evaluation episodes always end there"
+    )
 
 
 @dataclass
@@ -158,6 +164,8 @@ class TrainConfig:
              "env.pixel_size must be [height, width], each >= 16"),
             (0.0 < self.env.reward_classifier_threshold <= 1.0, "env.reward_classifier_threshold must be in (0, 1]"),
             (self.env.reward_classifier_consecutive >= 1, "env.reward_classifier_consecutive must be >= 1"),
+            (self.env.end_on_task_success or self.env.spec.startswith("arm:"),
+             f"env.end_on_task_success=false needs an arm: spec (only those tasks end at a success), got {self.env.spec}"),
             (self.train.steps >= 1, "train.steps must be >= 1"),
             (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
             (self.train.critic_warmup_updates >= 0, "train.critic_warmup_updates must be >= 0"),

@@ -40,7 +40,8 @@ LEARNED_REWARD_COLUMNS = ["train_success_rate", "train_env_success_rate", "train
 def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **options) -> envs.BatchedEnv:
     """The env of `cfg.env`; with `learned_reward` (the training envs) and `env.reward_classifier` set, its reward
     and success come from that classifier (`robot_rl.classifier_reward`); evaluation envs keep the task's own. On
-    a state arm task the training envs render the classifier's cameras for it, and the learner sees the state only."""
+    a state arm task the training envs render the classifier's cameras for it, and the learner sees the state only.
+    `env.end_on_task_success=false` keeps the training envs' episodes going past the task's success."""
     spec, pixel_size, view = cfg.env.spec, tuple(cfg.env.pixel_size), None
     classifier = cfg.env.reward_classifier if learned_reward else None
     if classifier:
@@ -54,6 +55,8 @@ def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **op
         if view is not None:
             spec, pixel_size = view
             options["full_state"] = True
+    if learned_reward and not cfg.env.end_on_task_success:
+        options["end_on_success"] = False
     env = envs.make(
         spec,
         num_envs=num_envs,

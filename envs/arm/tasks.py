@@ -74,7 +74,8 @@ penalised):
 * pick_place: ``-|cube - target| - 0.5 |ee - cube|``
 
 ``reward="sparse"``: 1.0 on a step where the task is solved, else 0.0. Both variants terminate
-(``terminated=True``) on success, and ``info["success"]`` is reported on every step.
+(``terminated=True``) on success unless made with ``end_on_success=False``, and ``info["success"]`` is reported on
+every step.
 
 Cost (shared 2-core development machine, other jobs running, so figures are rough): about 0.7 ms per env step
 with state observations, against 0.18 ms for the numpy implementation this adapter replaced (measured in the
@@ -126,6 +127,10 @@ class ArmEnv(gym.Env):
         control_hz: control rate. The default 20 Hz is the tasks' rate; another rate (one whose period is a
             whole number of 5 ms physics steps, e.g. 50 Hz for the hardware bridge's real-time loop) scales the
             displacement per step so that a given action is the same hand speed at any rate.
+        end_on_success: ``terminated=True`` at the task's success (the default). False: the episode goes on (only
+            the time limit, or a reward classifier wrapped around the env, ends it) while ``info["success"]`` and
+            the sparse reward still report every solved step: training on a learned reward, where on a robot
+            nothing but the classifier knows of success.
 
     The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``robot_rl.envs.make``. Stepping
     after ``terminated`` goes on simulating the same episode. ``arm_task`` holds the ``ArmTask`` (its per-env state:
@@ -146,6 +151,7 @@ class ArmEnv(gym.Env):
         render_size: tuple[int, int] = (240, 320),
         camera: str | int = "front",
         control_hz: float = 1.0 / CONTROL_DT,
+        end_on_success: bool = True,
     ) -> None:
         # Lazy: robot_rl.envs.sim.tasks.arm imports this package's model and constants.
         from ..sim.physics import CpuPhysics
@@ -156,6 +162,7 @@ class ArmEnv(gym.Env):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.arm_task = ArmTask(task, reward, control_hz=control_hz)  # checks task, reward and control_hz
         self.task, self.reward_type, self.render_mode = task, reward, render_mode
+        self.end_on_success = bool(end_on_success)
         self.n_substeps, self.control_dt, self.max_delta = (
             self.arm_task.frame_skip,
             self.arm_task.control_dt,
@@ -226,7 +233,8 @@ class ArmEnv(gym.Env):
         qpos_after, qvel = physics.state()
         reward, terminated, success = task.evaluate(qpos, qpos_after, qvel, ctrl)
         obs = self._observation(qpos_after, qvel)
-        return obs, float(reward[0]), bool(terminated[0]), False, {"success": bool(success[0])}
+        ended = bool(terminated[0]) and self.end_on_success
+        return obs, float(reward[0]), ended, False, {"success": bool(success[0])}
 
     def render(self) -> np.ndarray | None:
         """RGB frame (``render_size``) from the env's camera when made with ``render_mode="rgb_array"``."""

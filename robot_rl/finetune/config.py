@@ -79,6 +79,8 @@ class FinetuneConfig:
             (self.method in METHODS, f"method must be one of {', '.join(METHODS)}"),
             (self.env.reward_classifier is None,
              "env.reward_classifier is read by robot-rl train (and finetune from data), not by method= fine-tuning"),
+            (self.env.end_on_task_success,
+             "env.end_on_task_success is read by robot-rl train (and finetune from data), not by method= fine-tuning"),
             (bool(self.base_policy), "base_policy=<policy dir> is required (robot-rl bc writes <run_dir>/policy)"),
             (self.steps >= 1, "steps must be >= 1"),
             (self.eval_every >= 1, "eval_every must be >= 1"),

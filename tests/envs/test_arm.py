@@ -96,6 +96,22 @@ def test_sparse_reward_is_success_and_success_terminates(make) -> None:
     assert successes >= 8
 
 
+def test_end_on_success_false_goes_on_past_the_success(make) -> None:
+    """`end_on_success=False` (training on a learned reward): the expert's successes are still reported and
+    rewarded, but no episode ends there; the time limit ends them all. Other backends refuse the option."""
+    env = make("arm:reach-sparse", num_envs=4, seed=1, end_on_success=False)
+    expert = make_expert("arm:reach-sparse", 4, seed=0)
+    obs, solved_steps = env.reset(), 0
+    for step in range(env.max_episode_steps):
+        obs, reward, terminated, truncated, info = env.step(expert.act(obs))
+        assert torch.equal(reward, info["success"].float()) and not bool(terminated.any())
+        assert bool(truncated.all()) == (step == env.max_episode_steps - 1)
+        solved_steps += int(info["success"].sum())
+    assert solved_steps >= 40  # the expert reaches within ~15 steps and holds the target
+    with pytest.raises(ValueError, match="end_on_success=False: only arm: specs"):
+        envs.make("gym:Pendulum-v1", end_on_success=False)
+
+
 def test_dense_and_sparse_share_dynamics(make) -> None:
     dense, sparse = (
         make("arm:pick_place", num_envs=2, seed=4),

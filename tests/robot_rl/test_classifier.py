@@ -386,13 +386,51 @@ def test_train_learns_from_the_classifier_reward_end_to_end(tmp_path: Path, trai
     assert torch.equal(replay["reward"], torch.ones(40, 1)) and bool(replay["terminated"].all())
 
 
-def always_success(path: Path, cameras: dict) -> Path:
-    """A saved classifier that calls every frame a success (its last bias +20), whatever it is shown."""
+def always_success(path: Path, cameras: dict, logit: float = 20.0) -> Path:
+    """A saved classifier that calls every frame a success (its last bias +20), whatever it is shown; with a
+    negative `logit`, never a success."""
     model = SuccessClassifier(cameras, **{k: v for k, v in FAST.items() if k != "batch_size"})
     with torch.no_grad():
-        model.head[-1].bias.fill_(20.0)
+        model.head[-1].bias.fill_(logit)
     save_classifier(model, path)
     return path
+
+
+@pytest.mark.parametrize("ends", [True, False])
+def test_end_on_task_success_false_lets_training_episodes_go_on_past_the_tasks_success(tmp_path: Path,
+                                                                                     ends: bool) -> None:
+    """`env.end_on_task_success=false`: a training episode the classifier does not end goes on past the task's
+    success (on a robot nothing else knows of it), while evaluation envs still end there. Before, the task's own
+    success always ended it, with the classifier's verdict (here 0) as the reward of that success."""
+    from robot_rl.envs.arm.experts import make_expert
+
+    from robot_rl.config import compose_train_config
+    from robot_rl.trainer import make_env
+
+    clf = always_success(tmp_path / "clf", {"pixels/front": [SIZE, SIZE, 3]}, logit=-20.0)
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"env.reward_classifier={clf}",
+                                f"env.end_on_task_success={str(ends).lower()}"])
+    with make_env(cfg, 2, learned_reward=True) as train_env, make_env(cfg, 2) as eval_env:
+        for env, learned in ((train_env, True), (eval_env, False)):
+            expert, obs = make_expert("arm:reach-sparse", 2, seed=0), env.reset(seed=1)
+            task_successes = 0
+            for _ in range(25):
+                obs, reward, terminated, truncated, info = env.step(expert.act(obs))
+                expert.reset(terminated | truncated)
+                task = info["env_success"] if learned else info["success"]
+                task_successes += int(task.sum())
+                assert torch.equal(terminated, task if ends or not learned else torch.zeros_like(task))
+                if learned:
+                    assert not bool(reward.any())  # the classifier's verdict, never the task's
+            assert task_successes >= 2
+
+
+def test_end_on_task_success_is_refused_where_nothing_reads_it(capsys) -> None:
+    assert main(["train", "env.spec=gym:Pendulum-v1", "env.end_on_task_success=false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "env.end_on_task_success=false needs an arm: spec" in err and len(err.splitlines()) == 1, err
+    assert main(["finetune", "method=dsrl", "base_policy=x", "env.spec=arm:push", "env.end_on_task_success=false"]) == 2
+    assert "env.end_on_task_success is read by robot-rl train" in capsys.readouterr().err
 
 
 def test_a_state_arm_task_renders_the_classifiers_frames_and_the_learner_reads_the_state(tmp_path: Path) -> None:
