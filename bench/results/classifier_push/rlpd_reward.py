@@ -8,7 +8,10 @@ the true reward. Usage: python rlpd_reward.py (every round in ROUNDS whose runs 
 Round 1: the classifier trained on 20 labelled expert episodes. Round 2 (HIL-SERL's second round of labels): the
 same setting trained again with the frames of 10 episodes of round 1's policies (5 each of seeds 0 and 1, `robot-rl
 collect policy=<checkpoint>`), labelled by the task's success (all failures), as more negatives (`sweep.py ...
---extra`; 30 labelled episodes in all). Round 3: the same with 10 more episodes of round 2's policies (40 in all)."""
+--extra`; 30 labelled episodes in all). Round 3: the same with 10 more episodes of round 2's policies (40 in all).
+Then round 3's classifier with training episodes that go on past the task's success (`rlpd_reward.sh ... --
+env.end_on_task_success=false`, with 1 frame and with 2 frames in a row), as on a robot, where no simulator ends an
+episode at its success."""
 
 from __future__ import annotations
 
@@ -52,24 +55,32 @@ def group(runs: list[Path], held: dict[str, float | None]) -> dict:
             "held_out_percent": held, "summary_held_out": summarize([v for v in held.values() if v is not None])}
 
 
-ROUNDS = {  # name: (runs folder, classifier, its held-out figures on the 50 expert episodes)
+ENDS_AT_TASK = "threshold 0.5, 1 frame; the task's own success still ends a training episode"
+GOES_ON = "env.end_on_task_success=false: only the classifier or the time limit ends a training episode"
+ROUNDS = {  # name: (runs folder, classifier, its held-out figures on the 50 expert episodes, reward rule)
     "round 1": ("clf_rlpd", "long_s0", "sweep setting `long` (front camera, 5,000 steps, batches of 32, seed 0, 20 "
-                "expert episodes): held-out precision 83.2%, recall 89.2%"),
+                "expert episodes): held-out precision 83.2%, recall 89.2%", ENDS_AT_TASK),
     "round 2": ("clf_rlpd_r2", "mined_s0", "the same setting trained on the 20 expert episodes and 10 episodes of "
-                "round 1's policies (sweep_mined.json)"),
+                "round 1's policies (sweep_mined.json)", ENDS_AT_TASK),
     "round 3": ("clf_rlpd_r3", "mined2_s0", "the same setting trained on the 20 expert episodes, the 10 round-1 "
-                "policy episodes and 10 episodes of round 2's policies (seeds 0 and 1; sweep_mined2.json)"),
+                "policy episodes and 10 episodes of round 2's policies (seeds 0 and 1; sweep_mined2.json)",
+                ENDS_AT_TASK),
+    "round 3, past the task's success": ("clf_rlpd_r3_noend", "mined2_s0", "round 3's classifier",
+                                         f"threshold 0.5, 1 frame; {GOES_ON}"),
+    "round 3, past the task's success, 2 frames in a row": (
+        "clf_rlpd_r3_noend_k2", "mined2_s0", "round 3's classifier",
+        f"threshold 0.5, 2 frames in a row (env.reward_classifier_consecutive=2); {GOES_ON}"),
 }
 
 
 def main() -> None:
     rounds = {}
-    for name, (folder, clf, described) in ROUNDS.items():
+    for name, (folder, clf, described, rule) in ROUNDS.items():
         runs = sorted(r for r in (ROOT / "runs" / folder).glob("s[0-9]*")
                       if (r / "metrics.csv").is_file() and 20_000 in load_curve(r, "success_rate"))  # finished ones
         if not runs:
             continue
-        rounds[name] = {"classifier": f"runs/clf/{clf}: {described}",
+        rounds[name] = {"classifier": f"runs/clf/{clf}: {described}", "reward_rule": rule,
                         **group(runs, {seed_of(r): held_out(r) for r in runs})}
         for r in runs:
             copy_run_files(r, HERE / ("rlpd_reward" if folder == "clf_rlpd" else f"rlpd_reward_{folder[9:]}") / r.name,
@@ -85,8 +96,7 @@ def main() -> None:
         r["gap_points_20k"] = round(true["summary_20k"]["mean"] - r["summary_20k"]["mean"], 1)
     summary = {
         "task": "arm:push-sparse; training reward = the classifier's verdict on the front camera's 64x64 frame each "
-                "action led to (threshold 0.5, 1 frame; the task's own success still ends episodes), evaluation = "
-                "the task's success",
+                "action led to (each group's reward_rule), evaluation = the task's success",
         "learner": "experiment=rlpd_push (20 expert demos, half of each batch; both mirrors; agent.utd=2), state only",
         "steps": "20k env steps = agent steps (action repeat 1), 1 env",
         "evaluation": "every 2k env steps, 20 deterministic episodes; final weights on 50 held-out episodes "

@@ -12,6 +12,10 @@
 #     long=batch_size:32,steps:5000,cameras:front --seeds 0 --save runs/clf
 # Usage: rlpd_reward.sh SEED [SEED...] [-- KEY=VALUE...]; runs in runs/clf_rlpd/s<seed> (CLF= another classifier,
 # OUT= another folder); each run then evaluated on 50 held-out episodes (seeds 1000-1049); rlpd_reward.py summarises.
+# Episodes that go on past the task's success (rlpd_reward.py's last two groups):
+#   CLF=runs/clf/mined2_s0 OUT=runs/clf_rlpd_r3_noend rlpd_reward.sh 0 1 2 -- env.end_on_task_success=false
+#   CLF=runs/clf/mined2_s0 OUT=runs/clf_rlpd_r3_noend_k2 rlpd_reward.sh 0 1 2 -- env.end_on_task_success=false \
+#     env.reward_classifier_consecutive=2
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=1 MUJOCO_GL=egl
