@@ -165,7 +165,8 @@ class TrainConfig:
             (0.0 < self.env.reward_classifier_threshold <= 1.0, "env.reward_classifier_threshold must be in (0, 1]"),
             (self.env.reward_classifier_consecutive >= 1, "env.reward_classifier_consecutive must be >= 1"),
             (self.env.end_on_task_success or self.env.spec.startswith("arm:"),
-             f"env.end_on_task_success=false needs an arm: spec (only those tasks end at a success), got {self.env.spec}"),
+             f"env.end_on_task_success=false needs an arm: spec (only that backend can go on past a task's success), "
+             f"got {self.env.spec}"),
             (self.train.steps >= 1, "train.steps must be >= 1"),
             (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
             (self.train.critic_warmup_updates >= 0, "train.critic_warmup_updates must be >= 0"),
