@@ -180,7 +180,14 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
 
 
 def results_path(name: str) -> Path:
-    return RESULTS_DIR / f"{datetime.date.today().isoformat()}-{name}.json"
+    """A results file that does not exist yet: ``bench/results/<date>-<name>.json``, else ``<date>-<name>-2.json``,
+    ``-3``, ... A second run on the same day (perhaps on another machine, whose figures differ) never overwrites a
+    results file that docs cite."""
+    day = datetime.date.today().isoformat()
+    path, n = RESULTS_DIR / f"{day}-{name}.json", 2
+    while path.exists():
+        path, n = RESULTS_DIR / f"{day}-{name}-{n}.json", n + 1
+    return path
 
 
 def fmt(value: Any) -> str:

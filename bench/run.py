@@ -85,15 +85,6 @@ def update_readme(text: str) -> None:
     README.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
 
 
-def unique_path(name: str) -> Path:
-    path = common.results_path(name)
-    n = 2
-    while path.exists():  # a second run on the same day never overwrites the first
-        path = common.results_path(f"{name}-{n}")
-        n += 1
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--parts", default="abcd", help="which parts to run, e.g. 'ab' or 'a,c' (default: all)")
@@ -126,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     payload["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     payload["remark"] = args.remark
     payload["table"] = table = tables(payload["parts"])
-    path = common.write_json(unique_path(name), payload)
+    path = common.write_json(common.results_path(name), payload)
 
     m = payload["machine"]
     text = (f"{'Quick-mode figures (short runs, indicative only)' if args.quick else 'Full figures'}, "
