@@ -20,7 +20,7 @@ drawn as dashed reference lines where that file has them.
 Runs are resumable: running the same command again skips finished runs and continues robot_rl runs from
 their latest checkpoint and SB3 runs from their last evaluation. `--report` only aggregates what exists. The
 results file (`bench/results/<date>-sample-efficiency.json`) always covers every task with a finished run, whatever
-subset a call ran. A variant of robot_rl (`--ours` overrides) goes in its own `--out-dir` and results file
+subset a call ran. `--seeds N` runs seeds 0..N-1, `--seed-list 2,0,1` exactly those seeds in that order. A variant of robot_rl (`--ours` overrides) goes in its own `--out-dir` and results file
 (`<date>-sample-efficiency-<dir name>.json`); the README table is the default agent's.
 
     python -m bench.sample_efficiency --tasks hopper,walker2d --seeds 5 --jobs 2
@@ -195,12 +195,15 @@ def sb3_run(task_name: str, seed: int, path: Path) -> None:
 
 
 # -- scheduling ---------------------------------------------------------------------------------------------
-def run_all(tasks: list[str], libs: list[str], seeds: dict[str, int], jobs: int, out: Path,
-            overrides: list[str]) -> None:
+def pending_runs(tasks: list[str], libs: list[str], seeds: dict[str, list[int]], out: Path,
+                 overrides: list[str]) -> list[tuple[str, Path, list[str]]]:
+    """(label, run dir, command) of every run not finished yet, seed by seed in the order given, the tasks and the
+    libraries alternating within a seed; a partial robot_rl run without a checkpoint is dropped here."""
     pending = []
-    for seed in range(max(seeds.values())):
+    order = list(dict.fromkeys(seed for name in tasks for seed in seeds[name]))
+    for seed in order:
         for name in tasks:
-            if seed >= seeds[name]:
+            if seed not in seeds[name]:
                 continue
             for lib in libs:  # alternate libraries so that side-by-side runs load both alike
                 path = run_dir(out, name, lib, seed)
@@ -210,6 +213,12 @@ def run_all(tasks: list[str], libs: list[str], seeds: dict[str, int], jobs: int,
                     _drop_partial_run(path)
                 cmd = ours_command(TASKS[name], seed, path, overrides) if lib == "ours" else sb3_command(name, seed, path)
                 pending.append((f"{name}/{lib}/seed_{seed}", path, cmd))
+    return pending
+
+
+def run_all(tasks: list[str], libs: list[str], seeds: dict[str, list[int]], jobs: int, out: Path,
+            overrides: list[str]) -> None:
+    pending = pending_runs(tasks, libs, seeds, out, overrides)
     print(f"{len(pending)} runs to do, {jobs} at a time; logs in <run dir>/output.log", flush=True)
     running: list[tuple[str, subprocess.Popen, float]] = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
@@ -381,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of: {', '.join(TASKS)}")
     p.add_argument("--libs", default="both", help=f"comma-separated, of: {', '.join(LIBRARIES)}; or both (default)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per task (default: 5 on Hopper/Walker2d, 3 else)")
+    p.add_argument("--seed-list", default=None,
+                   help="comma-separated seeds to run, in this order (e.g. 2 or 2,0,1), instead of 0..--seeds-1")
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the run directories go")
     p.add_argument("--ours", default="", help="extra Hydra overrides for robot_rl, space-separated (e.g. agent=sac)")
@@ -404,7 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.ours and default_out and not args.report:
         p.error(f"--ours changes robot_rl's runs: give them their own --out-dir (e.g. bench/results/"
                 f"sample_efficiency_<variant>) so they do not mix with the default agent's in {OUT_DIR.name}")
-    seeds = {t: args.seeds or TASKS[t].seeds for t in tasks}
+    try:
+        seed_list = None if args.seed_list is None else [int(x) for x in args.seed_list.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--seed-list takes comma-separated integers (e.g. 2,0,1), got {args.seed_list!r}")
+    if seed_list is not None and (not seed_list or min(seed_list) < 0):
+        p.error(f"--seed-list needs at least one seed, each >= 0, got {args.seed_list!r}")
+    if seed_list is not None and args.seeds is not None:
+        p.error("give --seeds (seeds 0..N-1) or --seed-list (these seeds), not both")
+    seeds = {t: seed_list or list(range(args.seeds or TASKS[t].seeds)) for t in tasks}
     if not args.report:
         run_all(tasks, libs, seeds, args.jobs, args.out_dir, args.ours.split())
     from bench.common import machine_info

@@ -10,7 +10,7 @@ gradient step per env step) `model.train(gradient_steps=1, batch_size=256)`.
 
 Variants of the default agent: fp32 eager (what the benchmark ran), `agent.compile=true` (torch.compile of the
 two losses), `agent.bf16=true` (bfloat16 autocast of the networks), both, and one critic instead of two (SimbaV2's
-critic on tasks without terminations, where it drops clipped double Q). Batches are sampled from a replay of random
+critic on tasks without terminations, where it drops clipped double Q), in fp32 and with compile + bf16. Batches are sampled from a replay of random
 data (the cost does not depend on what is stored). FLOPs are counted on each eager fp32 update
 (`torch.utils.flop_counter`: matmuls, forward and backward; compile and bf16 do the eager update's matmuls).
 
@@ -41,6 +41,8 @@ VARIANTS = {
     "default bf16": ["agent.bf16=true"],
     "default compile+bf16": ["agent.compile=true", "agent.bf16=true"],
     "default, 1 critic": ["agent.num_critics=1", "agent.num_target_critics=1"],
+    "default, 1 critic, compile+bf16": ["agent.num_critics=1", "agent.num_target_critics=1", "agent.compile=true",
+                                        "agent.bf16=true"],
     "agent=sac (UTD 1)": ["agent=sac"],
 }
 
@@ -81,11 +83,15 @@ def run(task: str, rounds: int, calls: int) -> dict[str, Any]:
     env_id, obs_dim, act_dim = SIZES[task]
     replay = random_replay(obs_dim, act_dim)
     steps, first_call_s, flops, configs = {}, {}, {}, {}
+    eager_flops: dict[tuple[str, ...], float] = {}  # compile and bf16 do their eager fp32 twin's matmuls
     for name, overrides in VARIANTS.items():
         steps[name], first_call_s[name], cfg = ours_step(overrides, obs_dim, act_dim, replay)
         configs[name] = {"overrides": overrides, "utd": cfg.utd, "network": cfg.network}
-        if "compile" not in name and "bf16" not in name:
-            flops[name] = count_flops(steps[name])
+        eager = tuple(o for o in overrides if o not in ("agent.compile=true", "agent.bf16=true"))
+        if eager not in eager_flops:
+            step = steps[name] if list(eager) == overrides else ours_step(list(eager), obs_dim, act_dim, replay)[0]
+            eager_flops[eager] = count_flops(step)
+        flops[name] = eager_flops[eager]
     steps["sb3"] = sb3_step(env_id)
     flops["sb3"] = count_flops(steps["sb3"])
     times = common.interleaved_times(steps, rounds, calls)
@@ -93,7 +99,7 @@ def run(task: str, rounds: int, calls: int) -> dict[str, Any]:
     rows = []
     for name in VARIANTS:
         ms = common.median(times[name]) * 1e3
-        fl = flops.get(name, flops["default fp32"])  # compile and bf16 do the eager fp32 update's matmuls
+        fl = flops[name]
         rows.append(common.row(
             f"learner work per env step ({task} sizes)", f"ms, robot_rl {name}", ms, sb3_ms,
             ratio_value=common.round_ratio(times, name, "sb3"),

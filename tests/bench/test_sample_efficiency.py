@@ -56,3 +56,18 @@ def test_a_variant_writes_its_own_results_file_and_not_the_readme_table(tmp_path
     with pytest.raises(SystemExit):  # a variant's runs would mix with the default agent's
         sb.main(["--tasks", "hopper", "--ours", "agent.bf16=true"])
     assert "give them their own --out-dir" in capsys.readouterr().err
+
+
+def test_seed_list_runs_exactly_the_given_seeds_in_order_and_skips_finished_ones(tmp_path, capsys):
+    out = tmp_path / "sample_efficiency_x"
+    _finished_run(out / "halfcheetah" / "ours" / "seed_0", "halfcheetah", [10.0])
+    pending = sb.pending_runs(["halfcheetah"], ["ours", "sb3"], {"halfcheetah": [2, 0]}, out, [])
+    assert [label for label, _, _ in pending] == [
+        "halfcheetah/ours/seed_2", "halfcheetah/sb3/seed_2", "halfcheetah/sb3/seed_0"]
+    for bad, message in [("2,x", "comma-separated integers"), ("-1", "each >= 0")]:
+        with pytest.raises(SystemExit):
+            sb.main(["--tasks", "halfcheetah", "--seed-list", bad, "--out-dir", str(out)])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sb.main(["--tasks", "halfcheetah", "--seeds", "3", "--seed-list", "2", "--out-dir", str(out)])
+    assert "not both" in capsys.readouterr().err
