@@ -148,8 +148,10 @@ def make(
         for _ in range(num_envs):
             env, limit = backend.make_env(name, options)
             envs.append(env)
+        knows = getattr(backend, "can_terminate", None)  # a backend that can tell which tasks never terminate
         return SyncBatchedEnv(
-            spec, envs, device=device, seed=seed, max_episode_steps=limit, render=options.render
+            spec, envs, device=device, seed=seed, max_episode_steps=limit, render=options.render,
+            can_terminate=None if knows is None else knows(name),
         )
     except BaseException:
         for env in envs:
@@ -190,8 +192,15 @@ def from_gymnasium(
                                  f"continuous (Box) actions are supported")
             wrapped, limit = finish_single_env(single, options, None)
             made.append(wrapped)
-        name = getattr(made[0].unwrapped.spec, "id", None) or type(made[0].unwrapped).__name__
-        return SyncBatchedEnv(f"gym:{name}", made, device=device, seed=seed, max_episode_steps=limit)
+        inner = made[0].unwrapped
+        name = getattr(inner.spec, "id", None) or type(inner).__name__
+        knows = None  # an env's own `can_terminate` wins; a gym.make'd one of gymnasium's tasks is known by its spec
+        if inner.spec is not None and not hasattr(inner, "can_terminate"):
+            from .gym_backend import spec_can_terminate
+
+            knows = spec_can_terminate(inner.spec)
+        return SyncBatchedEnv(f"gym:{name}", made, device=device, seed=seed, max_episode_steps=limit,
+                              can_terminate=knows)
     except BaseException:
         for e in made:
             e.close()

@@ -173,9 +173,10 @@ class BatchedEnv(abc.ABC):
     single_action_space: gym.spaces.Box
     control_dt: float | None = None  # simulated seconds per agent step (action repeat included); None: unknown
     # Whether an episode can end in a terminal state (``terminated``) before its time limit. False only where the
-    # backend knows it cannot: dm_control tasks without a termination condition and their mujoco:/mjx:/warp: twins.
-    # True where it cannot tell: gymnasium's API declares nothing (so gym:HalfCheetah-v5 reports True; SimbaV2 also
-    # keeps clipped double Q on all of gymnasium's MuJoCo tasks). The default agent picks its critics by it
+    # backend knows it cannot: dm_control tasks without a termination condition, gymnasium's own tasks without one
+    # (``envs.gym_backend.WITHOUT_TERMINATION``: HalfCheetah, Swimmer, Reacher, Pusher, HumanoidStandup, Pendulum;
+    # gymnasium's API declares nothing, so the backend names them) and the mujoco:/mjx:/warp: twins of both. True
+    # where it cannot tell (a third-party gymnasium env). The default agent picks its critics by it
     # (`robot_rl.agents.sac.resolve_critics`).
     can_terminate: bool = True
 
@@ -375,6 +376,7 @@ class SyncBatchedEnv(BatchedEnv):
         seed: int | None = None,
         max_episode_steps: int | None = None,
         render: bool = False,
+        can_terminate: bool | None = None,
     ) -> None:
         if len(envs) < 1:
             raise ValueError("SyncBatchedEnv needs at least one sub-env")
@@ -423,7 +425,9 @@ class SyncBatchedEnv(BatchedEnv):
         self.single_observation_space = obs_space
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
         self.control_dt = _agent_step_seconds(first)
-        self.can_terminate = bool(getattr(first.unwrapped, "can_terminate", True))
+        # The backend's answer where it has one (gymnasium's own tasks), else the env's own attribute, else True.
+        self.can_terminate = (bool(getattr(first.unwrapped, "can_terminate", True)) if can_terminate is None
+                              else can_terminate)
         self._render = render
         self._initial_seed = seed
 

@@ -44,6 +44,25 @@ def lookup(env_id: str) -> EnvSpec:
     raise UnknownEnvError(f"unknown env spec {PREFIX + env_id!r}: {name!r} is not registered {where}; {hint}")
 
 
+# gymnasium's own tasks whose episodes end only at the time limit (no `terminated` in their step): gymnasium's API
+# declares nothing, so the backend names them. The default agent drops clipped double Q on such tasks
+# (`robot_rl.agents.sac.resolve_critics`); measured on HalfCheetah-v5 in bench/README.md.
+WITHOUT_TERMINATION = frozenset({"HalfCheetah", "Swimmer", "Reacher", "Pusher", "HumanoidStandup", "Pendulum"})
+
+
+def can_terminate(env_id: str) -> bool:
+    """Whether ``gym:<env_id>``'s episodes can end before the time limit: False only for gymnasium's own tasks in
+    ``WITHOUT_TERMINATION`` (any version); True for every other id, a third-party one included (it cannot tell)."""
+    return spec_can_terminate(lookup(env_id))
+
+
+def spec_can_terminate(env_spec: EnvSpec) -> bool:
+    """``can_terminate`` for a registered spec (also what ``envs.from_gymnasium`` asks of a ``gym.make``'d env)."""
+    entry = env_spec.entry_point
+    own = isinstance(entry, str) and entry.startswith("gymnasium.envs.") and env_spec.namespace is None
+    return not (own and env_spec.name in WITHOUT_TERMINATION)
+
+
 def _is_mujoco(env_spec: EnvSpec) -> bool:
     entry = env_spec.entry_point
     return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")

@@ -108,13 +108,45 @@ def test_control_dt_is_simulated_seconds_per_agent_step(spec: str, repeat: int, 
 @pytest.mark.parametrize(
     "spec, can_terminate",
     [("dmc:walker-walk", False), ("dmc:cartpole-swingup", False), ("dmc:lqr-lqr_2_1", True),
-     ("mujoco:cartpole-swingup", False), ("gym:Hopper-v5", True), ("gym:HalfCheetah-v5", True),
-     ("mujoco:HalfCheetah-v5", True), ("arm:push-sparse", True)],
+     ("mujoco:cartpole-swingup", False), ("gym:Hopper-v5", True), ("gym:Walker2d-v5", True),
+     ("gym:HalfCheetah-v5", False), ("gym:Swimmer-v5", False), ("gym:Pendulum-v1", False),
+     ("gym:MountainCarContinuous-v0", True), ("mujoco:HalfCheetah-v5", False), ("mujoco:Hopper-v5", True),
+     ("arm:push-sparse", True)],
 )
 def test_can_terminate_is_false_only_where_the_backend_knows_episodes_end_at_the_time_limit(
     spec: str, can_terminate: bool
 ) -> None:
     """What the default agent picks its critics by: dm_control tasks without a termination condition (all of the
-    suite but LQR) and their twins say so; gymnasium declares nothing, so its envs (HalfCheetah too) report True."""
+    suite but LQR), gymnasium's own tasks without one (HalfCheetah, Pendulum, ...) and their twins say so."""
     with envs.make(spec, num_envs=1) as env:
+        assert env.can_terminate is can_terminate
+
+
+def test_a_third_party_gymnasium_task_is_taken_to_terminate_even_under_a_name_gymnasium_uses(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend names only gymnasium's own never-terminating tasks; a lab's env that reuses the name (its own
+    entry point) may terminate, so it keeps two critics (True: the backend cannot tell)."""
+    from robot_rl.envs import gym_backend
+
+    (tmp_path / "lab_envs.py").write_text(
+        "import gymnasium as gym\n"
+        "from gymnasium.envs.classic_control import PendulumEnv\n"
+        "class Env(PendulumEnv):\n    pass\n"
+        "gym.register('Lab/HalfCheetah-v5', entry_point='lab_envs:Env')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert gym_backend.can_terminate("HalfCheetah-v5") is False
+        assert gym_backend.can_terminate("lab_envs:Lab/HalfCheetah-v5") is True
+        with envs.make("gym:lab_envs:Lab/HalfCheetah-v5", num_envs=1) as env:
+            assert env.can_terminate is True
+    finally:
+        gym.registry.pop("Lab/HalfCheetah-v5", None)
+
+
+@pytest.mark.parametrize("env_id, can_terminate", [("HalfCheetah-v5", False), ("Hopper-v5", True)])
+def test_from_gymnasium_knows_gymnasiums_own_tasks_as_gym_specs_do(env_id: str, can_terminate: bool) -> None:
+    """`envs.from_gymnasium(lambda: gym.make("HalfCheetah-v5"))` must get the critics `gym:HalfCheetah-v5` gets."""
+    with envs.from_gymnasium(lambda: gym.make(env_id)) as env:
         assert env.can_terminate is can_terminate

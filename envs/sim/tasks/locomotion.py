@@ -29,6 +29,8 @@ class Locomotion(SimTask):
     def __init__(self, name: str) -> None:
         self.name = name
         self.spec = TASKS[name]
+        # HalfCheetah has no health check, so its episodes end only at the time limit (as gym:HalfCheetah-v5's).
+        self.can_terminate = self.spec.healthy_z_range is not None and self.spec.terminate_when_unhealthy
         self.frame_skip = self.spec.frame_skip
         self._camera: mujoco.MjvCamera | None = None
 
