@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -129,20 +130,21 @@ def test_a_third_party_gymnasium_task_is_taken_to_terminate_even_under_a_name_gy
     entry point) may terminate, so it keeps two critics (True: the backend cannot tell)."""
     from robot_rl.envs import gym_backend
 
-    (tmp_path / "lab_envs.py").write_text(
+    (tmp_path / "cheetah_lookalike.py").write_text(
         "import gymnasium as gym\n"
         "from gymnasium.envs.classic_control import PendulumEnv\n"
         "class Env(PendulumEnv):\n    pass\n"
-        "gym.register('Lab/HalfCheetah-v5', entry_point='lab_envs:Env')\n"
+        "gym.register('Lab/HalfCheetah-v5', entry_point='cheetah_lookalike:Env')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         assert gym_backend.can_terminate("HalfCheetah-v5") is False
-        assert gym_backend.can_terminate("lab_envs:Lab/HalfCheetah-v5") is True
-        with envs.make("gym:lab_envs:Lab/HalfCheetah-v5", num_envs=1) as env:
+        assert gym_backend.can_terminate("cheetah_lookalike:Lab/HalfCheetah-v5") is True
+        with envs.make("gym:cheetah_lookalike:Lab/HalfCheetah-v5", num_envs=1) as env:
             assert env.can_terminate is True
-    finally:
+    finally:  # leave no module or id behind for other tests (test_third_party has a lab_envs of its own)
         gym.registry.pop("Lab/HalfCheetah-v5", None)
+        sys.modules.pop("cheetah_lookalike", None)
 
 
 @pytest.mark.parametrize("env_id, can_terminate", [("HalfCheetah-v5", False), ("Hopper-v5", True)])
