@@ -424,10 +424,11 @@ def _describe_agent(agent: SACConfig) -> str:
     """One phrase for the run header: which networks and critic, how many critics and updates per step."""
     if agent.network == "hyper":
         critic = f"{agent.num_atoms}-atom" if agent.num_atoms > 1 else "scalar"
-        nets = f"SAC, hyperspherical {agent.critic_width}-wide critics ({critic})"
+        nets = f"SAC, hyperspherical {agent.critic_width}-wide critic ({critic})"
     else:
-        nets = f"SAC, MLP {'x'.join(map(str, agent.hidden_dims))} critics"
-    return f"{nets}: {agent.num_critics} critics, UTD {agent.utd}"
+        nets = f"SAC, MLP {'x'.join(map(str, agent.hidden_dims))} critic"
+    count = "1 critic" if agent.num_critics == 1 else f"{agent.num_critics} critics"
+    return f"{nets}: {count}, UTD {agent.utd}"
 
 
 def _check_overrides(overrides: list[str], command: str = "train") -> None:

@@ -385,3 +385,13 @@ def test_finetune_tells_the_two_schemas_apart_by_the_saved_config(tmp_path):
     (sac_run / "config.yaml").write_text("seed: 0\n# method: in a comment\ntrain:\n  steps: 100\n")
     assert _fine_tunes_a_policy([f"resume={policy_run}"]) and not _fine_tunes_a_policy([f"resume={sac_run}"])
     assert _fine_tunes_a_policy([f"resume={policy_run}", "train.steps=200"])
+
+
+def test_the_run_header_counts_one_critic_in_the_singular() -> None:
+    """The default agent now runs one critic on Pendulum, `make train`'s task: its header said "1 critics"."""
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.cli import _describe_agent
+
+    one = _describe_agent(SACConfig(network="hyper", num_atoms=101, num_critics=1))
+    assert "critic (101-atom): 1 critic, UTD" in one and "critics" not in one
+    assert ": 2 critics, UTD" in _describe_agent(SACConfig(network="mlp", num_critics=2))
