@@ -378,6 +378,7 @@ def _finetune_policy(overrides: list[str]) -> int:
 
 def _train(overrides: list[str], finetune: bool = False) -> int:
     from robot_rl.config import compose_train_config, load_run_config
+    from robot_rl.device import bf16_cpu_hint
     from robot_rl.trainer import Trainer
 
     _check_overrides(overrides)
@@ -408,6 +409,8 @@ def _train(overrides: list[str], finetune: bool = False) -> int:
             f"({_describe_agent(cfg.agent)}, {cfg.env.num_envs} env(s), {cfg.device})",
             flush=True,
         )
+        if hint := bf16_cpu_hint(cfg.device, cfg.agent.bf16, cfg.train.steps):
+            print(hint, flush=True)
     summary = trainer.run()
     best = summary["best_eval_return"]
     repeat = cfg.env.action_repeat
@@ -428,7 +431,8 @@ def _describe_agent(agent: SACConfig) -> str:
     else:
         nets = f"SAC, MLP {'x'.join(map(str, agent.hidden_dims))} critic"
     count = "1 critic" if agent.num_critics == 1 else f"{agent.num_critics} critics"
-    return f"{nets}: {count}, UTD {agent.utd}"
+    precision = "bf16" if agent.bf16 else "fp32"
+    return f"{nets}: {count}, UTD {agent.utd}, {precision}{', compiled' if agent.compile else ''}"
 
 
 def _check_overrides(overrides: list[str], command: str = "train") -> None:

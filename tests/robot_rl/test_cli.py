@@ -395,3 +395,12 @@ def test_the_run_header_counts_one_critic_in_the_singular() -> None:
     one = _describe_agent(SACConfig(network="hyper", num_atoms=101, num_critics=1))
     assert "critic (101-atom): 1 critic, UTD" in one and "critics" not in one
     assert ": 2 critics, UTD" in _describe_agent(SACConfig(network="mlp", num_critics=2))
+
+
+def test_the_run_header_names_the_precision() -> None:
+    """A compile + bf16 run and an fp32 one printed the same header, so a log did not say which was measured."""
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.cli import _describe_agent
+
+    assert _describe_agent(SACConfig(network="mlp")).endswith(", fp32")
+    assert _describe_agent(SACConfig(network="mlp", bf16=True, compile=True)).endswith(", bf16, compiled")

@@ -34,3 +34,14 @@ def test_a_bf16_agent_on_a_cpu_warns_only_without_bf16_hardware(monkeypatch, nat
         SAC(4, 2, SACConfig(hidden_dims=[16]))  # fp32: never
     messages = [str(w.message) for w in caught if "agent.bf16" in str(w.message)]
     assert len(messages) == (0 if native else 1)
+
+
+def test_a_long_fp32_run_on_a_bf16_cpu_is_told_of_the_faster_switch():
+    hint = device.bf16_cpu_hint("cpu", bf16=False, steps=100_000, cpuinfo=SAPPHIRE_RAPIDS)
+    assert "agent.compile=true agent.bf16=true" in hint
+    # not where bf16 is emulated or unknown, already on, on a GPU, or for a run too short to repay compilation
+    assert device.bf16_cpu_hint("cpu", bf16=False, steps=100_000, cpuinfo=AVX2_EPYC) is None
+    assert device.bf16_cpu_hint("cpu", bf16=False, steps=100_000, cpuinfo=ARM) is None
+    assert device.bf16_cpu_hint("cpu", bf16=True, steps=100_000, cpuinfo=SAPPHIRE_RAPIDS) is None
+    assert device.bf16_cpu_hint("cuda", bf16=False, steps=100_000, cpuinfo=SAPPHIRE_RAPIDS) is None
+    assert device.bf16_cpu_hint("cpu", bf16=False, steps=10_000, cpuinfo=SAPPHIRE_RAPIDS) is None
