@@ -185,11 +185,12 @@ class _DriverFault(Exception):
 class _Pending:
     """A request waiting for its control tick."""
 
-    __slots__ = ("kind", "action", "seed", "seq", "arrived", "done", "reply", "error", "images")
+    __slots__ = ("kind", "action", "seed", "seq", "arrived", "expires", "done", "reply", "error", "images")
 
     def __init__(self, kind: str, action: np.ndarray | None = None, seed: int | None = None, seq: int = 0):
         self.kind, self.action, self.seed, self.seq = kind, action, seed, seq
         self.arrived = time.monotonic()
+        self.expires = float("inf")  # when its caller stops waiting (set by `submit`)
         self.done = threading.Event()
         self.reply: pb.StepReply | None = None
         self.error: tuple[grpc.StatusCode, str, str] | None = None  # code, details, refusal counter
@@ -413,8 +414,16 @@ class RobotServer:
         """Queue ``item`` for the next tick and wait for it, at most ``timeout_s`` (then it is withdrawn, or for a
         reset the motion is abandoned and the robot holds); raises ``_CallError`` with the reason otherwise."""
         self.check_alive()
+        item.expires = time.monotonic() + timeout_s
         with self._lock:
             refusal = None
+            stale = self._pending
+            if stale is not None and stale.expires <= time.monotonic():
+                # Its caller's deadline has passed but its waiting worker has not woken to withdraw it yet (a loaded
+                # machine): withdraw it here, so the caller's retry is not refused as busy by a command nobody awaits.
+                self._pending = None
+                stale.fail(grpc.StatusCode.DEADLINE_EXCEEDED, "no control tick before the deadline; not executed",
+                           "deadline")
             if self.state == "estop" and item.kind != "hold":
                 refusal = (grpc.StatusCode.FAILED_PRECONDITION, self._estop_message(), "estop")
             elif self.state == "supervisor_hold" and item.kind != "hold":
