@@ -70,10 +70,10 @@ BF16_HINT_MIN_STEPS = 50_000
 
 def bf16_cpu_hint(device: str, bf16: bool, steps: int, cpuinfo: str | None = None) -> str | None:
     """One line for a long fp32 run on a CPU that multiplies bfloat16 in hardware, else None. Measured on an
-    AVX512-BF16 EPYC (bench/README.md): compile + bf16 ran the one-critic agent's HalfCheetah and walker-walk
-    runs in 1.24-1.35x SB3's wall time against 1.9x in fp32 (1.5x faster), returns as high over 3 and 5 seeds. It stays a hint,
-    not the default: the same switch is 15x slower on CPUs without those instructions, and fp32 is what the
-    presets' seeded figures were measured with."""
+    AVX512-BF16 EPYC (bench/README.md): compile + bf16 ran the one-critic agent's HalfCheetah and walker-walk runs
+    in 1.24-1.35x SB3's wall time against 1.9x in fp32 (1.5x faster), returns as high over 3 and 5 seeds. It stays
+    a hint, not the default: the same switch is 15x slower on CPUs without those instructions, and fp32 is what
+    the presets' seeded figures were measured with."""
     if bf16 or steps < BF16_HINT_MIN_STEPS or not device.startswith("cpu") or not cpu_has_native_bf16(cpuinfo):
         return None
     return ("hint: this CPU multiplies bfloat16 in hardware; agent.compile=true agent.bf16=true made long runs about "
