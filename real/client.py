@@ -71,6 +71,9 @@ class StepResult:
     queue_s: float
 
 
+_ESTOP_RETRY_S = 0.01  # pause between e-stop attempts after a transport failure
+
+
 def _error(e: grpc.RpcError, what: str, address: str) -> BridgeError:
     code, details = e.code(), e.details()
     if code == grpc.StatusCode.UNAUTHENTICATED:
@@ -203,7 +206,20 @@ class RobotClient:
         return self._call("Heartbeat", self._stub.Heartbeat, pb.Empty(), self.timeout_s)
 
     def estop(self, reason: str = "client") -> pb.Status:
-        return self._call("EStop", self._stub.EStop, pb.EStopRequest(reason=reason), self.timeout_s)
+        """Latch the robot's e-stop. A transport failure (UNAVAILABLE from gRPC itself, not from the server) is
+        retried until ``timeout_s`` has passed: latching is idempotent, and under a flood of camera frames the
+        server's HTTP/2 layer once refused the stream (RST_STREAM REFUSED_STREAM, never processed), which no other
+        call retries (the channel has gRPC's retries off, so a step is never sent twice)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return self._call("EStop", self._stub.EStop, pb.EStopRequest(reason=reason),
+                                  max(0.01, deadline - time.monotonic()))
+            except BridgeError as e:
+                transport = type(e) is BridgeError and e.code == grpc.StatusCode.UNAVAILABLE
+                if not transport or time.monotonic() + _ESTOP_RETRY_S >= deadline:
+                    raise
+                time.sleep(_ESTOP_RETRY_S)
 
     def clear_estop(self) -> pb.Status:
         return self._call("ClearEStop", self._stub.ClearEStop, pb.Empty(), self.timeout_s)

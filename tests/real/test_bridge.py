@@ -337,7 +337,7 @@ def test_tls(tmp_path):
 def test_a_command_past_its_deadline_does_not_make_the_next_one_busy(served):
     """Under load a client's retry after DEADLINE_EXCEEDED was refused with RESOURCE_EXHAUSTED ('already queued'):
     the expired command still sat in the queue because its waiting worker had not yet woken to withdraw it."""
-    from real.server import _Pending
+    from robot_rl.real.server import _Pending
 
     server, robot, client, _ = served
     stale = _Pending("step", action=np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32))
@@ -348,3 +348,40 @@ def test_a_command_past_its_deadline_does_not_make_the_next_one_busy(served):
     client.step([0.0, 0.0, 0.0, 0.0])  # the retry: accepted, applied
     assert len(robot.commands) == commands + 1  # only the retry ran, never the stale command
     assert stale.done.is_set() and stale.error[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class _Refused(grpc.RpcError):
+    """What gRPC raises when the server's HTTP/2 layer refuses a stream before processing it."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "Stream removed (RST_STREAM (Received RST_STREAM with error code 7))"
+
+
+def test_an_estop_refused_by_the_transport_is_sent_again(served):
+    """Beside a camera-frame flood an EStop failed once with UNAVAILABLE (REFUSED_STREAM: never processed), and
+    the client gave up at once: an operator's e-stop must be tried until its deadline."""
+    server, _, client, _ = served
+    real_estop, attempts = client._stub.EStop, []
+
+    def refused_once(request, **kwargs):
+        attempts.append(kwargs["timeout"])
+        if len(attempts) == 1:
+            raise _Refused()
+        return real_estop(request, **kwargs)
+
+    client._stub.EStop = refused_once
+    client.estop("pressed")
+    assert len(attempts) == 2 and server.status().state == "estop"
+    client.clear_estop()
+
+    def always_refused(request, **kwargs):  # a server that is really gone: the error once the deadline has passed
+        raise _Refused()
+
+    client._stub.EStop, client.timeout_s = always_refused, 0.2
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError, match="unavailable"):
+        client.estop("pressed")
+    assert 0.15 < time.monotonic() - t0 < 1.0
