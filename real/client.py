@@ -118,7 +118,9 @@ class RobotClient:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.step_timeout_s, self.timeout_s, self.reset_timeout_s = step_timeout_s, timeout_s, reset_timeout_s
-        options = [("grpc.enable_retries", 0)]
+        # Own connection per client: gRPC otherwise shares one between channels to the same address, so another
+        # client's step flood could use up the server's streams per connection (8) and have this one's EStop refused.
+        options = [("grpc.enable_retries", 0), ("grpc.use_local_subchannel_pool", 1)]
         if tls_root_cert:
             with open(tls_root_cert, "rb") as f:
                 creds = grpc.ssl_channel_credentials(root_certificates=f.read())
