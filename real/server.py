@@ -182,6 +182,10 @@ class _DriverFault(Exception):
     """An exception raised by the driver (as opposed to a bug in the server)."""
 
 
+# The answer to a command withdrawn from the queue because its caller's deadline passed before any tick took it.
+_NOT_EXECUTED = (grpc.StatusCode.DEADLINE_EXCEEDED, "no control tick before the deadline; not executed", "deadline")
+
+
 class _Pending:
     """A request waiting for its control tick."""
 
@@ -422,8 +426,7 @@ class RobotServer:
                 # Its caller's deadline has passed but its waiting worker has not woken to withdraw it yet (a loaded
                 # machine): withdraw it here, so the caller's retry is not refused as busy by a command nobody awaits.
                 self._pending = None
-                stale.fail(grpc.StatusCode.DEADLINE_EXCEEDED, "no control tick before the deadline; not executed",
-                           "deadline")
+                stale.fail(*_NOT_EXECUTED)
             if self.state == "estop" and item.kind != "hold":
                 refusal = (grpc.StatusCode.FAILED_PRECONDITION, self._estop_message(), "estop")
             elif self.state == "supervisor_hold" and item.kind != "hold":
@@ -442,8 +445,7 @@ class RobotServer:
                 job = self._reset_job
                 if self._pending is item:  # never applied: withdraw it so a late tick cannot execute it
                     self._pending = None
-                    item.fail(grpc.StatusCode.DEADLINE_EXCEEDED, "no control tick before the deadline; not executed",
-                              "deadline")
+                    item.fail(*_NOT_EXECUTED)
                 elif job is not None and job.item is item:
                     job.cancelled, self._reset_job = True, None
                     item.fail(grpc.StatusCode.DEADLINE_EXCEEDED,

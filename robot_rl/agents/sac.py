@@ -185,7 +185,8 @@ def resolve_critics(cfg: SACConfig, can_terminate: bool = True) -> SACConfig:
     can terminate, one critic without it where episodes end only at a time limit (its DMC runs). Measured here on
     dm_control walker-walk and gymnasium's HalfCheetah (bench/README.md; SimbaV2 keeps two on gymnasium): clipped
     double Q's pessimism slowed learning there, and one critic also halves the critics' cost. `can_terminate` is
-    the env's (`BatchedEnv.can_terminate`; True where the backend cannot tell). Raises ValueError when an explicit `num_target_critics` exceeds the critics it resolves to.
+    the env's (`BatchedEnv.can_terminate`; True where the backend cannot tell). Raises ValueError when an explicit
+    `num_target_critics` exceeds the critics it resolves to.
     """
     num = cfg.num_critics if cfg.num_critics is not None else (2 if can_terminate else 1)
     target = cfg.num_target_critics if cfg.num_target_critics is not None else min(2, num)
