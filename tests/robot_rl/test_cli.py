@@ -50,7 +50,10 @@ def test_train_help_lists_keys_and_presets(capsys):
         (["+agent.bogus=1"], "unknown config key 'agent.bogus' in '+agent.bogus=1'; valid keys under agent:"),
         (["++bogus=1"], "unknown config key 'bogus'"),
         (["bogus=1"], "unknown config key 'bogus'"),
-        (["agent.utd=abc"], "agent.utd"),
+        # Hydra's own line named only the override ("Error merging override agent.utd=abc"), not what is wrong
+        (["agent.utd=abc"], "bad value for agent.utd: Value 'abc' of type 'str' could not be converted to Integer"),
+        (["train.steps=1e5"], "bad value for train.steps:"),
+        (["agent.compile=maybe"], "bad value for agent.compile: Value 'maybe' is not a valid bool"),
         (["agent.num_critics=0"], "agent.num_critics must be between 1 and 20"),
         (["env=nope"], "unknown preset env=nope; choose one of: cartpole_swingup"),
         (["env.spec=gym:NoSuchEnv-v0"], "NoSuchEnv"),
