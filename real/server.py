@@ -414,6 +414,12 @@ class RobotServer:
             raise _CallError(grpc.StatusCode.UNAVAILABLE, f"the robot's control loop died ({self.loop_error}); the "
                                                           "driver was stopped; restart serve-robot")
 
+    def _withdraw_pending(self) -> None:
+        """Take the queued command off the queue unexecuted and answer it DEADLINE_EXCEEDED (under ``_lock``), so
+        that no later tick can execute a command its caller has stopped waiting for."""
+        item, self._pending = self._pending, None
+        item.fail(*_NOT_EXECUTED)
+
     def submit(self, item: _Pending, timeout_s: float) -> pb.StepReply:
         """Queue ``item`` for the next tick and wait for it, at most ``timeout_s`` (then it is withdrawn, or for a
         reset the motion is abandoned and the robot holds); raises ``_CallError`` with the reason otherwise."""
@@ -425,8 +431,7 @@ class RobotServer:
             if stale is not None and stale.expires <= time.monotonic():
                 # Its caller's deadline has passed but its waiting worker has not woken to withdraw it yet (a loaded
                 # machine): withdraw it here, so the caller's retry is not refused as busy by a command nobody awaits.
-                self._pending = None
-                stale.fail(*_NOT_EXECUTED)
+                self._withdraw_pending()
             if self.state == "estop" and item.kind != "hold":
                 refusal = (grpc.StatusCode.FAILED_PRECONDITION, self._estop_message(), "estop")
             elif self.state == "supervisor_hold" and item.kind != "hold":
@@ -444,8 +449,7 @@ class RobotServer:
             with self._lock:
                 job = self._reset_job
                 if self._pending is item:  # never applied: withdraw it so a late tick cannot execute it
-                    self._pending = None
-                    item.fail(*_NOT_EXECUTED)
+                    self._withdraw_pending()
                 elif job is not None and job.item is item:
                     job.cancelled, self._reset_job = True, None
                     item.fail(grpc.StatusCode.DEADLINE_EXCEEDED,

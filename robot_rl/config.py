@@ -321,17 +321,21 @@ def _one_line(e: Exception, schema: type = TrainConfig) -> str:
                     f"valid keys: {', '.join(_keys_under('', schema))}")
         if leaf not in valid:
             return f"unknown config key '{name}'; valid keys{' under ' + parent if parent else ''}: {', '.join(valid)}"
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
-    if key and cause is not None and first.startswith("Error merging override"):
+    first = _first_line(text) or type(e).__name__
+    cause_first = _first_line(str(cause)) if cause is not None else None
+    if key and cause_first is not None and first.startswith("Error merging override"):
         # Hydra's line names only the override; the reason (`train.steps=1e5` is not an integer) is in its cause
-        cause_first = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
         return f"bad value for {key.group(1)}: {cause_first}"
     if key and key.group(1) not in first:
         return f"bad value for {key.group(1)}: {first}"
-    if cause is not None and first.startswith("Could not override"):
-        cause_first = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+    if cause_first is not None and first.startswith("Could not override"):
         return f"{first} {cause_first}"
     return first
+
+
+def _first_line(text: str) -> str:
+    """The first non-blank line of `text`, stripped ("" if none)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def _keys_under(parent: str, schema: type = TrainConfig) -> list[str]:
