@@ -184,7 +184,8 @@ def resolve_critics(cfg: SACConfig, can_terminate: bool = True) -> SACConfig:
     SimbaV2's rule: two critics with clipped double Q (the TD target's minimum over both) on tasks whose episodes
     can terminate, one critic without it where episodes end only at a time limit (its DMC runs). Measured here on
     dm_control walker-walk and gymnasium's HalfCheetah (bench/README.md; SimbaV2 keeps two on gymnasium): clipped
-    double Q's pessimism slowed learning there, and one critic also halves the critics' cost. `can_terminate` is
+    double Q's pessimism slowed learning there, and one critic also halves the critics' cost; on Hopper, which
+    terminates, one critic overestimated and learned a third as much (2 seeds). `can_terminate` is
     the env's (`BatchedEnv.can_terminate`; True where the backend cannot tell). Raises ValueError when an explicit
     `num_target_critics` exceeds the critics it resolves to.
     """
