@@ -121,23 +121,16 @@ class WandbConfig:
     )
 
 
-def logging_checks(logger: str, wandb: WandbConfig) -> list[tuple[bool, str]]:
-    """The `logger=` / `wandb.*` checks of every run config (train and finetune), as (ok, message) pairs."""
-    return [
-        (logger in LOGGERS, f"logger must be one of {', '.join(LOGGERS)}"),
-        (logger != "wandb" or not wandb_missing(), "logger=wandb needs the wandb package: pip install 'robot_rl[wandb]'"),
-        (wandb.mode is None or wandb.mode in WANDB_MODES, f"wandb.mode must be one of {', '.join(WANDB_MODES)} or null"),
-    ]
-
-
 @dataclass
-class TrainConfig:
-    GROUPS = ("env", "agent", "experiment")  # preset groups that may be chosen on the command line
+class RunConfig:
+    """The run-level keys of every training command (`train`, `finetune`): seed, device, where the run is written
+    and where its metrics go. One schema, so a run-level option added here reaches both commands and their
+    `--help`; each command's own keys follow these in its schema."""
 
-    seed: int = _help(0, "seed of networks, replay sampling and environments")
-    device: str = _help("cpu", "torch device of the learner and replay (cpu, cuda, cuda:1)")
+    seed: int = _help(0, "seed of networks, sampling and environments")
+    device: str = _help("cpu", "torch device of the networks and replay (cpu, cuda, cuda:1)")
     threads: int | None = _help(None, "torch CPU threads (default: torch's choice)")
-    name: str | None = _help(None, "run name (default: derived from the env spec)")
+    name: str | None = _help(None, "run name (default: derived from the env spec, and in finetune the method)")
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
     resume: str | None = _help(None, "run directory to resume from its latest checkpoint")
     quiet: bool = _help(False, "no live progress line; one log line per evaluation")
@@ -145,6 +138,23 @@ class TrainConfig:
         "tensorboard", "where the metrics go besides metrics.csv: tensorboard, wandb (Weights & Biases) or none"
     )
     wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def run_checks(self) -> list[tuple[bool, str]]:
+        """The checks of the run-level keys, as (ok, message) pairs for the command's `validate`."""
+        return [
+            (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
+            (self.logger in LOGGERS, f"logger must be one of {', '.join(LOGGERS)}"),
+            (self.logger != "wandb" or not wandb_missing(),
+             "logger=wandb needs the wandb package: pip install 'robot_rl[wandb]'"),
+            (self.wandb.mode is None or self.wandb.mode in WANDB_MODES,
+             f"wandb.mode must be one of {', '.join(WANDB_MODES)} or null"),
+        ]
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    GROUPS = ("env", "agent", "experiment")  # preset groups that may be chosen on the command line
+
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: SACConfig = field(default_factory=SACConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
@@ -178,7 +188,6 @@ class TrainConfig:
              "train.updates_per_step must be >= 0 or null"),
             (len(self.train.video_size) == 2 and min(self.train.video_size) >= 16,
              "train.video_size must be [height, width], each >= 16"),
-            (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.data.max_episodes is None or self.data.max_episodes >= 1, "data.max_episodes must be >= 1 or null"),
             (prior_fraction_ok(self.data.prior_fraction), f"data.prior_fraction must be in {PRIOR_FRACTION_RANGE}"),
             (self.offline.algorithm in OFFLINE_ALGORITHMS,
@@ -189,7 +198,7 @@ class TrainConfig:
             (self.offline.steps == 0 or self.data.path is not None,
              "offline.steps > 0 needs a dataset: set data.path=<dataset dir>"),
             (self.offline.steps == 0 or self.offline.init is None, "set either offline.steps or offline.init, not both"),
-            *logging_checks(self.logger, self.wandb),
+            *self.run_checks(),
         ]
         for ok, message in checks:
             if not ok:

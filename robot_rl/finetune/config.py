@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.config import EnvConfig, WandbConfig, logging_checks
+from robot_rl.config import EnvConfig, RunConfig
 from robot_rl.fields import help_field as _help
 from robot_rl.finetune.dsrl import DSRLConfig
 from robot_rl.finetune.ppo import PPOConfig
@@ -46,22 +46,11 @@ class DPPOConfig:
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(RunConfig):
     GROUPS = ("env", "finetune")  # preset groups: env=<configs/env preset>, finetune=<configs/finetune preset>
 
     method: str = _help("residual", "fine-tuning method: residual, dsrl, reinflow or dppo")
     base_policy: str = _help("", "the BC policy to start from: a policy directory written by robot-rl bc")
-    seed: int = _help(0, "seed of networks, sampling and environments")
-    device: str = _help("cpu", "torch device (cpu, cuda)")
-    threads: int | None = _help(None, "torch CPU threads (default: torch's choice)")
-    name: str | None = _help(None, "run name (default: <method>-<env>)")
-    run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
-    resume: str | None = _help(None, "run directory to resume from its latest checkpoint")
-    quiet: bool = _help(False, "no live progress line; one log line per evaluation")
-    logger: str = _help(
-        "tensorboard", "where the metrics go besides metrics.csv: tensorboard, wandb (Weights & Biases) or none"
-    )
-    wandb: WandbConfig = field(default_factory=WandbConfig)
     steps: int = _help(50_000, "executed environment steps (actions, summed over envs) to fine-tune for")
     eval_every: int = _help(5_000, "evaluate and checkpoint every this many executed env steps")
     replay_capacity: int = _help(1_000_000, "replay size in transitions (residual, dsrl)")
@@ -88,9 +77,8 @@ class FinetuneConfig:
             (self.env.num_eval_envs >= 1, "env.num_eval_envs must be >= 1"),
             (self.env.action_repeat == 1, "env.action_repeat must be 1: the base policy was trained without it"),
             (self.replay_capacity >= self.env.num_envs, "replay_capacity must be >= env.num_envs"),
-            (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.data is None or self.method == "residual", "data= (demos) is used by method=residual only"),
-            *logging_checks(self.logger, self.wandb),
+            *self.run_checks(),
         ]
         for ok, message in checks:
             if not ok:

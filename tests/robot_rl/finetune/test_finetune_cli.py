@@ -89,7 +89,7 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
         (["method=residual", "base_policy=MLP", "env.spec=gym:Pendulum-v1"], "use the env it was trained on"),
         (["experiment=residual_nothing"], None),
         # was "valid keys under train: " and an empty list
-        (["method=residual", "base_policy=MLP", "train.bogus=1"], "this command has no 'train' group; valid keys: method"),
+        (["method=residual", "base_policy=MLP", "train.bogus=1"], "this command has no 'train' group; valid keys: seed, device"),
     ],
 )
 def test_user_errors_are_one_line(bases, tmp_path, capsys, args, expected) -> None:
