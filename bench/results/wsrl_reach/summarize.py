@@ -19,7 +19,10 @@ if TASK not in ("reach", "push", "push-sparse"):
 ROOT = Path(__file__).resolve().parents[3]
 FOLDER = {"reach": "wsrl_reach", "push": "wsrl_push", "push-sparse": "wsrl_push_sparse"}[TASK]
 HERE = ROOT / "bench" / "results" / FOLDER
-RUNS = Path("runs") / ("wsrl" if TASK == "reach" else FOLDER)
+# FROM_COPIES=1 re-summarises the run files committed beside this script (the runs themselves stay in runs/)
+FROM_COPIES = os.environ.get("FROM_COPIES") == "1"
+RUN_DIR = Path("runs") / ("wsrl" if TASK == "reach" else FOLDER)  # where run.sh puts the runs
+RUNS = HERE if FROM_COPIES else RUN_DIR
 DATA = {"reach": "data/reach_mixed", "push": "data/push_mixed", "push-sparse": "data/push_sparse_mixed"}[TASK]
 ABOUT = {  # what differs between the tasks
     "reach": {
@@ -69,18 +72,32 @@ PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix
 
 
 def per_run(run: Path) -> dict:
-    """One run's figures; RLPD has no pretrained policy (no step-0 evaluation) and so no dip."""
+    """One run's figures; RLPD has no pretrained policy (no step-0 evaluation) and so no dip.
+
+    The dip is judged twice: on success (the issue's criterion) and on the evaluation return, the objective the
+    learner maximises. On a dense-reward task they can disagree: a policy that ends nearer the target on average
+    but inside the success radius less often has a better return and a lower success (`return_at_lowest_success`
+    against `offline_policy_return`)."""
     curve = {int(k): 100 * v for k, v in load_curve(run, "success_rate").items()}
+    returns = {int(k): v for k, v in load_curve(run, "eval_return_mean").items()}
     online = {k: v for k, v in curve.items() if k > 0}
+    online_returns = {k: v for k, v in returns.items() if k > 0}
     low_step = min(online, key=online.get)
+    low_return_step = min(online_returns, key=online_returns.get)
     first_100 = min((k for k, v in online.items() if v == 100), default=None)
     out = {"lowest_online_success": round(online[low_step], 1), "lowest_at_env_step": low_step,
+           "return_at_lowest_success": round(returns[low_step], 2),
+           "lowest_online_return": round(online_returns[low_return_step], 2),
+           "lowest_return_at_env_step": low_return_step,
            "first_env_step_at_100": first_100, "success_20k": round(online.get(20_000, float("nan")), 1),
            "evaluations": len(online), "last_env_step": max(online), "success_last": round(online[max(online)], 1)}
     if 0 in curve:
-        start = curve[0]
+        start, start_return = curve[0], returns[0]
         out |= {"offline_policy_success": round(start, 1), "dip_points": round(start - online[low_step], 1),
-                "evaluations_below_offline": sum(v < start for v in online.values())}
+                "evaluations_below_offline": sum(v < start for v in online.values()),
+                "offline_policy_return": round(start_return, 2),
+                "return_dip": round(start_return - online_returns[low_return_step], 2),
+                "evaluations_below_offline_return": sum(v < start_return for v in online_returns.values())}
     return out
 
 
@@ -94,7 +111,9 @@ def main() -> None:
         "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false), "
                   "but the wsrl_mix group: half of each batch from the dataset, as RLPD",
         "evaluation": ABOUT["evaluation"],
-        "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0)",
+        "criterion": "no online evaluation below the offline policy's success (evaluations_below_offline = 0); "
+                     "judged on the evaluation return too (evaluations_below_offline_return = 0), the objective the "
+                     "learner maximises",
         "commands": f"TASK={TASK} run.sh 0 1 2 (the three default groups)" + (
                     "; KINDS=wsrl TAG=mix run.sh 0 1 2 -- data.mix_online=true (mix40k: each mix run copied to "
                     "online_wsrl_mix40k_sN and continued with robot-rl finetune resume=<it> train.steps=40000; rlpd40k: "
@@ -115,8 +134,9 @@ def main() -> None:
         if not runs:
             continue
         seeds = {r.name.rsplit("_s", 1)[1]: per_run(r) for r in runs}
-        group = {"runs": [str(r) for r in runs], "per_seed": seeds}
-        for key in ("offline_policy_success", "lowest_online_success", "dip_points", "success_20k", "success_last"):
+        group = {"runs": [str(RUN_DIR / r.name) for r in runs], "per_seed": seeds}
+        for key in ("offline_policy_success", "lowest_online_success", "dip_points", "success_20k", "success_last",
+                    "offline_policy_return", "lowest_online_return", "return_dip"):
             if all(key in s for s in seeds.values()):
                 group[key] = summarize([s[key] for s in seeds.values()])
         offline_curves = {}
@@ -126,9 +146,11 @@ def main() -> None:
                 offline_curves[pre.name] = {int(k): round(100 * v, 1) for k, v in
                                             load_curve(pre, "success_rate", x="offline_step",
                                                                  file="offline_metrics.csv").items()}
-                copy_run_files(pre, HERE / pre.name, files=("config.yaml", "offline_metrics.csv"),
-                               logs={"output.log": pre.parent / f"{pre.name}.log"})
-            copy_run_files(r, HERE / r.name, logs={"output.log": r.parent / f"{r.name}.log"})
+                if not FROM_COPIES:
+                    copy_run_files(pre, HERE / pre.name, files=("config.yaml", "offline_metrics.csv"),
+                                   logs={"output.log": pre.parent / f"{pre.name}.log"})
+            if not FROM_COPIES:
+                copy_run_files(r, HERE / r.name, logs={"output.log": r.parent / f"{r.name}.log"})
         group["offline_success_curves"] = offline_curves
         summary["groups"][kind] = group
         if kind in PLOTTED:
