@@ -10,7 +10,10 @@ gradient step per env step) `model.train(gradient_steps=1, batch_size=256)`.
 
 Variants of the default agent: fp32 eager (what the benchmark ran), `agent.compile=true` (torch.compile of the
 two losses), `agent.bf16=true` (bfloat16 autocast of the networks), both, and one critic instead of two (SimbaV2's
-critic on tasks without terminations, where it drops clipped double Q), in fp32 and with compile + bf16. Batches are sampled from a replay of random
+critic on tasks without terminations, where it drops clipped double Q), in fp32 and with compile + bf16, one critic
+update per env step instead of two (`agent.utd=1`), and batches of 16 instead of 256, eager and compiled: there the
+matmuls cost next to nothing, so what remains is the part of the update that does not grow with the batch (op
+dispatch, optimiser steps, weight projections). `--variants` picks some by name. Batches are sampled from a replay of random
 data (the cost does not depend on what is stored). FLOPs are counted on each eager fp32 update
 (`torch.utils.flop_counter`: matmuls, forward and backward; compile and bf16 do the eager update's matmuls).
 
@@ -22,6 +25,7 @@ Writes ``bench/results/<date>-update-cost.json``. ``--task walker2d`` uses Walke
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from typing import Any
 
@@ -44,6 +48,12 @@ VARIANTS = {
     "default, 1 critic, compile+bf16": ["agent.num_critics=1", "agent.num_target_critics=1", "agent.compile=true",
                                         "agent.bf16=true"],
     "agent=sac (UTD 1)": ["agent=sac"],
+    # one critic update per env step instead of two (SimbaV2 reports UTD 1 too)
+    "default, UTD 1": ["agent.utd=1"],
+    # at batch 16 the matmuls are nearly free: what is left is the work that does not grow with the batch (op
+    # dispatch, optimiser steps, weight projections, target updates), eager and compiled
+    "default fp32, batch 16": ["agent.batch_size=16"],
+    "default compile, batch 16": ["agent.compile=true", "agent.batch_size=16"],
 }
 
 
@@ -79,12 +89,23 @@ def sb3_step(env_id: str) -> Any:
     return lambda: model.train(gradient_steps=1, batch_size=BATCH)
 
 
-def run(task: str, rounds: int, calls: int) -> dict[str, Any]:
+def selected(pattern: str | None) -> dict[str, list[str]]:
+    """The variants whose names match the regular expression `pattern` (all without one)."""
+    if pattern is None:
+        return dict(VARIANTS)
+    chosen = {name: o for name, o in VARIANTS.items() if re.search(pattern, name)}
+    if not chosen:
+        raise SystemExit(f"--variants {pattern!r} matches none of: {'; '.join(VARIANTS)}")
+    return chosen
+
+
+def run(task: str, rounds: int, calls: int, variants: dict[str, list[str]] | None = None) -> dict[str, Any]:
     env_id, obs_dim, act_dim = SIZES[task]
     replay = random_replay(obs_dim, act_dim)
+    variants = VARIANTS if variants is None else variants
     steps, first_call_s, flops, configs = {}, {}, {}, {}
     eager_flops: dict[tuple[str, ...], float] = {}  # compile and bf16 do their eager fp32 twin's matmuls
-    for name, overrides in VARIANTS.items():
+    for name, overrides in variants.items():
         steps[name], first_call_s[name], cfg = ours_step(overrides, obs_dim, act_dim, replay)
         configs[name] = {"overrides": overrides, "utd": cfg.utd, "network": cfg.network}
         eager = tuple(o for o in overrides if o not in ("agent.compile=true", "agent.bf16=true"))
@@ -97,7 +118,7 @@ def run(task: str, rounds: int, calls: int) -> dict[str, Any]:
     times = common.interleaved_times(steps, rounds, calls)
     sb3_ms = common.median(times["sb3"]) * 1e3
     rows = []
-    for name in VARIANTS:
+    for name in variants:
         ms = common.median(times[name]) * 1e3
         fl = flops[name]
         rows.append(common.row(
@@ -123,9 +144,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--calls", type=int, default=50, help="env steps timed per variant and round")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the benchmark's runs use 1)")
     p.add_argument("--out", default=None, help="results file (default bench/results/<date>-update-cost.json)")
+    p.add_argument("--variants", default=None, help="only the variants whose names match this regular expression, "
+                   "e.g. 'fp32|UTD 1|batch 16' (bf16 variants take 15x longer on a CPU without bf16 instructions)")
     args = p.parse_args(argv)
+    variants = selected(args.variants)
     torch.set_num_threads(args.threads)
-    part = run(args.task, args.rounds, args.calls)
+    part = run(args.task, args.rounds, args.calls, variants)
     part["machine"] = common.machine_info(args.threads, "cpu")
     print(common.markdown_table(part["rows"], common.ROW_COLUMNS))
     out = common.write_json(common.Path(args.out) if args.out else common.results_path("update-cost"), part)
