@@ -97,7 +97,9 @@ class OfflineConfig:
     steps: int = _help(0, "offline gradient steps on data.path before online training (0: no pretraining)")
     eval_every: int = _help(2_000, "evaluate the policy every this many offline steps")
     init: str | None = _help(
-        None, "start from the agent of this checkpoint file (e.g. <run>/checkpoints/pretrained.pt) instead"
+        None, "start from the agent of this checkpoint file (e.g. <run>/checkpoints/pretrained.pt) instead: its "
+              "weights, optimiser moments and the temperature Cal-QL/CQL learned (after IQL, which learns none, "
+              "agent.init_temperature)"
     )
     freeze_statistics: bool = _help(
         False, "a pretrained agent keeps its dataset's observation and return statistics online (agent.obs_norm, "

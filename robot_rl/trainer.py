@@ -12,6 +12,7 @@ optimisers, replay, RNG states, counters), `checkpoints/best.pt` (weights of the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,12 @@ class OnlineSAC(MethodDefaults):
                 f"offline.init={path}: its agent does not fit this configuration ({e}); use the same env and "
                 "agent settings as the run that wrote it"
             ) from e
+        # IQL never trains the temperature, so an IQL checkpoint from before any online step holds only its run's
+        # agent.init_temperature: this run's applies (it was silently replaced). Cal-QL and CQL learn it as SAC
+        # does, and fine-tuning continues from what they learned.
+        if state.get("config", {}).get("offline", {}).get("algorithm") == "iql" and not state.get("env_steps"):
+            with torch.no_grad():
+                self.agent.log_alpha.fill_(math.log(self.cfg.agent.init_temperature))
 
     def start(self, seed: int) -> None:
         self._obs = self.env.reset(seed=seed)

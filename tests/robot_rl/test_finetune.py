@@ -273,3 +273,25 @@ def test_critic_warmup_updates_leave_the_actor_alone(reach_data: Path, tmp_path:
     pretrained = torch.load(run / "checkpoints" / "pretrained.pt", weights_only=False)["agent"]
     final = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["agent"]
     assert any(not torch.equal(v, final["critic"][k]) for k, v in pretrained["critic"].items())
+
+
+@pytest.mark.parametrize("algorithm, kept", [("iql", False), ("calql", True)])
+def test_offline_init_keeps_a_learned_temperature_and_takes_this_runs_where_none_was_learned(
+    reach_data: Path, tmp_path: Path, algorithm: str, kept: bool
+) -> None:
+    """IQL never trains the temperature, so its checkpoint holds only the pretraining's agent.init_temperature, and
+    that silently replaced the fine-tuning run's own (measured: WSRL runs on reach with agent.init_temperature=0.001
+    and 0.05 identical to the last digit). Cal-QL learns it as SAC does: fine-tuning continues from it."""
+    pre = tmp_path / f"pre_{algorithm}"
+    assert main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=10",
+                 "offline.eval_every=10", f"offline.algorithm={algorithm}", "agent.init_temperature=0.05",
+                 "train.steps=1", "agent.batch_size=16", f"run_dir={pre}", *TINY]) == 0
+    ckpt = pre / "checkpoints" / "pretrained.pt"
+    learned = torch.load(ckpt, weights_only=False)["agent"]["log_alpha"].exp().item()
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"offline.init={ckpt}", "agent.init_temperature=0.001",
+                                "agent.batch_size=16", *TINY])
+    temperature = Trainer(cfg, tmp_path / "online").agent.log_alpha.exp().item()
+    if kept:
+        assert learned != pytest.approx(0.05) and temperature == pytest.approx(learned)
+    else:
+        assert learned == pytest.approx(0.05) and temperature == pytest.approx(0.001)
