@@ -18,10 +18,13 @@ if TASK not in ("reach", "push", "push-sparse"):
     raise SystemExit(f"TASK must be reach, push or push-sparse, got {TASK}")
 ROOT = Path(__file__).resolve().parents[3]
 FOLDER = {"reach": "wsrl_reach", "push": "wsrl_push", "push-sparse": "wsrl_push_sparse"}[TASK]
+# RESULTS=<folder under bench/results> and RUNS=<dir> summarise another round of runs into a folder of its own
+# (e.g. runs on a re-recorded dataset, whose pretrainings differ from the ones summarised here)
+FOLDER = os.environ.get("RESULTS", FOLDER)
 HERE = ROOT / "bench" / "results" / FOLDER
 # FROM_COPIES=1 re-summarises the run files committed beside this script (the runs themselves stay in runs/)
 FROM_COPIES = os.environ.get("FROM_COPIES") == "1"
-RUN_DIR = Path("runs") / ("wsrl" if TASK == "reach" else FOLDER)  # where run.sh puts the runs
+RUN_DIR = Path(os.environ.get("RUNS", Path("runs") / ("wsrl" if TASK == "reach" else FOLDER)))  # run.sh's runs
 RUNS = HERE if FROM_COPIES else RUN_DIR
 DATA = {"reach": "data/reach_mixed", "push": "data/push_mixed", "push-sparse": "data/push_sparse_mixed"}[TASK]
 ABOUT = {  # what differs between the tasks
@@ -50,6 +53,7 @@ ABOUT = {  # what differs between the tasks
                       "pretrained policy",
     },
 }[TASK]
+ABOUT["data"] = os.environ.get("DATA_NOTE", ABOUT["data"])  # a re-recorded dataset says what it holds
 LABELS = {  # run.sh's KIND[_TAG]
     "wsrl": "WSRL (5k warm-up, then online SAC)",
     "naive": "naive fine-tuning (updates from step 0)",
@@ -57,6 +61,7 @@ LABELS = {  # run.sh's KIND[_TAG]
     "wsrl_frozen": "WSRL, statistics frozen",
     "naive_frozen": "naive, statistics frozen",
     "wsrl_frozen_cw2k": "WSRL, statistics frozen, 2k critic-only updates first",
+    "wsrl_frozen_cw2k_t001": "WSRL, statistics frozen, 2k critic-only updates first, temperature from 0.001",
     "wsrl_cw2k": "WSRL, 2k critic-only updates first",
     "wsrl_cw5k": "WSRL, 5k critic-only updates first",
     "wsrl_preserve_cw2k": "WSRL, statistics updated preserving the networks' outputs, 2k critic-only updates first",
@@ -69,6 +74,7 @@ LABELS = {  # run.sh's KIND[_TAG]
 if TASK != "reach":  # experiment=wsrl_push (and wsrl_push_sparse) sets train.critic_warmup_updates=2000 (reach's best setting)
     LABELS["wsrl"] = "WSRL (5k warm-up, 2k critic-only updates, then online SAC)"
 PLOTTED = ("wsrl", "naive", "rlpd", "wsrl_cw2k", "wsrl_preserve_cw2k", "wsrl_mix40k", "rlpd40k")  # the rest: in the json
+PLOTTED = tuple(os.environ["PLOT"].split(",")) if os.environ.get("PLOT") else PLOTTED  # PLOT=kind,kind: these
 
 
 def per_run(run: Path) -> dict:
@@ -128,6 +134,7 @@ def main() -> None:
                     "(rlpd has no pretraining: its first evaluation is at 1k)",
         "groups": {},
     }
+    summary["commands"] = os.environ.get("COMMANDS", summary["commands"])  # another round's own commands
     curves = {}
     for kind in LABELS:
         runs = sorted(r for r in RUNS.glob(f"online_{kind}_s[0-9]*") if r.is_dir() and (r / "metrics.csv").is_file())
