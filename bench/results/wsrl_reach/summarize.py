@@ -62,6 +62,8 @@ LABELS = {  # run.sh's KIND[_TAG]
     "naive_frozen": "naive, statistics frozen",
     "wsrl_frozen_cw2k": "WSRL, statistics frozen, 2k critic-only updates first",
     "wsrl_frozen_cw2k_t001": "WSRL, statistics frozen, 2k critic-only updates first, temperature from 0.001",
+    "wsrl_frozen_t001": "WSRL, statistics frozen, temperature from 0.001, no critic-only updates",
+    "naive_frozen_t001": "naive, statistics frozen, temperature from 0.001",
     "wsrl_cw2k": "WSRL, 2k critic-only updates first",
     "wsrl_cw5k": "WSRL, 5k critic-only updates first",
     "wsrl_preserve_cw2k": "WSRL, statistics updated preserving the networks' outputs, 2k critic-only updates first",
