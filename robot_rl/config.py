@@ -103,8 +103,8 @@ class OfflineConfig:
     )
     freeze_statistics: bool = _help(
         False, "a pretrained agent keeps its dataset's observation and return statistics online (agent.obs_norm, "
-        "agent.reward_scale), so the WSRL warm-up policy is exactly the pretrained one; off by default: on reach "
-        "the dip once updates began was deeper with it (bench/results/wsrl_reach)"
+        "agent.reward_scale), so the WSRL warm-up policy is exactly the pretrained one (experiment=wsrl_reach sets "
+        "it: with the temperature from 0.001 no dip on reach, bench/results/wsrl_reach_temperature)"
     )
     calql: CalQLConfig = field(default_factory=CalQLConfig)
     iql: IQLConfig = field(default_factory=IQLConfig)

@@ -222,8 +222,9 @@ class OnlineSAC(MethodDefaults):
         else:
             self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
         # A pretrained agent's networks were fit to its dataset's statistics: moving them with online data changes
-        # the WSRL warm-up policy without an update (70% -> 55% on reach), but freezing them deepened the dip once
-        # updates began in 3 of 3 seeds (bench/results/wsrl_reach), so it is an option
+        # the WSRL warm-up policy without an update (70% -> 55% on reach). Frozen, with the temperature from 0.05
+        # the dip once updates began was deeper; from 0.001 there was none (bench/results/wsrl_reach_temperature):
+        # an option, which experiment=wsrl_reach sets
         if not (self.pretrained and cfg.offline.freeze_statistics):
             agent.observe(obs, reward, done)
         self._obs = next_obs

@@ -15,6 +15,10 @@
 #   (runs go to runs/wsrl[_push]/online_KIND[_TAG]_sSEED)
 # Since 2026-11-27 experiment=wsrl_reach sets train.critic_warmup_updates=2000, so `wsrl` is now the group measured
 # as wsrl_cw2k; the `wsrl` and `wsrl_frozen` groups ran before: repeat them with -- train.critic_warmup_updates=0.
+# Since 2026-12-01 experiment=wsrl_reach also freezes the statistics and starts the temperature at 0.001 (its
+# pretraining was already IQL's here), so `wsrl` on reach is the group measured as wsrl_frozen_cw2k_t001
+# (../wsrl_reach_temperature); the groups before it repeat with -- offline.freeze_statistics=false
+# agent.init_temperature=0.05 added to their own keys.
 # e.g. TAG=frozen run.sh 0 1 2 -- offline.freeze_statistics=true;
 #      KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true train.critic_warmup_updates=2000
 set -euo pipefail
