@@ -238,6 +238,7 @@ class OnlineSAC(MethodDefaults):
                         "train_reward_missed_success": Episodes((task & ~learned).float(), done)}
         batch_size = cfg.agent.batch_size
         if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
+            agent.set_lr_progress(self.env_steps / cfg.train.steps)
             for _ in range(self.updates_per_step):
                 update_metrics = agent.learn(self.replay, self.prior_replay, cfg.data.prior_fraction,
                                              actor=self.updates >= cfg.train.critic_warmup_updates)

@@ -103,6 +103,9 @@ class SACConfig:
     actor_lr: float = _help(3e-4, "actor learning rate")
     critic_lr: float = _help(3e-4, "critic learning rate")
     temperature_lr: float = _help(3e-4, "temperature learning rate")
+    lr_end_fraction: float = _help(
+        1.0, "learning rates fall linearly over the run (robot-rl train: over train.steps) to this fraction of "
+             "actor_lr, critic_lr and temperature_lr (SimbaV2: 1e-4 to 3e-5, 0.3); 1: constant")
     init_temperature: float = _help(1.0, "initial entropy temperature alpha (RLPD uses 0.01-0.1)")
     target_entropy_scale: float = _help(1.0, "target entropy = -scale * action_dim")
     backup_entropy: bool = _help(True, "include the entropy bonus in the TD target")
@@ -153,6 +156,7 @@ class SACConfig:
             (self.n_step >= 1, "agent.n_step must be >= 1"),
             (0.0 < self.tau <= 1.0, "agent.tau must be in (0, 1]"),
             (self.init_temperature > 0, "agent.init_temperature must be > 0"),
+            (0.0 < self.lr_end_fraction <= 1.0, "agent.lr_end_fraction must be in (0, 1]"),
             (len(self.hidden_dims) >= 1 and all(h > 0 for h in self.hidden_dims),
              "agent.hidden_dims must be a non-empty list of positive widths"),
             (self.noise_repeat_max >= 1, "agent.noise_repeat_max must be >= 1"),
@@ -695,6 +699,21 @@ class SAC:
             "temperature_loss": alpha_loss.detach(),
             "entropy": entropy,
         }
+
+    def set_lr_progress(self, fraction: float) -> None:
+        """Learning rates at `fraction` (0..1, clipped) of the run: each falls linearly from its config value to
+        `lr_end_fraction` of it. Why: late in a run the same step size keeps moving a policy that has found its
+        gait, and SimbaV2 decays its rates for that reason. A no-op at `lr_end_fraction=1`; plain floats, so it
+        costs no device sync. The caller knows the run's length (`OnlineSAC.advance`); a resumed run calls it
+        again before its first update, so the checkpoint's rates never linger."""
+        cfg = self.cfg
+        if cfg.lr_end_fraction == 1.0:
+            return
+        scale = 1.0 - (1.0 - cfg.lr_end_fraction) * min(max(fraction, 0.0), 1.0)
+        for opt, lr in ((self.actor_opt, cfg.actor_lr), (self.critic_opt, cfg.critic_lr),
+                        (self.alpha_opt, cfg.temperature_lr)):
+            for group in opt.param_groups:
+                group["lr"] = lr * scale
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -431,3 +431,52 @@ def test_train_on_a_dm_control_task_builds_one_critic_and_resumes_with_it(tmp_pa
     resumed = Trainer(load_run_config(run, ["train.steps=80"]), run, resume=True)  # as `train resume=<run>`
     assert resumed.agent.critic.num_critics == 1
     assert resumed.method.env_steps == 60
+
+
+def _lrs(agent: SAC) -> tuple[float, float, float]:
+    return tuple(opt.param_groups[0]["lr"] for opt in (agent.actor_opt, agent.critic_opt, agent.alpha_opt))
+
+
+def test_learning_rates_fall_linearly_to_their_end_fraction_and_stay_there():
+    agent = SAC(4, 2, SACConfig(hidden_dims=[16], actor_lr=1e-4, critic_lr=2e-4, temperature_lr=4e-4,
+                                lr_end_fraction=0.3))
+    assert _lrs(agent) == (1e-4, 2e-4, 4e-4)
+    agent.set_lr_progress(0.5)
+    assert _lrs(agent) == pytest.approx((0.65e-4, 1.3e-4, 2.6e-4))
+    agent.set_lr_progress(1.0)
+    assert _lrs(agent) == pytest.approx((0.3e-4, 0.6e-4, 1.2e-4))
+    agent.set_lr_progress(1.7)  # a run resumed with more steps than it was scheduled for: the end rate holds
+    assert _lrs(agent) == pytest.approx((0.3e-4, 0.6e-4, 1.2e-4))
+
+
+def test_constant_learning_rates_are_untouched_by_progress():
+    agent = SAC(4, 2, SACConfig(hidden_dims=[16], actor_lr=1e-4))
+    agent.set_lr_progress(0.9)
+    assert _lrs(agent) == (1e-4, 3e-4, 3e-4)
+
+
+def test_lr_end_fraction_out_of_range_names_the_key():
+    with pytest.raises(ValueError, match="agent.lr_end_fraction"):
+        SAC(4, 2, SACConfig(lr_end_fraction=0.0))
+
+
+def test_train_decays_learning_rates_over_train_steps_and_a_resumed_run_keeps_the_schedule(tmp_path):
+    """The schedule follows the run's env steps, so a resumed run picks it up where the checkpoint left it (the
+    checkpoint's optimisers carry the config's rates, `load_state_dict`, until the first update sets them)."""
+    from robot_rl.config import compose_train_config, load_run_config
+    from robot_rl.trainer import Trainer
+
+    args = ["env.spec=gym:Pendulum-v1", "agent.critic_width=16", "agent.actor_width=16", "agent.utd=1",
+            "agent.batch_size=16", "agent.lr_end_fraction=0.5", "agent.critic_lr=1e-3", "train.steps=40",
+            "train.learning_starts=20", "train.eval_every=40", "env.num_eval_envs=0", "train.video=false",
+            "quiet=true", "threads=1"]
+    run = tmp_path / "run"
+    trainer = Trainer(compose_train_config(args), run)
+    trainer.run()
+    # the last update ran at env step 40 of 40
+    assert trainer.agent.critic_opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)
+    resumed = Trainer(load_run_config(run, ["train.steps=80"]), run, resume=True)
+    resumed.run()
+    assert resumed.agent.critic_opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)
+    resumed.method.advance()  # one step past the end of the new schedule: the end rate holds
+    assert resumed.agent.critic_opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)
