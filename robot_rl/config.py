@@ -69,7 +69,8 @@ class LoopConfig:
     mirror_online: bool = _help(
         False, "also store the mirror image of every online transition where the task declares a symmetry (as "
         "data.mirror does for the prior data): two replay transitions per env step, so the reflections take half of "
-        "train.replay_capacity; camera frames are flipped left to right (not with agent.cache_embeddings)"
+        "train.replay_capacity; camera frames are flipped left to right (with agent.cache_embeddings before the backbone "
+        "sees them)"
     )
     video: bool = _help(True, "record an MP4 of one evaluation episode at the end of training")
     video_size: list[int] = _help([240, 320], "video height and width")

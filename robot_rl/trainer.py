@@ -117,9 +117,6 @@ class OnlineSAC(MethodDefaults):
             if unmirrored:
                 raise ConfigError(f"train.mirror_online=true: {cfg.env.spec}'s reflection does not cover camera "
                                   f"{unmirrored[0]}: set train.mirror_online=false")
-            if cameras and cfg.agent.cache_embeddings:
-                raise ConfigError("train.mirror_online=true reflects camera frames, and agent.cache_embeddings=true "
-                                  "stores features instead: set one of them to false")
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
             cfg.env.num_envs * (1 if self.reflection is None else 2),
@@ -182,7 +179,7 @@ class OnlineSAC(MethodDefaults):
 
     def start(self, seed: int) -> None:
         self._obs = self.env.reset(seed=seed)
-        self._obs_stored = self._stored(self._obs) if self.cfg.agent.cache_embeddings else None
+        self._obs_stored = self._stored_columns(self._obs) if self.cfg.agent.cache_embeddings else None
 
     def pretrain(self, run: Runner) -> None:
         """Offline pretraining up to `offline.steps` (resumable), then the pretrained policy's evaluation at
@@ -206,16 +203,22 @@ class OnlineSAC(MethodDefaults):
             raise RuntimeError("call start(seed) first")
         n = env.num_envs
         # with cached embeddings the agent acts on the features the replay stores (`_cached_step`)
+        # (with train.mirror_online its second half of rows holds the reflections: the agent acts on the first)
         stored = self._obs_stored if self._obs_stored is not None else obs
         if self.env_steps < cfg.train.learning_starts and not self.pretrained:
             action = torch.rand(n, env.action_dim, device=env.device) * 2 - 1
         else:
-            action = agent.act(stored).to(env.device)
+            action = agent.act(stored if self._obs_stored is None or self.reflection is None
+                               else {k: v[:n] for k, v in stored.items()}).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
         if self._obs_stored is not None:
             next_stored, final_stored = self._cached_step(next_obs, info["final_obs"], done)
-            self.replay.add(stored, action, reward, final_stored, terminated, truncated)
+            if self.reflection is None:
+                self.replay.add(stored, action, reward, final_stored, terminated, truncated)
+            else:
+                self.replay.add(stored, torch.cat([action, action * self.reflection.action]), reward.repeat(2),
+                                final_stored, terminated.repeat(2), truncated.repeat(2))
             self._obs_stored = next_stored
         elif self.reflection is not None:
             self._add_with_reflection(obs, action, reward, info["final_obs"], terminated, truncated)
@@ -251,34 +254,35 @@ class OnlineSAC(MethodDefaults):
                              final_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor
                              ) -> None:
         """`train.mirror_online`: the N transitions and their N reflections, as one add of 2N columns."""
-        reflection = self.reflection
-
-        def both(x: torch.Tensor) -> torch.Tensor:
-            return torch.cat([x, x])
-
-        def both_obs(o: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            kept = {k: o[k] for k in self.groups}
-            mirrored = reflection.observation(kept)
-            return self._stored({k: torch.cat([kept[k], mirrored[k]]) for k in kept})
-
-        self.replay.add(both_obs(obs), torch.cat([action, action * reflection.action]), both(reward),
-                        both_obs(final_obs), both(terminated), both(truncated))
+        self.replay.add(self._stored_columns(obs), torch.cat([action, action * self.reflection.action]),
+                        reward.repeat(2), self._stored_columns(final_obs), terminated.repeat(2), truncated.repeat(2))
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})
+
+    def _stored_columns(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`_stored` of N observations, and with `train.mirror_online` of their N reflections after them: the rows
+        of one replay add. With cached embeddings the frames are reflected before the backbone sees them (a
+        feature map cannot be flipped), so the reflected columns cost a second backbone pass."""
+        if self.reflection is None:
+            return self._stored(obs)
+        kept = {k: obs[k] for k in self.groups}
+        mirrored = self.reflection.observation(kept)
+        return self._stored({k: torch.cat([kept[k], mirrored[k]]) for k in kept})
 
     def _cached_step(self, next_obs: dict[str, torch.Tensor], final_obs: dict[str, torch.Tensor], done: torch.Tensor
                      ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """(stored next_obs, stored final_obs) with cached embeddings: the backbone runs once on the new observations,
         which are the next step's obs and, where no episode ended, this transition's next_obs too; only the envs that
         finished also pass their final observation. One backbone pass per camera and step instead of three."""
-        next_stored = self._stored(next_obs)
+        next_stored = self._stored_columns(next_obs)
         if not bool(done.any()):
             return next_stored, next_stored
         ids = done.nonzero().squeeze(1)
+        rows = ids if self.reflection is None else torch.cat([ids, ids + done.shape[0]])  # the reflections' rows
         final = {k: v.clone() for k, v in next_stored.items()}
-        for k, v in self._stored({k: final_obs[k][ids] for k in self.groups}).items():
-            final[k][ids] = v
+        for k, v in self._stored_columns({k: final_obs[k][ids] for k in self.groups}).items():
+            final[k][rows] = v
         return next_stored, final
 
     def eval_policy(self):

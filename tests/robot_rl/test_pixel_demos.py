@@ -159,8 +159,9 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
 def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
     """`data.mirror=true train.mirror_online=true` on push from cameras: the demos' and every online step's
     reflections hold the proprioception times the signs and both cameras' frames flipped left to right
-    (`tests/envs/sim/test_arm_task.py` checks that a flipped frame is the reflected scene); a frozen encoder with cached
-    embeddings, which stores features a flip cannot reflect, stops with one line."""
+    (`tests/envs/sim/test_arm_task.py` checks that a flipped frame is the reflected scene). With a frozen encoder and
+    cached embeddings the reflected columns hold the backbone's features of the flipped frames (a feature map cannot
+    be flipped); before, that combination stopped with a config error."""
     from robot_rl.cli import main
     from robot_rl.config import compose_train_config
     from robot_rl.trainer import Trainer
@@ -202,10 +203,32 @@ def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
         "agent.encoder=pretrained", f"agent.encoder_weights={weights}", "agent.cache_embeddings=true",
         "agent.image_shift=0", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
         f"run_dir={tmp_path / 'c'}"]
-    capsys.readouterr()
-    assert main(["train", *cached]) == 2
-    err = capsys.readouterr().err
-    assert "agent.cache_embeddings=true stores features instead" in err and len(err.strip().splitlines()) == 1, err
+    trainer = Trainer(compose_train_config(cached), tmp_path / "c")
+    fusion = trainer.method.agent.encoder
+    m = len(trainer.prior) // 2
+    for group in CAMERAS:  # the demos' reflections: features of their flipped frames
+        torch.testing.assert_close(trainer.prior.frames[group][m:], fusion.frozen_features(group, prior.frames[group][
+            :m].flip(2)))
+    method = trainer.method
+    method.start(0)
+    seen = []
+    real_step = method.env.step
+    method.env.step = lambda a: (out := real_step(a), seen.append(out))[0]
+    for _ in range(LIMIT + 3):  # past an episode end: the final observations' reflections too
+        method.advance()
+    replay = trainer.replay
+    assert replay.num_envs == 2 and replay.obs_spec["pixels/front"][1] == torch.float16
+    assert torch.equal(replay.action[:n, 1], replay.action[:n, 0] * sign.action)
+    assert torch.equal(replay.reward[:n, 1], replay.reward[:n, 0])
+    final = seen[LIMIT - 1][4]["final_obs"]  # the step that ended the first episode
+    for group in CAMERAS:
+        obs = seen[2][0][group]  # the observation stored at row 3
+        torch.testing.assert_close(replay.obs[group][3, 0], fusion.frozen_features(group, obs)[0])
+        torch.testing.assert_close(replay.obs[group][3, 1], fusion.frozen_features(group, obs.flip(-2))[0])
+        torch.testing.assert_close(replay.final_frames[group][0, 0], fusion.frozen_features(group, final[group])[0])
+        torch.testing.assert_close(replay.final_frames[group][0, 1],
+                                   fusion.frozen_features(group, final[group].flip(-2))[0])
+    assert main(["train", *cached, "train.steps=34"]) == 0  # and it trains
 
 
 @pytest.mark.parametrize("algorithm", ["calql", "iql"])

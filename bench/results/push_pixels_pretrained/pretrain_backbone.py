@@ -1,0 +1,164 @@
+"""Pretrain a ResNet-10 backbone on simulated push frames, for `agent.encoder=pretrained` (a frozen backbone).
+
+Usage: python pretrain_backbone.py OUT_DIR [--episodes 400] [--size 48] [--epochs 6] [--seed 0] [--threads 1]
+
+Why: HIL-SERL and SERL learn from cameras through a frozen ImageNet ResNet-10; this machine cannot download one, and
+end to end from 48x48 frames RLPD on push reached 8% in 40k env steps (bench/results/push_pixels: the policies
+never find the cube). In simulation the scene's state is known, so a backbone can be taught to *see* the task:
+regress, from each camera's frame, where the cube, the target and the hand are. The RL run then loads the backbone
+frozen from the file written here, exactly as a user's ImageNet weights would load, and learns only the pooling,
+projection, actor and critic (with `agent.cache_embeddings=true` its updates cost what state-based updates cost).
+The policy still sees pixels and proprioception only; the simulator's state is used here, offline, as labels.
+
+Data: `ArmEnv("push", "sparse", pixels=True)` at `--size`, env seeds 10,000,000 + episode (the training and
+evaluation envs of `robot-rl train` use small seeds), each episode run to the 100-step limit without ending at
+success (the frames past success are the ones a success classifier must see), under one of four behaviours by
+episode index: the scripted push expert (acting on the simulator's state) with action noise 0.1, 0.3 or 1.0, or
+uniform random actions. Labels (world frame, metres): cube x y, target x y, hand x y z, cube - hand x y z,
+target - cube x y, and the cube-to-target distance in the table plane; standardised over the training set.
+
+Model: torchvision-layout ResNet-10 (`robot_rl.policies.encoders.ResNetBackbone("resnet10")`, ImageNet-normalised
+input, as `PretrainedEncoder` feeds it) -> per camera a linear head on the flattened feature map (the downstream
+learned pooling also weights positions). Adam 1e-3, batch 128, MSE; 10% of the episodes held out, their error
+(in cm, per label) printed after every epoch and written to OUT_DIR/pretrain.json with the time taken.
+Writes OUT_DIR/resnet10_push{size}.pt: the backbone's state dict in torchvision's names (no heads).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from robot_rl.envs.arm import ArmEnv
+from robot_rl.envs.arm.constants import STATE_LAYOUT
+from robot_rl.envs.arm.experts import ScriptedExpert
+from robot_rl.policies.encoders import IMAGENET_MEAN, IMAGENET_STD, ResNetBackbone
+from torch import nn
+
+CAMERAS = ("pixels/front", "pixels/wrist")
+LABELS = ("cube_x", "cube_y", "target_x", "target_y", "hand_x", "hand_y", "hand_z", "cube_rel_hand_x",
+          "cube_rel_hand_y", "cube_rel_hand_z", "target_rel_cube_x", "target_rel_cube_y", "cube_target_distance")
+SEED_BASE = 10_000_000
+
+
+def labels_of(full: np.ndarray) -> np.ndarray:
+    s = STATE_LAYOUT
+    cube, target, hand = full[s["cube_pos"]], full[s["target_pos"]], full[s["ee_pos"]]
+    rel = full[s["target_rel_cube"]][:2]
+    return np.concatenate([cube[:2], target[:2], hand, full[s["cube_rel_ee"]], rel,
+                           [np.linalg.norm(rel)]]).astype(np.float32)
+
+
+def collect(episodes: int, size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    env = ArmEnv("push", "sparse", pixels=True, pixel_size=(size, size), end_on_success=False)
+    frames = {c: [] for c in CAMERAS}
+    labels, episode_of = [], []
+    rng = np.random.default_rng(SEED_BASE)
+    t0 = time.time()
+    for e in range(episodes):
+        kind = e % 4
+        expert = ScriptedExpert("push", 1, noise=(0.1, 0.3, 1.0)[kind], seed=SEED_BASE + e) if kind < 3 else None
+        obs, _ = env.reset(seed=SEED_BASE + e)
+        for _ in range(100):
+            full = env.privileged_state()
+            for c in CAMERAS:
+                frames[c].append(obs[c])
+            labels.append(labels_of(full))
+            episode_of.append(e)
+            if expert is None:
+                action = rng.uniform(-1, 1, 4).astype(np.float32)
+            else:
+                action = expert.act(torch.from_numpy(full)[None])[0].numpy()
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                break
+        if (e + 1) % 50 == 0:
+            print(f"collected {e + 1}/{episodes} episodes, {len(labels)} frames, {time.time() - t0:.0f}s", flush=True)
+    env.close()
+    return {c: np.stack(v) for c, v in frames.items()}, np.stack(labels), np.asarray(episode_of)
+
+
+class Pretrainer(nn.Module):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.backbone = ResNetBackbone("resnet10")
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+        with torch.no_grad():
+            flat = self.backbone(torch.zeros(1, 3, size, size)).numel()
+        self.heads = nn.ModuleDict({c.replace("/", "__"): nn.Linear(flat, len(LABELS)) for c in CAMERAS})
+
+    def forward(self, camera: str, pixels: torch.Tensor) -> torch.Tensor:
+        x = pixels.permute(0, 3, 1, 2).float() / 255.0
+        return self.heads[camera.replace("/", "__")](self.backbone((x - self.mean) / self.std).flatten(1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out")
+    p.add_argument("--episodes", type=int, default=400)
+    p.add_argument("--size", type=int, default=48)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    frames, labels, episode_of = collect(args.episodes, args.size)
+    collect_s = time.time() - t0
+    held = episode_of % 10 == 9
+    mean, std = labels[~held].mean(0), labels[~held].std(0) + 1e-6
+    y = torch.from_numpy((labels - mean) / std)
+    x = {c: torch.from_numpy(v) for c, v in frames.items()}
+    train_idx, test_idx = np.flatnonzero(~held), np.flatnonzero(held)
+    model = Pretrainer(args.size)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    steps_per_epoch = len(train_idx) // args.batch
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, args.epochs * steps_per_epoch * len(CAMERAS))
+    gen = np.random.default_rng(args.seed)
+    history = []
+    for epoch in range(args.epochs):
+        model.train()
+        order = gen.permutation(train_idx)
+        t1 = time.time()
+        for i in range(steps_per_epoch):
+            idx = torch.from_numpy(order[i * args.batch:(i + 1) * args.batch])
+            for c in CAMERAS:
+                loss = (model(c, x[c][idx]) - y[idx]).pow(2).mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+        model.eval()
+        errors = {}
+        with torch.no_grad():
+            for c in CAMERAS:
+                pred = torch.cat([model(c, x[c][torch.from_numpy(test_idx[j:j + 512])])
+                                  for j in range(0, len(test_idx), 512)])
+                err = ((pred - y[test_idx]).abs() * torch.from_numpy(std)).mean(0) * 100  # cm
+                errors[c] = {name: round(float(v), 2) for name, v in zip(LABELS, err, strict=True)}
+        history.append({"epoch": epoch + 1, "seconds": round(time.time() - t1), "held_out_mean_abs_error_cm": errors})
+        print(f"epoch {epoch + 1}: {time.time() - t1:.0f}s, held-out error (cm) front "
+              f"{errors['pixels/front']} wrist {errors['pixels/wrist']}", flush=True)
+    weights = out / f"resnet10_push{args.size}.pt"
+    torch.save(model.backbone.state_dict(), weights)
+    (out / "pretrain.json").write_text(json.dumps({
+        "command": f"python pretrain_backbone.py {args.out} --episodes {args.episodes} --size {args.size} "
+                   f"--epochs {args.epochs} --seed {args.seed} --threads {args.threads}",
+        "frames": int(len(labels)), "train_frames": int(len(train_idx)), "held_out_frames": int(len(test_idx)),
+        "episodes": args.episodes, "size": args.size, "collect_seconds": round(collect_s),
+        "train_seconds": round(time.time() - t0 - collect_s), "label_std_cm": {
+            n: round(float(s) * 100, 2) for n, s in zip(LABELS, std, strict=True)},
+        "history": history, "weights": weights.name}, indent=1))
+    print(f"wrote {weights} ({time.time() - t0:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()
