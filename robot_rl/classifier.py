@@ -3,8 +3,11 @@
 On a real robot nobody writes the reward function: the operator labels which frames show the task done, a
 classifier learns it, and its output replaces the reward (`robot_rl.classifier_reward.ClassifierReward`).
 The model reuses the pixel agent's parts (`robot_rl.policies.encoders`): one DrQ `ConvEncoder` per camera group
-(`pixels` or `pixels/<camera>`, uint8 [B, H, W, 3]), joined by `CameraFusion` with the proprioceptive `state`
-when asked for, and a small MLP head giving one logit (success when sigmoid(logit) >= threshold).
+(`pixels` or `pixels/<camera>`, uint8 [B, H, W, 3]), or, as HIL-SERL's classifier, a frozen pretrained ResNet
+(`PretrainedEncoder`: the user's local backbone weights, learned spatial pooling), joined by `CameraFusion` with the
+proprioceptive `state` when asked for, and a small MLP head giving one logit (success when sigmoid(logit) >=
+threshold). A frozen backbone leaves few weights to fit from a few labelled episodes; its weights are saved with
+the classifier, so a saved classifier needs no weights file to load.
 
 Saved like a policy (`robot_rl.policies.io`): a directory with `model.safetensors` and `config.json`,
 
@@ -27,7 +30,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robot_rl.policies.encoders import CameraFusion, ConvEncoder
+from robot_rl.policies.encoders import (
+    ENCODERS,
+    CameraFusion,
+    ConvEncoder,
+    PretrainedEncoder,
+    ResNetBackbone,
+    load_backbone,
+)
 
 __all__ = [
     "ClassifierError", "SuccessClassifier", "camera_group", "load_classifier", "read_classifier_config",
@@ -60,6 +70,11 @@ class SuccessClassifier(nn.Module):
         feature_dim, channels, layers, shift_pad, pool: each camera's `ConvEncoder` (`pool="spatial_softmax"`: a
             keypoint per channel, what a cube-at-the-target test needs; see `SpatialSoftmax`).
         hidden: width of the MLP head's hidden layer.
+        encoder: ``"conv"`` (the above, trained) or ``"pretrained"``: one frozen ``backbone`` (``resnet10`` or
+            ``resnet18``) shared by the cameras, each with its own learned pooling (``spatial_features``) and a
+            ``feature_dim`` projection; ``shift_pad`` shifts the frames before the backbone.
+        backbone_weights: the backbone's local weights file (``load_backbone``), read at construction only; without
+            it the backbone is built uninitialised, for a saved classifier whose weights carry it.
     """
 
     def __init__(
@@ -72,20 +87,35 @@ class SuccessClassifier(nn.Module):
         hidden: int = 256,
         shift_pad: int = 4,
         pool: str = "flatten",
+        encoder: str = "conv",
+        backbone: str = "resnet10",
+        spatial_features: int = 8,
+        backbone_weights: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         if not cameras:
             raise ValueError("a success classifier needs at least one camera group")
+        if encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
         self.cameras = {str(k): [int(v) for v in cameras[k]] for k in sorted(cameras)}
         for key, shape in self.cameras.items():
             if len(shape) != 3 or shape[2] != 3:
                 raise ValueError(f"camera {key!r}: shape must be [H, W, 3], got {shape}")
         self.state_dim, self.feature_dim, self.channels = int(state_dim), int(feature_dim), int(channels)
         self.layers, self.hidden, self.shift_pad, self.pool = int(layers), int(hidden), int(shift_pad), str(pool)
-        encoders = {
-            k: ConvEncoder(shape, self.feature_dim, self.channels, self.layers, self.shift_pad, self.pool)
-            for k, shape in self.cameras.items()
-        }
+        self.encoder, self.backbone, self.spatial_features = str(encoder), str(backbone), int(spatial_features)
+        if self.encoder == "pretrained":
+            frozen = (load_backbone(backbone_weights, self.backbone) if backbone_weights
+                      else ResNetBackbone(self.backbone).eval().requires_grad_(False))
+            encoders: dict[str, nn.Module] = {
+                k: PretrainedEncoder(frozen, shape, self.feature_dim, self.spatial_features, self.shift_pad)
+                for k, shape in self.cameras.items()
+            }
+        else:
+            encoders = {
+                k: ConvEncoder(shape, self.feature_dim, self.channels, self.layers, self.shift_pad, self.pool)
+                for k, shape in self.cameras.items()
+            }
         self.fusion = CameraFusion(encoders, self.state_dim)
         self.head = nn.Sequential(nn.Linear(self.fusion.out_dim, self.hidden), nn.ReLU(), nn.Linear(self.hidden, 1))
         # `state` is standardised with the training set's statistics (saved with the weights)
@@ -97,7 +127,8 @@ class SuccessClassifier(nn.Module):
         return {
             "cameras": self.cameras, "state_dim": self.state_dim, "feature_dim": self.feature_dim,
             "channels": self.channels, "layers": self.layers, "hidden": self.hidden, "shift_pad": self.shift_pad,
-            "pool": self.pool,
+            "pool": self.pool, "encoder": self.encoder, "backbone": self.backbone,
+            "spatial_features": self.spatial_features,
         }
 
     @property
@@ -164,7 +195,8 @@ def save_classifier(
         "kwargs": model.config(), "metrics": dict(metrics or {}), "metadata": dict(metadata or {}),
     }
     text = json.dumps(config, indent=2)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    # clone: cameras that share one frozen backbone would otherwise hand safetensors tensors sharing memory
+    tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in model.state_dict().items()}
     return write_directory(path, tensors, text, {"format": FORMAT, "class": type(model).__name__})
 
 

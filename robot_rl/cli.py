@@ -904,6 +904,12 @@ class ClassifierArgs:
     layers: int = _help(4, "conv layers (the first with stride 2)")
     pool: str = _help("flatten", "how the conv map becomes features: flatten (DrQ) or spatial_softmax (a keypoint per "
                       "channel: fewer weights to fit from few labels, for success that is where objects are)")
+    encoder: str = _help("conv", "conv (the DrQ encoder above, trained) or pretrained (HIL-SERL's: a frozen ResNet "
+                         "from encoder_weights, learned spatial pooling; its weights are saved with the classifier)")
+    encoder_weights: str = _help("", "encoder=pretrained: the backbone's local weights file (a torchvision-style "
+                                 "state dict, .pth/.pt or .safetensors; never downloaded)")
+    encoder_backbone: str = _help("resnet10", "encoder=pretrained: resnet10 (HIL-SERL's) or resnet18")
+    encoder_spatial_features: int = _help(8, "encoder=pretrained: learned poolings per feature-map channel")
     device: str = _help("cpu", "torch device to train on")
 
 
@@ -923,6 +929,8 @@ def _classifier_help() -> str:
         "  robot-rl classifier dataset=data/push_cams out=classifiers/push_front cameras=[front] steps=4000 seed=1",
         "  robot-rl classifier dataset=data/push_cams extra=[data/push_policy] out=classifiers/push_r2   (a second round:",
         "    frames of a policy trained on the first classifier's reward, robot-rl collect policy=<its checkpoint>)",
+        "  robot-rl classifier dataset=data/push_cams out=classifiers/push_r10 cameras=[front] encoder=pretrained \\",
+        "    encoder_weights=weights/resnet10.pt   (a frozen pretrained backbone, as HIL-SERL)",
         "",
         "Keys (default):",
     ]
@@ -941,7 +949,7 @@ def _classifier(args: list[str]) -> int:
         split_episodes,
         train_classifier,
     )
-    from robot_rl.policies.encoders import POOLS
+    from robot_rl.policies.encoders import ENCODERS, POOLS, RESNET_BLOCKS, BackboneWeightsError
 
     a: ClassifierArgs = _parse_args(ClassifierArgs, args, "classifier")
     if not a.dataset or not a.out:
@@ -956,6 +964,14 @@ def _classifier(args: list[str]) -> int:
             raise UserError(f"{key} must be {rule}, not {getattr(a, key)}")
     if a.pool not in POOLS:
         raise UserError(f"pool must be one of {', '.join(POOLS)}, not {a.pool!r}")
+    if a.encoder not in ENCODERS:
+        raise UserError(f"encoder must be one of {', '.join(ENCODERS)}, not {a.encoder!r}")
+    if a.encoder == "pretrained" and not a.encoder_weights:
+        raise UserError("encoder=pretrained needs encoder_weights=<local backbone weights file>")
+    if a.encoder_backbone not in RESNET_BLOCKS:
+        raise UserError(f"encoder_backbone must be one of {', '.join(RESNET_BLOCKS)}, not {a.encoder_backbone!r}")
+    if a.encoder_spatial_features < 1:
+        raise UserError(f"encoder_spatial_features must be >= 1, not {a.encoder_spatial_features}")
     missing = [d for d in a.extra if not Path(d).is_dir()]
     if missing:
         raise UserError(f"extra dataset {missing[0]} does not exist")
@@ -969,9 +985,13 @@ def _classifier(args: list[str]) -> int:
     settings = TrainSettings(
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, holdout=a.holdout, threshold=a.threshold,
         use_state=a.state, feature_dim=a.feature_dim, channels=a.channels, layers=a.layers, pool=a.pool,
-        device=a.device,
+        encoder=a.encoder, encoder_weights=a.encoder_weights or None, encoder_backbone=a.encoder_backbone,
+        encoder_spatial_features=a.encoder_spatial_features, device=a.device,
     )
-    model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True), held_out=held_out)
+    try:
+        model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True), held_out=held_out)
+    except BackboneWeightsError as e:
+        raise UserError(str(e)) from None
     metadata = {"dataset": str(Path(a.dataset).resolve()), "extra": [str(Path(d).resolve()) for d in a.extra],
                 "args": dataclasses.asdict(a)}
     out = save_classifier(model, a.out, metrics, metadata)

@@ -327,6 +327,40 @@ def test_classifier_cli_trains_saves_and_reports(capsys, dataset, tmp_path: Path
     assert loaded.pool == "spatial_softmax" and loaded.config()["pool"] == "spatial_softmax"  # rebuilt as trained
 
 
+def test_classifier_on_a_frozen_pretrained_backbone_trains_only_its_pooling_and_loads_without_the_file(
+        capsys, dataset, tmp_path: Path) -> None:
+    """`encoder=pretrained` (HIL-SERL's classifier): the backbone comes from the user's local weights file and stays
+    as it was; the saved classifier carries it, so it loads (same logits) after the file is gone. A missing file or
+    a missing encoder_weights is one line."""
+    from robot_rl.policies.encoders import ResNetBackbone
+
+    torch.manual_seed(3)
+    weights = tmp_path / "r10.pt"
+    torch.save(ResNetBackbone("resnet10").state_dict(), weights)
+    out = tmp_path / "c"
+    code = main(["classifier", f"dataset={dataset[0]}", f"out={out}", "steps=6", "holdout=0.25", "batch_size=8",
+                 "feature_dim=8", "encoder=pretrained", f"encoder_weights={weights}", "encoder_spatial_features=2",
+                 "cameras=[front]"])
+    assert code == 0, capsys.readouterr().err
+    saved = torch.load(weights, weights_only=True)
+    weights.unlink()
+    loaded = load_classifier(out)
+    assert loaded.config()["encoder"] == "pretrained" and loaded.config()["backbone"] == "resnet10"
+    backbone = loaded.fusion.encoders["pixels__front"].backbone
+    for name, value in backbone.state_dict().items():
+        torch.testing.assert_close(value, saved[name], msg=name)  # frozen: exactly the file's weights
+    frames = load_labelled_frames(dataset[0], ["front"])
+    again = load_classifier(out)
+    torch.testing.assert_close(loaded.probability(frames.obs), again.probability(frames.obs))
+    for args, expected in (([f"encoder_weights={weights}"], f"backbone weights {weights}: no such file"),
+                           ([], "encoder=pretrained needs encoder_weights=<local backbone weights file>")):
+        capsys.readouterr()
+        assert main(["classifier", f"dataset={dataset[0]}", f"out={tmp_path / 'x'}", "steps=2",
+                     "encoder=pretrained", *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert expected in err and len(err.splitlines()) == 1, err
+
+
 def test_extra_datasets_train_and_the_held_out_episodes_stay_the_datasets(capsys, dataset, tmp_path: Path) -> None:
     """`extra=[...]` (a second round of labels, e.g. a policy's rollouts): every extra episode trains, the held-out
     episodes are the ones `dataset=` alone would hold out, so figures before and after the round compare."""

@@ -139,7 +139,8 @@ def parse(spec: str) -> tuple[str, dict]:
     out: dict = {}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition(":")
-        out[key] = value if key in ("cameras", "crop") else type(getattr(TrainSettings(), key))(value)
+        default = getattr(TrainSettings(), key)
+        out[key] = value if key in ("cameras", "crop") or default is None else type(default)(value)
     return name, out
 
 
