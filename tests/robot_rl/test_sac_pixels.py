@@ -172,6 +172,26 @@ def resnet10_weights(tmp_path_factory):
     return path
 
 
+def test_rlpd_push_pixels_pretrained_preset_runs_and_names_a_missing_backbone(tmp_path, resnet10_weights,
+                                                                            capsys) -> None:
+    """`experiment=rlpd_push_pixels_pretrained` as it is (a frozen resnet10, cached features, both mirrors, two
+    critic steps per env step), cut to a few steps; without its backbone file it stops in one line naming it."""
+    demos, run = tmp_path / "demos", tmp_path / "run"
+    assert main(["collect", "env.spec=arm:push-sparse-pixels", "policy=expert", "episodes=2",
+                 "env.pixel_size=[48,48]", f"out={demos}"]) == 0
+    common = ["train", "experiment=rlpd_push_pixels_pretrained", f"data.path={demos}", "train.steps=80",
+              "train.learning_starts=64", "train.eval_every=80", "env.num_eval_envs=1", "train.video=false",
+              "quiet=true", "threads=1", "agent.batch_size=64"]
+    capsys.readouterr()
+    assert main([*common, "agent.encoder_weights=/nonexistent/r10.pt", f"run_dir={tmp_path / 'x'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "backbone weights /nonexistent/r10.pt: no such file" in err and len(err.splitlines()) == 1, err
+    assert main([*common, f"agent.encoder_weights={resnet10_weights}", f"run_dir={run}"]) == 0
+    with open(run / "metrics.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64 (two critic steps in each)
+
+
 def test_a_pretrained_encoder_trains_its_pooling_and_never_its_backbone(resnet10_weights) -> None:
     agent = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2)
     backbones = {id(enc.backbone) for enc in agent.encoder.encoders.values()}
