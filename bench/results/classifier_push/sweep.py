@@ -139,8 +139,8 @@ def parse(spec: str) -> tuple[str, dict]:
     out: dict = {}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition(":")
-        default = getattr(TrainSettings(), key)
-        out[key] = value if key in ("cameras", "crop") or default is None else type(default)(value)
+        default = None if key in ("cameras", "crop") else getattr(TrainSettings(), key)
+        out[key] = value if default is None else type(default)(value)
     return name, out
 
 
@@ -157,6 +157,7 @@ def main() -> None:
     p.add_argument("--heldout-from", type=int, help="first held-out episode (default: --train)")
     p.add_argument("--probe", help="another dataset to score each classifier on (e.g. a policy's rollouts)")
     a = p.parse_args()
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     if a.report:
         report(a.dataset, a.out, a.train if a.heldout_from is None else a.heldout_from)
