@@ -208,22 +208,17 @@ class OnlineSAC(MethodDefaults):
         if self.env_steps < cfg.train.learning_starts and not self.pretrained:
             action = torch.rand(n, env.action_dim, device=env.device) * 2 - 1
         else:
-            action = agent.act(stored if self._obs_stored is None or self.reflection is None
-                               else {k: v[:n] for k, v in stored.items()}).to(env.device)
+            action = agent.act(stored if self.reflection is None else {k: v[:n] for k, v in stored.items()}
+                               ).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
         if self._obs_stored is not None:
             next_stored, final_stored = self._cached_step(next_obs, info["final_obs"], done)
-            if self.reflection is None:
-                self.replay.add(stored, action, reward, final_stored, terminated, truncated)
-            else:
-                self.replay.add(stored, torch.cat([action, action * self.reflection.action]), reward.repeat(2),
-                                final_stored, terminated.repeat(2), truncated.repeat(2))
+            self._add_columns(stored, action, reward, final_stored, terminated, truncated)
             self._obs_stored = next_stored
-        elif self.reflection is not None:
-            self._add_with_reflection(obs, action, reward, info["final_obs"], terminated, truncated)
         else:
-            self.replay.add(self._stored(obs), action, reward, self._stored(info["final_obs"]), terminated, truncated)
+            self._add_columns(self._stored_columns(obs), action, reward, self._stored_columns(info["final_obs"]),
+                              terminated, truncated)
         # A pretrained agent's networks were fit to its dataset's statistics: moving them with online data changes
         # the WSRL warm-up policy without an update (70% -> 55% on reach). Frozen, with the temperature from 0.05
         # the dip once updates began was deeper; from 0.001 there was none (bench/results/wsrl_reach_temperature):
@@ -250,12 +245,14 @@ class OnlineSAC(MethodDefaults):
                 self.updates += 1
         return metrics
 
-    def _add_with_reflection(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
-                             final_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor
-                             ) -> None:
-        """`train.mirror_online`: the N transitions and their N reflections, as one add of 2N columns."""
-        self.replay.add(self._stored_columns(obs), torch.cat([action, action * self.reflection.action]),
-                        reward.repeat(2), self._stored_columns(final_obs), terminated.repeat(2), truncated.repeat(2))
+    def _add_columns(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
+                     next_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+        """One replay add of the N transitions (observations as `_stored_columns` gives them), and with
+        `train.mirror_online` of their N reflections as N more columns."""
+        if self.reflection is not None:
+            action = torch.cat([action, action * self.reflection.action])
+            reward, terminated, truncated = reward.repeat(2), terminated.repeat(2), truncated.repeat(2)
+        self.replay.add(obs, action, reward, next_obs, terminated, truncated)
 
     def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})
