@@ -28,7 +28,7 @@ from torch import Tensor, nn
 __all__ = [
     "ENCODERS", "POOLS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone",
     "SpatialLearnedEmbeddings", "SpatialSoftmax",
-    "camera_batch", "camera_fusion", "load_backbone", "random_shift",
+    "camera_batch", "camera_fusion", "frozen_backbone", "load_backbone", "random_shift",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -212,6 +212,12 @@ def load_backbone(path: str | Path, arch: str = "resnet18") -> ResNetBackbone:
     return backbone.eval().requires_grad_(False)
 
 
+def frozen_backbone(weights: str | Path | None, arch: str = "resnet10") -> ResNetBackbone:
+    """`load_backbone(weights, arch)`, or without a file an uninitialised frozen `arch` (for a saved model whose
+    state dict carries the backbone's weights)."""
+    return load_backbone(weights, arch) if weights else ResNetBackbone(arch).eval().requires_grad_(False)
+
+
 class SpatialLearnedEmbeddings(nn.Module):
     """Learned pooling of a feature map ``[B, C, H, W]`` -> ``[B, C * num_features]``: per channel,
     ``num_features`` learned weightings of the positions (where in the image a channel's activation matters)."""
@@ -316,7 +322,7 @@ def camera_fusion(
     if encoder == "conv":
         encoders = {k: ConvEncoder(shape, feature_dim, channels, layers, shift_pad) for k, shape in cameras.items()}
     elif encoder == "pretrained":
-        frozen = load_backbone(weights, backbone) if weights else ResNetBackbone(backbone).eval().requires_grad_(False)
+        frozen = frozen_backbone(weights, backbone)
         encoders = {k: PretrainedEncoder(frozen, shape, feature_dim, spatial_features, shift_pad)
                     for k, shape in cameras.items()}
     else:

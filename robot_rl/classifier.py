@@ -35,8 +35,7 @@ from robot_rl.policies.encoders import (
     CameraFusion,
     ConvEncoder,
     PretrainedEncoder,
-    ResNetBackbone,
-    load_backbone,
+    frozen_backbone,
 )
 
 __all__ = [
@@ -105,8 +104,7 @@ class SuccessClassifier(nn.Module):
         self.layers, self.hidden, self.shift_pad, self.pool = int(layers), int(hidden), int(shift_pad), str(pool)
         self.encoder, self.backbone, self.spatial_features = str(encoder), str(backbone), int(spatial_features)
         if self.encoder == "pretrained":
-            frozen = (load_backbone(backbone_weights, self.backbone) if backbone_weights
-                      else ResNetBackbone(self.backbone).eval().requires_grad_(False))
+            frozen = frozen_backbone(backbone_weights, self.backbone)
             encoders: dict[str, nn.Module] = {
                 k: PretrainedEncoder(frozen, shape, self.feature_dim, self.spatial_features, self.shift_pad)
                 for k, shape in self.cameras.items()
