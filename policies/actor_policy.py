@@ -75,8 +75,8 @@ class ActorPolicy(nn.Module):
         action_repeat: env steps each action is held for during training (metadata for the deployer; the
             policy itself returns one action per call).
         cameras: camera group (`pixels`, `pixels/<camera>`) -> image shape [H, W, C]; none: a state-only actor.
-        encoder_feature_dim, encoder_channels, encoder_layers, encoder, encoder_backbone, encoder_spatial_features:
-            each camera's encoder (the agent's `encoder*` fields; `encoder` is conv or pretrained).
+        encoder_feature_dim, encoder_channels, encoder_layers, encoder, encoder_backbone, encoder_spatial_features,
+            encoder_readout: each camera's encoder (the agent's `encoder*` fields; `encoder` is conv or pretrained).
     """
 
     def __init__(
@@ -97,6 +97,7 @@ class ActorPolicy(nn.Module):
         encoder: str = "conv",
         encoder_backbone: str = "resnet10",
         encoder_spatial_features: int = 8,
+        encoder_readout: bool = False,
     ) -> None:
         super().__init__()
         self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
@@ -108,6 +109,7 @@ class ActorPolicy(nn.Module):
         self.encoder_layers = int(encoder_layers)
         self.encoder_kind, self.encoder_backbone = str(encoder), str(encoder_backbone)
         self.encoder_spatial_features = int(encoder_spatial_features)
+        self.encoder_readout = bool(encoder_readout)
         self.state_norm: RunningNorm | None = None
         self.encoder: CameraFusion | None = None
         net_dim, net_norm = self.obs_dim, RunningNorm(self.obs_dim) if obs_norm else None
@@ -122,7 +124,7 @@ class ActorPolicy(nn.Module):
             self.encoder = camera_fusion(
                 self.cameras, self.obs_dim, encoder=self.encoder_kind, feature_dim=self.encoder_feature_dim,
                 channels=self.encoder_channels, layers=self.encoder_layers, backbone=self.encoder_backbone,
-                spatial_features=self.encoder_spatial_features,
+                spatial_features=self.encoder_spatial_features, readout=self.encoder_readout,
             )
             net_dim = self.encoder.out_dim
         self.actor = make_actor(
@@ -152,6 +154,8 @@ class ActorPolicy(nn.Module):
             if self.encoder_kind != "conv":  # conv policies keep the config they had before pretrained encoders
                 config.update(encoder=self.encoder_kind, encoder_backbone=self.encoder_backbone,
                               encoder_spatial_features=self.encoder_spatial_features)
+                if self.encoder_readout:  # policies without one keep the config they had before readouts
+                    config.update(encoder_readout=True)
         return config
 
     def features(self, state: Tensor, images: Sequence[Tensor] = ()) -> Tensor:

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 __all__ = [
     "ENCODERS", "POOLS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone",
     "SpatialLearnedEmbeddings", "SpatialSoftmax",
-    "camera_batch", "camera_fusion", "frozen_backbone", "load_backbone", "random_shift",
+    "camera_batch", "camera_fusion", "frozen_backbone", "load_backbone", "load_readout", "random_shift", "readout_key",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -179,11 +179,9 @@ class BackboneWeightsError(ValueError):
     """A backbone weights file that is missing, unreadable or not the architecture asked for."""
 
 
-def load_backbone(path: str | Path, arch: str = "resnet18") -> ResNetBackbone:
-    """A frozen backbone (eval mode, no gradients) from a local weights file: a torchvision-style state dict in
-    ``.pth``/``.pt`` (``torch.load(weights_only=True)``) or ``.safetensors``. Classifier keys (``fc.*``) are ignored;
-    a missing or misshapen backbone weight is a `BackboneWeightsError` naming it."""
-    path = Path(path)
+def _read_weights(path: Path, arch: str) -> Mapping[str, Tensor]:
+    """The state dict in a local weights file (``.safetensors``, else ``torch.load(weights_only=True)``), or a
+    `BackboneWeightsError` saying what is wrong with the file."""
     if not path.is_file():
         raise BackboneWeightsError(f"backbone weights {path}: no such file (robot_rl never downloads weights; give "
                                    f"a local {arch} state dict, e.g. torchvision's, saved with torch.save or safetensors)")
@@ -198,6 +196,15 @@ def load_backbone(path: str | Path, arch: str = "resnet18") -> ResNetBackbone:
         raise BackboneWeightsError(f"backbone weights {path}: unreadable ({type(e).__name__}: {e})") from None
     if not isinstance(state, Mapping):
         raise BackboneWeightsError(f"backbone weights {path}: expected a state dict, got {type(state).__name__}")
+    return state
+
+
+def load_backbone(path: str | Path, arch: str = "resnet18") -> ResNetBackbone:
+    """A frozen backbone (eval mode, no gradients) from a local weights file: a torchvision-style state dict in
+    ``.pth``/``.pt`` (``torch.load(weights_only=True)``) or ``.safetensors``. Classifier keys (``fc.*``) are ignored;
+    a missing or misshapen backbone weight is a `BackboneWeightsError` naming it."""
+    path = Path(path)
+    state = _read_weights(path, arch)
     backbone = ResNetBackbone(arch)
     wanted = backbone.state_dict()
     missing = [k for k in wanted if k not in state]
@@ -218,6 +225,37 @@ def frozen_backbone(weights: str | Path | None, arch: str = "resnet10") -> ResNe
     return load_backbone(weights, arch) if weights else ResNetBackbone(arch).eval().requires_grad_(False)
 
 
+def readout_key(group: str) -> str:
+    """The prefix of a camera group's readout in a weights file: ``readout.<camera>`` for ``pixels/<camera>``,
+    ``readout.pixels`` for a lone ``pixels`` group."""
+    return f"readout.{group.split('/', 1)[-1]}"
+
+
+def load_readout(path: str | Path, group: str, in_features: int, out_features: int, arch: str = "resnet10") -> nn.Linear:
+    """A camera group's frozen linear readout from a local weights file: ``<readout_key(group)>.weight``
+    ``[out_features, in_features]`` and ``.bias``, or a ``readout.weight``/``readout.bias`` shared by every camera.
+    What a perception model trained beside the backbone (a pose estimator's head, say) maps the flattened feature
+    map to; a missing or misshapen readout is a `BackboneWeightsError` that says which keys and sizes it needs."""
+    path = Path(path)
+    state = _read_weights(path, arch)
+    prefix = readout_key(group)
+    if f"{prefix}.weight" not in state:
+        prefix = "readout"
+    if f"{prefix}.weight" not in state or f"{prefix}.bias" not in state:
+        raise BackboneWeightsError(
+            f"backbone weights {path}: no readout for camera group {group!r} (a readout needs "
+            f"{readout_key(group)}.weight and .bias, or readout.weight and .bias for every camera)")
+    weight, bias = state[f"{prefix}.weight"], state[f"{prefix}.bias"]
+    if tuple(weight.shape) != (out_features, in_features) or tuple(bias.shape) != (out_features,):
+        raise BackboneWeightsError(
+            f"backbone weights {path}: {prefix}.weight has shape {tuple(weight.shape)}, the camera's "
+            f"{in_features} backbone features into encoder_feature_dim={out_features} outputs need "
+            f"({out_features}, {in_features}) (set encoder_feature_dim to the readout's outputs)")
+    readout = nn.Linear(in_features, out_features)
+    readout.load_state_dict({"weight": weight, "bias": bias})
+    return readout.requires_grad_(False)
+
+
 class SpatialLearnedEmbeddings(nn.Module):
     """Learned pooling of a feature map ``[B, C, H, W]`` -> ``[B, C * num_features]``: per channel,
     ``num_features`` learned weightings of the positions (where in the image a channel's activation matters)."""
@@ -233,11 +271,18 @@ class SpatialLearnedEmbeddings(nn.Module):
 
 class PretrainedEncoder(nn.Module):
     """Frozen ResNet + learned spatial pooling + linear: uint8 ``[B, H, W, 3]`` -> ``[B, feature_dim]``. Only the
-    pooling and projection train; with ``augment`` the input is randomly shifted first."""
+    pooling and projection train; with ``augment`` the input is randomly shifted first.
+
+    With a ``readout`` (a frozen ``nn.Linear`` from the flattened feature map to ``feature_dim`` outputs, e.g. the
+    head of a pose estimator trained with the backbone: `load_readout`) the encoder is a frozen perception model:
+    its features are the readout's outputs, nothing in it trains, and what a replay caches per frame is those
+    ``feature_dim`` numbers. Why: a learned pooling trained by the critic's gradient alone did not turn a backbone
+    that sees the cube to ~1 cm into features a policy could find the cube with (bench/results/push_pixels_pretrained);
+    the readout hands the policy what the backbone was taught to see."""
 
     def __init__(
         self, backbone: ResNetBackbone, image_shape: Sequence[int] = (128, 128, 3), feature_dim: int = 256,
-        num_features: int = 8, shift_pad: int = 4,
+        num_features: int = 8, shift_pad: int = 4, readout: nn.Linear | None = None,
     ) -> None:
         super().__init__()
         self.backbone = backbone.eval().requires_grad_(False)
@@ -246,9 +291,17 @@ class PretrainedEncoder(nn.Module):
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
         with torch.no_grad():
             _, c, fh, fw = self.backbone(torch.zeros(1, 3, h, w)).shape
-        self.backbone_shape = (int(c), int(fh), int(fw))  # what `backbone_features` gives per image
-        self.pool = SpatialLearnedEmbeddings(c, fh, fw, num_features)
-        self.head = nn.Sequential(nn.Linear(c * num_features, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.readout = None if readout is None else readout.requires_grad_(False)
+        self.pool: nn.Module | None = None
+        self.head: nn.Module | None = None
+        if self.readout is None:
+            self.pool = SpatialLearnedEmbeddings(c, fh, fw, num_features)
+            self.head = nn.Sequential(nn.Linear(c * num_features, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        elif tuple(self.readout.weight.shape) != (feature_dim, c * fh * fw):
+            raise ValueError(f"readout maps {self.readout.weight.shape[1]} features to {self.readout.weight.shape[0]}; "
+                             f"this backbone gives {c * fh * fw} per {h}x{w} image and feature_dim is {feature_dim}")
+        # what `backbone_features` gives per image
+        self.backbone_shape = (int(c), int(fh), int(fw)) if self.readout is None else (int(feature_dim),)
         self.feature_dim, self.shift_pad = feature_dim, shift_pad
 
     def train(self, mode: bool = True) -> PretrainedEncoder:
@@ -262,12 +315,15 @@ class PretrainedEncoder(nn.Module):
         if augment:
             x = random_shift(x, self.shift_pad)
         with torch.no_grad():
-            return self.backbone((x - self.mean) / self.std)
+            features = self.backbone((x - self.mean) / self.std)
+            return features if self.readout is None else self.readout(features.flatten(1))
 
     def forward(self, pixels: Tensor, augment: bool = False) -> Tensor:
         """uint8 frames ``[B, H, W, 3]``, or their cached ``backbone_features`` ``[B, *backbone_shape]`` (any float
         type; what a replay that caches embeddings hands back, already augmented or not)."""
         features = pixels.float() if pixels.is_floating_point() else self.backbone_features(pixels, augment)
+        if self.readout is not None:
+            return features
         return self.head(self.pool(features))
 
 
@@ -308,7 +364,7 @@ ENCODERS = ("conv", "pretrained")
 def camera_fusion(
     cameras: Mapping[str, Sequence[int]], state_dim: int, *, encoder: str = "conv", feature_dim: int = 50,
     channels: int = 32, layers: int = 4, shift_pad: int = 4, backbone: str = "resnet10", spatial_features: int = 8,
-    weights: str | Path | None = None,
+    weights: str | Path | None = None, readout: bool = False,
 ) -> CameraFusion:
     """One encoder per camera group (group -> image shape (H, W, C)) fused with a ``state_dim`` state: the one
     constructor for the pixel SAC learner and for the policy exported from it, so its weights always load.
@@ -317,14 +373,23 @@ def camera_fusion(
     ``encoder="pretrained"``: a ``PretrainedEncoder`` per camera on *one* frozen ``backbone`` shared by all cameras
     (frozen, so sharing changes nothing but memory and load time), with its own pooling (``spatial_features``) and
     projection. ``weights`` is the user's local backbone file (``load_backbone``); without it the backbone is built
-    uninitialised, for a saved policy whose state dict carries the backbone's weights.
+    uninitialised, for a saved policy whose state dict carries the backbone's weights. ``readout``: each camera's
+    features are the frozen linear readout in ``weights`` (`load_readout`, ``feature_dim`` outputs) in place of the
+    learned pooling and projection; without ``weights`` it is built uninitialised, as the backbone is.
     """
     if encoder == "conv":
         encoders = {k: ConvEncoder(shape, feature_dim, channels, layers, shift_pad) for k, shape in cameras.items()}
     elif encoder == "pretrained":
         frozen = frozen_backbone(weights, backbone)
-        encoders = {k: PretrainedEncoder(frozen, shape, feature_dim, spatial_features, shift_pad)
-                    for k, shape in cameras.items()}
+        encoders = {}
+        for k, shape in cameras.items():
+            head = None
+            if readout:
+                with torch.no_grad():
+                    flat = frozen(torch.zeros(1, 3, int(shape[0]), int(shape[1]))).numel()
+                head = (load_readout(weights, k, flat, feature_dim, backbone) if weights
+                        else nn.Linear(flat, feature_dim).requires_grad_(False))
+            encoders[k] = PretrainedEncoder(frozen, shape, feature_dim, spatial_features, shift_pad, head)
     else:
         raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
     return CameraFusion(encoders, state_dim)

@@ -33,7 +33,8 @@ in DrQ and SAC-AE, where actor gradients through the encoder made learning unsta
 their own encoder copy, Polyak-averaged with them (rate `tau`). State-only agents build none of this and run
 exactly the code they ran before. `encoder=pretrained` (HIL-SERL) swaps each `ConvEncoder` for a `PretrainedEncoder`:
 one frozen ResNet from the user's `encoder_weights` file, shared by the cameras and by the target encoder, under a
-learned spatial pooling and projection per camera, which are all the critic loss trains. With `cache_embeddings`
+learned spatial pooling and projection per camera, which are all the critic loss trains (with `encoder_readout`,
+a frozen linear readout from the same file in their place, and nothing in the encoder trains). With `cache_embeddings`
 (and no shifts) the replay keeps each frame's backbone features instead of the frame (`replay_spec`, `for_replay`):
 the backbone runs once per stored frame, not on every sampled one, and updates cost what the pooling heads cost.
 
@@ -128,6 +129,10 @@ class SACConfig:
                                               "state dict, .pth or .safetensors; nothing is downloaded)")
     encoder_backbone: str = _help("resnet10", "encoder=pretrained: resnet10 (HIL-SERL's) or resnet18")
     encoder_spatial_features: int = _help(8, "encoder=pretrained: learned poolings per feature-map channel")
+    encoder_readout: bool = _help(False, "encoder=pretrained: each camera's features are the frozen linear readout "
+                                         "stored in encoder_weights (readout.<camera>.weight/.bias: a perception "
+                                         "head trained with the backbone, e.g. a pose estimator), not a learned "
+                                         "pooling; encoder_feature_dim = its outputs")
     cache_embeddings: bool = _help(False, "encoder=pretrained, image_shift=0: the replay stores each frame's frozen "
                                           "backbone features instead of the frame, so updates never run the backbone")
     encoder_feature_dim: int = _help(50, "camera tasks: features per camera from its encoder (DrQ: 50)")
@@ -166,6 +171,8 @@ class SACConfig:
              "agent.encoder=pretrained needs agent.encoder_weights=<local backbone weights file>"),
             (self.encoder_backbone in RESNET_BLOCKS, f"agent.encoder_backbone must be one of {', '.join(RESNET_BLOCKS)}"),
             (self.encoder_spatial_features >= 1, "agent.encoder_spatial_features must be >= 1"),
+            (not self.encoder_readout or self.encoder == "pretrained",
+             "agent.encoder_readout=true needs agent.encoder=pretrained (the readout lives in encoder_weights)"),
             (not self.cache_embeddings or (self.encoder == "pretrained" and self.image_shift == 0),
              "agent.cache_embeddings=true needs agent.encoder=pretrained and agent.image_shift=0 (a shifted frame's "
              "features differ from the cached ones)"),
@@ -317,6 +324,8 @@ def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_re
         if cfg.encoder != "conv":  # conv policies keep the config they had before pretrained encoders
             kwargs.update(encoder=cfg.encoder, encoder_backbone=cfg.encoder_backbone,
                           encoder_spatial_features=cfg.encoder_spatial_features)
+            if cfg.encoder_readout:
+                kwargs.update(encoder_readout=True)
     return kwargs
 
 
@@ -358,7 +367,7 @@ class SAC:
                 cameras, obs_dim, encoder=cfg.encoder, feature_dim=cfg.encoder_feature_dim,
                 channels=cfg.encoder_channels, layers=cfg.encoder_layers, shift_pad=cfg.image_shift,
                 backbone=cfg.encoder_backbone, spatial_features=cfg.encoder_spatial_features,
-                weights=cfg.encoder_weights,
+                weights=cfg.encoder_weights, readout=cfg.encoder_readout,
             ).to(self.device)
             frozen = {id(m): m for m in self.encoder.modules() if isinstance(m, ResNetBackbone)}
             self.encoder_target = copy.deepcopy(self.encoder, memo=frozen).requires_grad_(False)

@@ -7,6 +7,7 @@ import csv
 
 import pytest
 import torch
+from robot_rl.policies.encoders import ResNetBackbone
 
 from robot_rl.agents.sac import SAC, SACConfig, camera_groups
 from robot_rl.cli import main
@@ -164,7 +165,6 @@ def test_rlpd_push_pixels_preset_runs_on_camera_demos(tmp_path) -> None:
 def resnet10_weights(tmp_path_factory):
     """A resnet10 weights file as a user would give one (torchvision names, a classifier the encoder ignores),
     made here: nothing is downloaded."""
-    from robot_rl.policies.encoders import ResNetBackbone
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("weights") / "resnet10.pt"
@@ -190,6 +190,21 @@ def test_rlpd_push_pixels_pretrained_preset_runs_and_names_a_missing_backbone(tm
     with open(run / "metrics.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64 (two critic steps in each)
+    # experiment=rlpd_push_pixels_readout: the same with each camera's frozen readout (13 outputs of a 48x48 frame's
+    # 512x2x2 map); a backbone file without readouts is one line naming the keys it needs
+    readout = tmp_path / "estimator.pt"
+    heads = {f"readout.{c}.weight": torch.randn(13, 2048) * 0.02 for c in ("front", "wrist")}
+    heads |= {f"readout.{c}.bias": torch.zeros(13) for c in ("front", "wrist")}
+    torch.save({**torch.load(resnet10_weights), **heads}, readout)
+    common[1] = "experiment=rlpd_push_pixels_readout"
+    capsys.readouterr()
+    assert main([*common, f"agent.encoder_weights={resnet10_weights}", f"run_dir={tmp_path / 'y'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no readout for camera group 'pixels/front'" in err and len(err.splitlines()) == 1, err
+    assert main([*common, f"agent.encoder_weights={readout}", f"run_dir={tmp_path / 'readout'}"]) == 0
+    with open(tmp_path / "readout" / "metrics.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["env_step"]) == 80 and int(row["updates"]) == 17
 
 
 def test_a_pretrained_encoder_trains_its_pooling_and_never_its_backbone(resnet10_weights) -> None:
@@ -292,3 +307,91 @@ def test_cached_embeddings_need_a_frozen_unshifted_encoder() -> None:
         with pytest.raises(ValueError, match="^agent.cache_embeddings=true needs agent.encoder=pretrained and "
                                              "agent.image_shift=0"):
             SACConfig(**bad).validate()
+
+
+def _readout_weights(path, outputs: int = 5, cameras=("front", "wrist")):
+    """A resnet10 file with a frozen linear readout per camera (512 features of a 24x24 or 32x32 frame -> `outputs`),
+    as a pose estimator trained beside the backbone would be saved."""
+    torch.manual_seed(3)
+    state = dict(ResNetBackbone("resnet10").state_dict())
+    for c in cameras:
+        state[f"readout.{c}.weight"], state[f"readout.{c}.bias"] = torch.randn(outputs, 512) * 0.05, torch.randn(outputs)
+    torch.save(state, path)
+    return state
+
+
+def test_a_readout_encoder_hands_the_policy_the_frozen_estimates(tmp_path) -> None:
+    """`agent.encoder_readout=true`: each camera's features are the weights file's frozen readout of the backbone
+    (nothing in the encoder trains), the replay caches those few numbers, and updates run without the backbone."""
+    from robot_rl.policies.encoders import IMAGENET_MEAN, IMAGENET_STD
+
+    state = _readout_weights(tmp_path / "estimator.pt")
+    agent = _agent(encoder="pretrained", encoder_weights=str(tmp_path / "estimator.pt"), encoder_readout=True,
+                   encoder_feature_dim=5, image_shift=0, cache_embeddings=True)
+    assert not any(p.requires_grad for p in agent.encoder.parameters())
+    assert agent.replay_spec(SPEC)["pixels/wrist"] == ((5,), torch.float16)
+    frames = _replay().sample(4).obs
+    features = agent.features(frames)
+    backbone = ResNetBackbone("resnet10").eval()
+    backbone.load_state_dict({k: v for k, v in state.items() if not k.startswith("readout")})
+    x = (frames["pixels/wrist"].permute(0, 3, 1, 2).float() / 255 - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) \
+        / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    with torch.no_grad():
+        expected = backbone(x).flatten(1) @ state["readout.wrist.weight"].T + state["readout.wrist.bias"]
+    torch.testing.assert_close(features[:, -5:], expected, atol=1e-4, rtol=1e-4)  # wrist: the last group (sorted)
+    g = torch.Generator().manual_seed(0)
+    buf = ReplayBuffer(100, 2, agent.replay_spec(SPEC), 4, frames=CAMS, episode_steps=10)
+
+    def frame() -> dict[str, torch.Tensor]:
+        return agent.for_replay({"state": torch.randn(2, 7, generator=g), **{
+            k: torch.randint(0, 256, (2, 24, 24, 3), generator=g, dtype=torch.uint8) for k in CAMS}})
+
+    obs = frame()
+    for t in range(20):
+        nxt, truncated = frame(), torch.full((2,), (t + 1) % 10 == 0)
+        buf.add(obs, torch.rand(2, 4) * 2 - 1, torch.randn(2), nxt, torch.zeros(2, dtype=torch.bool), truncated)
+        obs = frame() if truncated.any() else nxt
+    before = _params(agent.encoder) + [b.clone() for b in agent.encoder.buffers()]
+    assert torch.isfinite(agent.learn(buf, generator=torch.Generator().manual_seed(1))["critic_loss"])
+    after = _params(agent.encoder) + list(agent.encoder.buffers())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_readout_errors_name_the_keys_and_the_size(tmp_path) -> None:
+    from robot_rl.policies.encoders import BackboneWeightsError
+
+    _readout_weights(tmp_path / "front_only.pt", cameras=("front",))
+    with pytest.raises(BackboneWeightsError, match=r"no readout for camera group 'pixels/wrist' .*readout\.wrist\.weight"):
+        _agent(encoder="pretrained", encoder_weights=str(tmp_path / "front_only.pt"), encoder_readout=True,
+               encoder_feature_dim=5)
+    with pytest.raises(BackboneWeightsError, match=r"readout\.front\.weight has shape \(5, 512\).*encoder_feature_dim=6"):
+        _agent(encoder="pretrained", encoder_weights=str(tmp_path / "front_only.pt"), encoder_readout=True,
+               encoder_feature_dim=6)
+    with pytest.raises(ValueError, match="^agent.encoder_readout=true needs agent.encoder=pretrained"):
+        SACConfig(encoder_readout=True).validate()
+
+
+def test_train_with_a_readout_encoder_exports_a_policy_that_acts_the_same(tmp_path) -> None:
+    """End to end on arm:reach-pixels with a readout encoder and cached features; the exported policy carries backbone
+    and readouts, loads without the weights file and acts as the run's agent does."""
+    from robot_rl.policies import load_policy
+
+    weights = tmp_path / "estimator.pt"
+    _readout_weights(weights, outputs=4)
+    run = tmp_path / "run"
+    assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[32,32]", "agent=sac",
+                 "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder=pretrained",
+                 f"agent.encoder_weights={weights}", "agent.encoder_readout=true", "agent.encoder_feature_dim=4",
+                 "agent.cache_embeddings=true", "agent.image_shift=0",
+                 "train.steps=60", "train.learning_starts=50", "train.eval_every=60", "env.num_eval_envs=1",
+                 "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
+    weights.unlink()
+    assert main(["export", f"run={run}", f"out={tmp_path / 'policy'}"]) == 0
+    policy = load_policy(tmp_path / "policy")
+    assert policy.config()["encoder_readout"] is True
+    g = torch.Generator().manual_seed(0)
+    obs = {"state": torch.randn(3, 7, generator=g),
+           **{k: torch.randint(0, 256, (3, 32, 32, 3), generator=g, dtype=torch.uint8) for k in CAMS}}
+    features = policy.features(obs["state"], [obs[k] for k in CAMS])
+    assert features.shape == (3, 7 + 2 * 4)
+    assert len({tuple(r) for r in features[:, 7:].round(decimals=4).tolist()}) == 3  # the frames, not a constant

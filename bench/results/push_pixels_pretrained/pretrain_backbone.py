@@ -1,6 +1,7 @@
 """Pretrain a ResNet-10 backbone on simulated push frames, for `agent.encoder=pretrained` (a frozen backbone).
 
 Usage: python pretrain_backbone.py OUT_DIR [--episodes 400] [--size 48] [--epochs 6] [--seed 0] [--threads 1]
+                                   [--no-mirror]
 
 Why: HIL-SERL and SERL learn from cameras through a frozen ImageNet ResNet-10; this machine cannot download one, and
 end to end from 48x48 frames RLPD on push reached 8% in 40k env steps (bench/results/push_pixels: the policies
@@ -21,9 +22,14 @@ percentiles (a cube pushed off the table falls without end) and standardised ove
 Model: torchvision-layout ResNet-10 (`robot_rl.policies.encoders.ResNetBackbone("resnet10")`, ImageNet-normalised
 input, as `PretrainedEncoder` feeds it) -> per camera a linear head on the flattened feature map (the downstream
 learned pooling also weights positions). Adam 1e-3, batch 128, MSE; 10% of the episodes held out, their error
-(in cm, per label) printed after every epoch and written to OUT_DIR/pretrain.json with the time taken.
-Writes OUT_DIR/resnet10_push{size}.pt: the backbone's state dict in torchvision's names (no heads), and keeps the
-collected frames in OUT_DIR/frames_{episodes}x{size}.npz (read instead of collecting again when present).
+(in cm, per label) printed after every epoch and written to OUT_DIR/pretrain.json with the time taken. Unless
+`--no-mirror`, each training frame is flipped left to right with probability 1/2 and its y labels negated: the
+task's mirror symmetry (y -> -y; both cameras lie in the mirror plane), which the RL runs use on their frames
+(`data.mirror`, `train.mirror_online`), so the backbone and heads must read reflected frames as well as plain ones.
+Writes OUT_DIR/resnet10_push{size}.pt: the backbone's state dict in torchvision's names plus each camera's head as
+its frozen readout (`readout.front.*`, `readout.wrist.*`: 13 standardised estimates from the flattened feature map,
+for `agent.encoder_readout=true`; `load_backbone` ignores them), and keeps the collected frames in
+OUT_DIR/frames_{episodes}x{size}.npz (read instead of collecting again when present).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ CAMERAS = ("pixels/front", "pixels/wrist")
 LABELS = ("cube_x", "cube_y", "target_x", "target_y", "hand_x", "hand_y", "hand_z", "cube_rel_hand_x",
           "cube_rel_hand_y", "cube_rel_hand_z", "target_rel_cube_x", "target_rel_cube_y", "cube_target_distance")
 SEED_BASE = 10_000_000
+MIRRORED = [i for i, name in enumerate(LABELS) if name.endswith("_y")]  # negated by the reflection y -> -y
 
 
 def labels_of(full: np.ndarray) -> np.ndarray:
@@ -115,6 +122,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-mirror", dest="mirror", action="store_false", help="no left-right flips of training frames")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -136,6 +144,9 @@ def main() -> None:
     labels = np.clip(labels, lo, hi)
     mean, std = labels[~held].mean(0), labels[~held].std(0) + 1e-6
     y = torch.from_numpy((labels - mean) / std)
+    signs = np.ones(len(LABELS), np.float32)
+    signs[MIRRORED] = -1.0
+    y_mirrored = torch.from_numpy((labels * signs - mean) / std)  # the labels of the reflected scene
     x = {c: torch.from_numpy(v) for c, v in frames.items()}
     train_idx, test_idx = np.flatnonzero(~held), np.flatnonzero(held)
     model = Pretrainer(args.size)
@@ -153,8 +164,14 @@ def main() -> None:
             # both cameras in one batch: batch norm's running statistics (what the frozen backbone normalises with
             # downstream) are then those of the batches it trained on; camera-by-camera batches left them a blend of
             # two distributions that neither batch had, and held-out errors of 5-20 cm in eval mode
-            pred = model.both(x["pixels/front"][idx], x["pixels/wrist"][idx])
-            loss = (pred - torch.cat([y[idx], y[idx]])).pow(2).mean()
+            front, wrist, target = x["pixels/front"][idx], x["pixels/wrist"][idx], y[idx]
+            if args.mirror:
+                flip = torch.from_numpy(gen.random(len(idx)) < 0.5)
+                front = torch.where(flip[:, None, None, None], front.flip(-2), front)
+                wrist = torch.where(flip[:, None, None, None], wrist.flip(-2), wrist)
+                target = torch.where(flip[:, None], y_mirrored[idx], target)
+            pred = model.both(front, wrist)
+            loss = (pred - torch.cat([target, target])).pow(2).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -167,14 +184,23 @@ def main() -> None:
                                   for j in range(0, len(test_idx), 512)])
                 err = ((pred - y[test_idx]).abs() * torch.from_numpy(std)).mean(0) * 100  # cm
                 errors[c] = {name: round(float(v), 2) for name, v in zip(LABELS, err, strict=True)}
+                if args.mirror:  # the reflected held-out frames against the reflected scene's labels
+                    pred = torch.cat([model(c, x[c][torch.from_numpy(test_idx[j:j + 512])].flip(-2))
+                                      for j in range(0, len(test_idx), 512)])
+                    err = ((pred - y_mirrored[test_idx]).abs() * torch.from_numpy(std)).mean(0) * 100
+                    errors[f"{c} mirrored"] = {name: round(float(v), 2) for name, v in zip(LABELS, err, strict=True)}
         history.append({"epoch": epoch + 1, "seconds": round(time.time() - t1), "held_out_mean_abs_error_cm": errors})
         print(f"epoch {epoch + 1}: {time.time() - t1:.0f}s, held-out error (cm) front "
               f"{errors['pixels/front']} wrist {errors['pixels/wrist']}", flush=True)
     weights = out / f"resnet10_push{args.size}.pt"
-    torch.save(model.backbone.state_dict(), weights)
+    readouts = {f"readout.{c.split('/')[1]}.{k}": v for c in CAMERAS
+                for k, v in model.heads[c.replace("/", "__")].state_dict().items()}
+    torch.save({**model.backbone.state_dict(), **readouts}, weights)
     (out / "pretrain.json").write_text(json.dumps({
         "command": f"python pretrain_backbone.py {args.out} --episodes {args.episodes} --size {args.size} "
-                   f"--epochs {args.epochs} --seed {args.seed} --threads {args.threads}",
+                   f"--epochs {args.epochs} --seed {args.seed} --threads {args.threads}"
+                   + ("" if args.mirror else " --no-mirror"),
+        "readout_labels": list(LABELS), "mirror": args.mirror,
         "frames": int(len(labels)), "train_frames": int(len(train_idx)), "held_out_frames": int(len(test_idx)),
         "episodes": args.episodes, "size": args.size, "collect_seconds": round(collect_s),
         "train_seconds": round(time.time() - t0 - collect_s), "label_std_cm": {

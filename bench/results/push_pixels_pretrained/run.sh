@@ -7,10 +7,12 @@
 # stopped run goes on from its checkpoint when run again. The backbone (data/backbone/resnet10_push48.pt) is made
 # first when missing; the rest is ../push_pixels/run.sh. Then per run the final weights on 50 held-out episodes:
 #   robot-rl eval run=<run> checkpoint=latest episodes=50 seed=1000 video=false > <run>/heldout.log
-# and python summarize.py.
+# and python summarize.py. The readout runs (agent.encoder_readout: the backbone's pretraining heads as frozen
+# features): GROUP=readout EXPERIMENT=rlpd_push_pixels_readout run.sh SEED, then python summarize.py readout.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../../.."
 [ -f data/backbone/resnet10_push48.pt ] || MUJOCO_GL=egl .venv/bin/python "$here/pretrain_backbone.py" data/backbone \
   --threads 2
-EXPERIMENT=rlpd_push_pixels_pretrained OUT=runs/push_pixels_pretrained STEPS=20000 exec "$here/../push_pixels/run.sh" "$@"
+EXPERIMENT=${EXPERIMENT:-rlpd_push_pixels_pretrained} OUT=runs/push_pixels_pretrained STEPS=20000 \
+  exec "$here/../push_pixels/run.sh" "$@"

@@ -3,7 +3,10 @@ every 2k env steps per seed and over seeds (mean, IQM, 95% bootstrap interval) a
 weights on 50 held-out episodes (`robot-rl eval run=<run> checkpoint=latest episodes=50 seed=1000`, its log
 `heldout.log` in the run directory) and how they fail there (`failure_modes`), and the curves with bands beside the same learner from the state
 (`../push_rlpd/rlpd_sac_mirror_online_utd2_s*`) and RLPD end to end from the cameras (`../push_pixels/rlpd_s*`).
-Copies each run's small files (config, metrics, logs; no checkpoints) next to this script. Usage: python summarize.py
+Copies each run's small files (config, metrics, logs; no checkpoints) next to this script.
+Usage: python summarize.py [GROUP]: GROUP rlpd (default; `experiment=rlpd_push_pixels_pretrained`, a learned pooling,
+summary.json) or readout (`experiment=rlpd_push_pixels_readout`, the pretraining heads as frozen features,
+summary_readout.json); the plot shows every group that has runs.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from robot_rl.stats import copy_run_files, load_curve, plot_curves, summarize, summarize_runs, write_json
@@ -20,15 +24,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 RUNS = Path("runs") / "push_pixels_pretrained"  # relative to ROOT
 STEPS = (10_000, 20_000)
+GROUPS = {"rlpd": ("rlpd_push_pixels_pretrained", "a learned spatial pooling and projection per camera, trained by "
+                                                 "the critic loss"),
+          "readout": ("rlpd_push_pixels_readout", "the pretraining heads as frozen readouts: 13 position estimates "
+                                                  "per camera (agent.encoder_readout)")}
 
 
-def failure_modes(run: Path) -> dict | None:
+def failure_modes(run: Path, summary: Path) -> dict | None:
     """How the run's latest weights fail on 50 held-out episodes (`../push_rlpd/summarize.py`'s classes, loaded by
     path: its module name is this script's own); the figures saved last time where the checkpoint is gone."""
     checkpoint = run / "checkpoints" / "latest.pt"
     if not checkpoint.exists():
-        earlier = HERE / "summary.json"
-        return json.loads(earlier.read_text()).get("failure_modes_final", {}).get(_seed(run)) if earlier.exists() else None
+        return json.loads(summary.read_text()).get("failure_modes_final", {}).get(_seed(run)) if summary.exists() else None
     spec = importlib.util.spec_from_file_location("push_rlpd_summarize", HERE.parent / "push_rlpd" / "summarize.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -48,11 +55,20 @@ def held_out(run: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
+def group_runs(group: str) -> list[Path]:
+    """The group's run directories under runs/, or where those are gone (another checkout) the files copied here."""
+    runs = [r for r in sorted(RUNS.glob(f"{group}_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
+    return runs or [r for r in sorted(HERE.glob(f"{group}_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
+
+
 def main() -> None:
+    group = sys.argv[1] if len(sys.argv) > 1 else "rlpd"
+    if group not in GROUPS:
+        raise SystemExit(f"unknown group {group!r}; choose one of {', '.join(GROUPS)}")
+    experiment, encoder = GROUPS[group]
+    out = HERE / ("summary.json" if group == "rlpd" else f"summary_{group}.json")
     os.chdir(ROOT)
-    runs = [r for r in sorted(RUNS.glob("rlpd_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
-    if not runs:  # the run directories are gone (another checkout): the files copied here last time
-        runs = [r for r in sorted(HERE.glob("rlpd_s[0-9]*")) if r.is_dir() and load_curve(r, "success_rate")]
+    runs = group_runs(group)
     per_step = {}
     for step in STEPS:
         at = {_seed(r): round(100 * load_curve(r, "success_rate")[step], 1)
@@ -66,10 +82,11 @@ def main() -> None:
     summary = {
         "task": "arm:push-sparse-pixels (front and wrist cameras 48x48 + 7 proprioception numbers; sparse reward 1 on "
                 "success, which ends the episode; 100-step time limit)",
-        "command": "bench/results/push_pixels_pretrained/run.sh SEED (robot-rl train "
-                   "experiment=rlpd_push_pixels_pretrained threads=1 seed=SEED)",
+        "command": f"GROUP={group} EXPERIMENT={experiment} bench/results/push_pixels_pretrained/run.sh SEED "
+                   f"(robot-rl train experiment={experiment} threads=1 seed=SEED)",
         "backbone": "ResNet-10 pretrained by pretrain_backbone.py (pretrain.json): 30k simulated push frames per "
                     "camera labelled with the scene's positions; frozen in the RL runs",
+        "encoder": encoder,
         "demos": "20 scripted expert episodes at 48x48 (robot-rl collect ... policy=expert episodes=20, seed 0)",
         "steps": "20k env steps = agent steps (action repeat 1), 1 env, two critic steps per env step, batches of "
                  "256 (half demos), both mirrors",
@@ -78,7 +95,7 @@ def main() -> None:
         "wall_time_s": {_seed(r): round(max(load_curve(r, "wall_time_s").values())) for r in runs},
         "success_at": per_step,
         "held_out_final": {"success_percent": final, "summary": summarize(known) if known else None},
-        "failure_modes_final": {_seed(r): failure_modes(r) for r in runs},
+        "failure_modes_final": {_seed(r): failure_modes(r, out) for r in runs},
         "unfinished_runs_last_step": unfinished,
     }
     for run in runs:
@@ -89,9 +106,12 @@ def main() -> None:
             copy_run_files(run, HERE / run.name, logs=logs)
         print(run.name, {k: v["success_percent"].get(_seed(run)) for k, v in per_step.items()},
               "held out", final[_seed(run)])
-    write_json(summary, HERE / "summary.json")
-    curves = {f"RLPD from cameras, frozen sim-pretrained ResNet-10 ({len(runs)} seeds)":
-              summarize_runs(runs, "success_rate")}
+    write_json(summary, out)
+    curves = {}
+    for name, label in (("readout", "frozen sim-pretrained ResNet-10 + its position readouts"),
+                        ("rlpd", "frozen sim-pretrained ResNet-10, learned pooling")):
+        if found := group_runs(name):
+            curves[f"RLPD from cameras, {label} ({len(found)} seeds)"] = summarize_runs(found, "success_rate")
     state = sorted((HERE.parent / "push_rlpd").glob("rlpd_sac_mirror_online_utd2_s[0-9]*"))
     if state:
         curves[f"the same learner from the state ({len(state)} seeds)"] = summarize_runs(state, "success_rate")
