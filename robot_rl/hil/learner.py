@@ -557,11 +557,14 @@ def build_policy(cfg: LearnerConfig) -> torch.nn.Module:
 
 
 def frozen_prefixes(module: torch.nn.Module, root: str = "") -> tuple[str, ...]:
-    """The state-dict prefixes (under `root`) of the frozen backbones of the pretrained encoders in `module`: one per
-    camera, though the cameras share one backbone, since a state dict names a shared module under each owner."""
+    """The state-dict prefixes (under `root`) of the frozen backbones (and readouts) of the pretrained encoders in
+    `module`: one per camera, though the cameras share one backbone, since a state dict names a shared module under
+    each owner."""
     from robot_rl.policies.encoders import PretrainedEncoder
 
-    return tuple(f"{root}{name}.backbone." for name, m in module.named_modules() if isinstance(m, PretrainedEncoder))
+    encoders = [(name, m) for name, m in module.named_modules() if isinstance(m, PretrainedEncoder)]
+    return tuple(f"{root}{name}.{part}." for name, m in encoders
+                 for part in ("backbone", "readout") if getattr(m, part) is not None)
 
 
 def load_acting_weights(policy: torch.nn.Module, weights: Mapping[str, Tensor]) -> None:

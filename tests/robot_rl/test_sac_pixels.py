@@ -330,6 +330,11 @@ def test_a_readout_encoder_hands_the_policy_the_frozen_estimates(tmp_path) -> No
                    encoder_feature_dim=5, image_shift=0, cache_embeddings=True)
     assert not any(p.requires_grad for p in agent.encoder.parameters())
     assert agent.replay_spec(SPEC)["pixels/wrist"] == ((5,), torch.float16)
+    # a HIL learner sends an actor the frozen readouts once, with the backbone, not with every update
+    from robot_rl.hil.learner import frozen_prefixes
+
+    assert set(frozen_prefixes(agent.encoder)) == {f"encoders.pixels__{c}.{part}." for c in ("front", "wrist")
+                                                   for part in ("backbone", "readout")}
     frames = _replay().sample(4).obs
     features = agent.features(frames)
     backbone = ResNetBackbone("resnet10").eval()
