@@ -30,13 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robot_rl.policies.encoders import (
-    ENCODERS,
-    CameraFusion,
-    ConvEncoder,
-    PretrainedEncoder,
-    frozen_backbone,
-)
+from robot_rl.policies.encoders import ENCODERS, CameraFusion, ConvEncoder, camera_fusion
 
 __all__ = [
     "ClassifierError", "SuccessClassifier", "camera_group", "load_classifier", "read_classifier_config",
@@ -74,6 +68,9 @@ class SuccessClassifier(nn.Module):
             ``feature_dim`` projection; ``shift_pad`` shifts the frames before the backbone.
         backbone_weights: the backbone's local weights file (``load_backbone``), read at construction only; without
             it the backbone is built uninitialised, for a saved classifier whose weights carry it.
+        readout: with ``encoder="pretrained"``, each camera's features are the frozen linear readout stored in
+            ``backbone_weights`` (``feature_dim`` outputs, e.g. a pose estimator's; `load_readout`) instead of a
+            learned pooling: only the MLP head trains.
     """
 
     def __init__(
@@ -90,6 +87,7 @@ class SuccessClassifier(nn.Module):
         backbone: str = "resnet10",
         spatial_features: int = 8,
         backbone_weights: str | os.PathLike[str] | None = None,
+        readout: bool = False,
     ) -> None:
         super().__init__()
         if not cameras:
@@ -103,18 +101,19 @@ class SuccessClassifier(nn.Module):
         self.state_dim, self.feature_dim, self.channels = int(state_dim), int(feature_dim), int(channels)
         self.layers, self.hidden, self.shift_pad, self.pool = int(layers), int(hidden), int(shift_pad), str(pool)
         self.encoder, self.backbone, self.spatial_features = str(encoder), str(backbone), int(spatial_features)
+        self.readout = bool(readout)
+        if self.readout and self.encoder != "pretrained":
+            raise ValueError("a readout needs encoder='pretrained' (it lives in the backbone's weights file)")
         if self.encoder == "pretrained":
-            frozen = frozen_backbone(backbone_weights, self.backbone)
-            encoders: dict[str, nn.Module] = {
-                k: PretrainedEncoder(frozen, shape, self.feature_dim, self.spatial_features, self.shift_pad)
-                for k, shape in self.cameras.items()
-            }
+            self.fusion = camera_fusion(
+                self.cameras, self.state_dim, encoder="pretrained", feature_dim=self.feature_dim,
+                shift_pad=self.shift_pad, backbone=self.backbone, spatial_features=self.spatial_features,
+                weights=backbone_weights, readout=self.readout)
         else:
-            encoders = {
+            self.fusion = CameraFusion({
                 k: ConvEncoder(shape, self.feature_dim, self.channels, self.layers, self.shift_pad, self.pool)
                 for k, shape in self.cameras.items()
-            }
-        self.fusion = CameraFusion(encoders, self.state_dim)
+            }, self.state_dim)
         self.head = nn.Sequential(nn.Linear(self.fusion.out_dim, self.hidden), nn.ReLU(), nn.Linear(self.hidden, 1))
         # `state` is standardised with the training set's statistics (saved with the weights)
         self.register_buffer("state_mean", torch.zeros(self.state_dim))
@@ -126,7 +125,7 @@ class SuccessClassifier(nn.Module):
             "cameras": self.cameras, "state_dim": self.state_dim, "feature_dim": self.feature_dim,
             "channels": self.channels, "layers": self.layers, "hidden": self.hidden, "shift_pad": self.shift_pad,
             "pool": self.pool, "encoder": self.encoder, "backbone": self.backbone,
-            "spatial_features": self.spatial_features,
+            "spatial_features": self.spatial_features, **({"readout": True} if self.readout else {}),
         }
 
     @property

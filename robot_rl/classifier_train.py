@@ -163,6 +163,7 @@ class TrainSettings:
     encoder_weights: str | None = None
     encoder_backbone: str = "resnet10"
     encoder_spatial_features: int = 8
+    encoder_readout: bool = False
     device: str = "cpu"
 
 
@@ -196,7 +197,8 @@ def train_classifier(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(s.seed)
         model = SuccessClassifier(cameras, state_dim, s.feature_dim, s.channels, s.layers, s.hidden, s.shift_pad,
-                                  s.pool, s.encoder, s.encoder_backbone, s.encoder_spatial_features, s.encoder_weights)
+                                  s.pool, s.encoder, s.encoder_backbone, s.encoder_spatial_features, s.encoder_weights,
+                                  s.encoder_readout)
         if state_dim:
             st = frames.obs["state"][train].float()
             model.state_mean.copy_(st.mean(0))

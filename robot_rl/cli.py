@@ -902,6 +902,8 @@ class ClassifierArgs:
     feature_dim: int = _help(50, "features per camera (DrQ conv encoder)")
     channels: int = _help(32, "conv channels per layer")
     layers: int = _help(4, "conv layers (the first with stride 2)")
+    shift_pad: int = _help(4, "random shifts of the training frames by up to this many pixels (DrQ's augmentation; "
+                           "0: none, what encoder_readout wants: its estimator saw unshifted frames)")
     pool: str = _help("flatten", "how the conv map becomes features: flatten (DrQ) or spatial_softmax (a keypoint per "
                       "channel: fewer weights to fit from few labels, for success that is where objects are)")
     encoder: str = _help("conv", "conv (the DrQ encoder above, trained) or pretrained (HIL-SERL's: a frozen ResNet "
@@ -910,6 +912,9 @@ class ClassifierArgs:
                                  "state dict, .pth/.pt or .safetensors; never downloaded)")
     encoder_backbone: str = _help("resnet10", "encoder=pretrained: resnet10 (HIL-SERL's) or resnet18")
     encoder_spatial_features: int = _help(8, "encoder=pretrained: learned poolings per feature-map channel")
+    encoder_readout: bool = _help(False, "encoder=pretrained: each camera's features are the frozen linear readout "
+                                  "in encoder_weights (readout.<camera>.weight/.bias, e.g. a pose estimator's head; "
+                                  "feature_dim = its outputs) instead of a learned pooling; with shift_pad=0")
     device: str = _help("cpu", "torch device to train on")
 
 
@@ -972,6 +977,10 @@ def _classifier(args: list[str]) -> int:
         raise UserError(f"encoder_backbone must be one of {', '.join(RESNET_BLOCKS)}, not {a.encoder_backbone!r}")
     if a.encoder_spatial_features < 1:
         raise UserError(f"encoder_spatial_features must be >= 1, not {a.encoder_spatial_features}")
+    if a.shift_pad < 0:
+        raise UserError(f"shift_pad must be >= 0, not {a.shift_pad}")
+    if a.encoder_readout and a.encoder != "pretrained":
+        raise UserError("encoder_readout=true needs encoder=pretrained (the readout lives in encoder_weights)")
     missing = [d for d in a.extra if not Path(d).is_dir()]
     if missing:
         raise UserError(f"extra dataset {missing[0]} does not exist")
@@ -985,8 +994,9 @@ def _classifier(args: list[str]) -> int:
     settings = TrainSettings(
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, holdout=a.holdout, threshold=a.threshold,
         use_state=a.state, feature_dim=a.feature_dim, channels=a.channels, layers=a.layers, pool=a.pool,
+        shift_pad=a.shift_pad,
         encoder=a.encoder, encoder_weights=a.encoder_weights or None, encoder_backbone=a.encoder_backbone,
-        encoder_spatial_features=a.encoder_spatial_features, device=a.device,
+        encoder_spatial_features=a.encoder_spatial_features, encoder_readout=a.encoder_readout, device=a.device,
     )
     try:
         model, metrics = train_classifier(frames, settings, message=lambda s: print(s, flush=True), held_out=held_out)

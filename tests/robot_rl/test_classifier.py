@@ -361,6 +361,29 @@ def test_classifier_on_a_frozen_pretrained_backbone_trains_only_its_pooling_and_
         assert expected in err and len(err.splitlines()) == 1, err
 
 
+def test_a_classifier_on_a_frozen_readout_trains_only_its_head(capsys, dataset, tmp_path: Path) -> None:
+    """`encoder=pretrained encoder_readout=true`: each camera's features are the weights file's frozen readout (a
+    pose estimator's head, say); only the MLP head trains, and the saved classifier rebuilds with its readout."""
+    from robot_rl.policies.encoders import ResNetBackbone
+
+    torch.manual_seed(3)
+    weights = tmp_path / "estimator.pt"
+    state = {**ResNetBackbone("resnet10").state_dict(), "readout.front.weight": torch.randn(4, 512) * 0.05,
+             "readout.front.bias": torch.zeros(4)}
+    torch.save(state, weights)
+    out = tmp_path / "c"
+    assert main(["classifier", f"dataset={dataset[0]}", f"out={out}", "steps=6", "holdout=0.25", "batch_size=8",
+                 "feature_dim=4", "encoder=pretrained", f"encoder_weights={weights}", "encoder_readout=true",
+                 "shift_pad=0", "cameras=[front]"]) == 0, capsys.readouterr().err
+    loaded = load_classifier(out)
+    assert loaded.config()["readout"] is True
+    readout = loaded.fusion.encoders["pixels__front"].readout
+    torch.testing.assert_close(readout.weight, state["readout.front.weight"])
+    assert main(["classifier", f"dataset={dataset[0]}", f"out={tmp_path / 'x'}", "steps=2",
+                 "encoder_readout=true"]) == 2
+    assert "encoder_readout=true needs encoder=pretrained" in capsys.readouterr().err
+
+
 def test_extra_datasets_train_and_the_held_out_episodes_stay_the_datasets(capsys, dataset, tmp_path: Path) -> None:
     """`extra=[...]` (a second round of labels, e.g. a policy's rollouts): every extra episode trains, the held-out
     episodes are the ones `dataset=` alone would hold out, so figures before and after the round compare."""
