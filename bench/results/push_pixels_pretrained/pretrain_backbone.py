@@ -1,6 +1,6 @@
 """Pretrain a ResNet-10 backbone on simulated push frames, for `agent.encoder=pretrained` (a frozen backbone).
 
-Usage: python pretrain_backbone.py OUT_DIR [--episodes 400] [--size 48] [--epochs 6] [--seed 0] [--threads 1]
+Usage: python pretrain_backbone.py OUT_DIR [--episodes 300] [--size 48] [--epochs 6] [--seed 0] [--threads 1]
                                    [--no-mirror]
 
 Why: HIL-SERL and SERL learn from cameras through a frozen ImageNet ResNet-10; this machine cannot download one, and
@@ -116,7 +116,7 @@ class Pretrainer(nn.Module):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
-    p.add_argument("--episodes", type=int, default=400)
+    p.add_argument("--episodes", type=int, default=300)
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--batch", type=int, default=128)
