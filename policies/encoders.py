@@ -10,7 +10,8 @@ Two kinds, as the robot-learning results that learn from cameras use them:
   spatial pooling (``SpatialLearnedEmbeddings``, HIL-SERL's: per channel, ``num_features`` learned weightings of
   the feature map's positions) and a linear projection. The parameter names are torchvision's, so a
   ``torchvision.models.resnet18`` state dict (``.pth`` or ``.safetensors``) loads as it is; its ``fc.*``
-  classifier is ignored.
+  classifier is ignored. The same file may carry a frozen linear readout per camera (``readout.<camera>.*``, e.g. a
+  pose estimator's head): with it the encoder hands on the readout's outputs and nothing in it trains.
 
 ``CameraFusion`` encodes every camera group of an observation (``pixels`` or ``pixels/<camera>``) and joins the
 features with the proprioceptive ``state``. Images come in as the environments give them: uint8 ``[B, H, W, C]``.
