@@ -29,7 +29,7 @@ from torch import Tensor, nn
 __all__ = [
     "ENCODERS", "POOLS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone",
     "SpatialLearnedEmbeddings", "SpatialSoftmax",
-    "camera_batch", "camera_fusion", "frozen_backbone", "load_backbone", "load_readout", "random_shift", "readout_key",
+    "camera_batch", "camera_fusion", "frozen_backbone", "load_backbone", "load_readouts", "random_shift",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -226,35 +226,29 @@ def frozen_backbone(weights: str | Path | None, arch: str = "resnet10") -> ResNe
     return load_backbone(weights, arch) if weights else ResNetBackbone(arch).eval().requires_grad_(False)
 
 
-def readout_key(group: str) -> str:
-    """The prefix of a camera group's readout in a weights file: ``readout.<camera>`` for ``pixels/<camera>``,
-    ``readout.pixels`` for a lone ``pixels`` group."""
-    return f"readout.{group.split('/', 1)[-1]}"
-
-
-def load_readout(path: str | Path, group: str, in_features: int, out_features: int, arch: str = "resnet10") -> nn.Linear:
-    """A camera group's frozen linear readout from a local weights file: ``<readout_key(group)>.weight``
-    ``[out_features, in_features]`` and ``.bias``, or a ``readout.weight``/``readout.bias`` shared by every camera.
-    What a perception model trained beside the backbone (a pose estimator's head, say) maps the flattened feature
-    map to; a missing or misshapen readout is a `BackboneWeightsError` that says which keys and sizes it needs."""
+def load_readouts(path: str | Path, readouts: Mapping[str, nn.Linear], arch: str = "resnet10") -> None:
+    """Fill each camera group's frozen linear readout (group -> ``nn.Linear``, as `PretrainedEncoder` builds it) from
+    a local weights file, read once: ``readout.<camera>.weight``/``.bias`` for ``pixels/<camera>`` (``readout.pixels``
+    for a lone ``pixels`` group), or a ``readout.weight``/``readout.bias`` shared by every camera. What a perception
+    model trained beside the backbone (a pose estimator's head, say) maps the flattened feature map to; a missing or
+    misshapen readout is a `BackboneWeightsError` that says which keys and sizes it needs."""
     path = Path(path)
     state = _read_weights(path, arch)
-    prefix = readout_key(group)
-    if f"{prefix}.weight" not in state:
-        prefix = "readout"
-    if f"{prefix}.weight" not in state or f"{prefix}.bias" not in state:
-        raise BackboneWeightsError(
-            f"backbone weights {path}: no readout for camera group {group!r} (a readout needs "
-            f"{readout_key(group)}.weight and .bias, or readout.weight and .bias for every camera)")
-    weight, bias = state[f"{prefix}.weight"], state[f"{prefix}.bias"]
-    if tuple(weight.shape) != (out_features, in_features) or tuple(bias.shape) != (out_features,):
-        raise BackboneWeightsError(
-            f"backbone weights {path}: {prefix}.weight has shape {tuple(weight.shape)}, the camera's "
-            f"{in_features} backbone features into encoder_feature_dim={out_features} outputs need "
-            f"({out_features}, {in_features}) (set encoder_feature_dim to the readout's outputs)")
-    readout = nn.Linear(in_features, out_features)
-    readout.load_state_dict({"weight": weight, "bias": bias})
-    return readout.requires_grad_(False)
+    for group, linear in readouts.items():
+        own = f"readout.{group.split('/', 1)[-1]}"
+        prefix = own if f"{own}.weight" in state else "readout"
+        if f"{prefix}.weight" not in state or f"{prefix}.bias" not in state:
+            raise BackboneWeightsError(
+                f"backbone weights {path}: no readout for camera group {group!r} (a readout needs {own}.weight and "
+                ".bias, or readout.weight and .bias for every camera)")
+        weight, bias = state[f"{prefix}.weight"], state[f"{prefix}.bias"]
+        out_features, in_features = linear.weight.shape
+        if tuple(weight.shape) != (out_features, in_features) or tuple(bias.shape) != (out_features,):
+            raise BackboneWeightsError(
+                f"backbone weights {path}: {prefix}.weight has shape {tuple(weight.shape)}, the camera's "
+                f"{in_features} backbone features into encoder_feature_dim={out_features} outputs need "
+                f"({out_features}, {in_features}) (set encoder_feature_dim to the readout's outputs)")
+        linear.load_state_dict({"weight": weight, "bias": bias})
 
 
 class SpatialLearnedEmbeddings(nn.Module):
@@ -274,8 +268,9 @@ class PretrainedEncoder(nn.Module):
     """Frozen ResNet + learned spatial pooling + linear: uint8 ``[B, H, W, 3]`` -> ``[B, feature_dim]``. Only the
     pooling and projection train; with ``augment`` the input is randomly shifted first.
 
-    With a ``readout`` (a frozen ``nn.Linear`` from the flattened feature map to ``feature_dim`` outputs, e.g. the
-    head of a pose estimator trained with the backbone: `load_readout`) the encoder is a frozen perception model:
+    With ``readout`` (a frozen ``nn.Linear`` from the flattened feature map to ``feature_dim`` outputs, e.g. the
+    head of a pose estimator trained with the backbone, built here and filled by `load_readouts`) the encoder is a
+    frozen perception model:
     its features are the readout's outputs, nothing in it trains, and what a replay caches per frame is those
     ``feature_dim`` numbers. Why: a learned pooling trained by the critic's gradient alone did not turn a backbone
     that sees the cube to ~1 cm into features a policy could find the cube with (bench/results/push_pixels_pretrained);
@@ -283,7 +278,7 @@ class PretrainedEncoder(nn.Module):
 
     def __init__(
         self, backbone: ResNetBackbone, image_shape: Sequence[int] = (128, 128, 3), feature_dim: int = 256,
-        num_features: int = 8, shift_pad: int = 4, readout: nn.Linear | None = None,
+        num_features: int = 8, shift_pad: int = 4, readout: bool = False,
     ) -> None:
         super().__init__()
         self.backbone = backbone.eval().requires_grad_(False)
@@ -292,15 +287,14 @@ class PretrainedEncoder(nn.Module):
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
         with torch.no_grad():
             _, c, fh, fw = self.backbone(torch.zeros(1, 3, h, w)).shape
-        self.readout = None if readout is None else readout.requires_grad_(False)
+        self.readout: nn.Linear | None = None
         self.pool: nn.Module | None = None
         self.head: nn.Module | None = None
-        if self.readout is None:
+        if readout:
+            self.readout = nn.Linear(c * fh * fw, feature_dim).requires_grad_(False)
+        else:
             self.pool = SpatialLearnedEmbeddings(c, fh, fw, num_features)
             self.head = nn.Sequential(nn.Linear(c * num_features, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
-        elif tuple(self.readout.weight.shape) != (feature_dim, c * fh * fw):
-            raise ValueError(f"readout maps {self.readout.weight.shape[1]} features to {self.readout.weight.shape[0]}; "
-                             f"this backbone gives {c * fh * fw} per {h}x{w} image and feature_dim is {feature_dim}")
         # what `backbone_features` gives per image
         self.backbone_shape = (int(c), int(fh), int(fw)) if self.readout is None else (int(feature_dim),)
         self.feature_dim, self.shift_pad = feature_dim, shift_pad
@@ -375,22 +369,17 @@ def camera_fusion(
     (frozen, so sharing changes nothing but memory and load time), with its own pooling (``spatial_features``) and
     projection. ``weights`` is the user's local backbone file (``load_backbone``); without it the backbone is built
     uninitialised, for a saved policy whose state dict carries the backbone's weights. ``readout``: each camera's
-    features are the frozen linear readout in ``weights`` (`load_readout`, ``feature_dim`` outputs) in place of the
+    features are the frozen linear readout in ``weights`` (`load_readouts`, ``feature_dim`` outputs) in place of the
     learned pooling and projection; without ``weights`` it is built uninitialised, as the backbone is.
     """
     if encoder == "conv":
         encoders = {k: ConvEncoder(shape, feature_dim, channels, layers, shift_pad) for k, shape in cameras.items()}
     elif encoder == "pretrained":
         frozen = frozen_backbone(weights, backbone)
-        encoders = {}
-        for k, shape in cameras.items():
-            head = None
-            if readout:
-                with torch.no_grad():
-                    flat = frozen(torch.zeros(1, 3, int(shape[0]), int(shape[1]))).numel()
-                head = (load_readout(weights, k, flat, feature_dim, backbone) if weights
-                        else nn.Linear(flat, feature_dim).requires_grad_(False))
-            encoders[k] = PretrainedEncoder(frozen, shape, feature_dim, spatial_features, shift_pad, head)
+        encoders = {k: PretrainedEncoder(frozen, shape, feature_dim, spatial_features, shift_pad, readout)
+                    for k, shape in cameras.items()}
+        if readout and weights:
+            load_readouts(weights, {k: e.readout for k, e in encoders.items()}, backbone)
     else:
         raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
     return CameraFusion(encoders, state_dim)

@@ -69,7 +69,7 @@ class SuccessClassifier(nn.Module):
         backbone_weights: the backbone's local weights file (``load_backbone``), read at construction only; without
             it the backbone is built uninitialised, for a saved classifier whose weights carry it.
         readout: with ``encoder="pretrained"``, each camera's features are the frozen linear readout stored in
-            ``backbone_weights`` (``feature_dim`` outputs, e.g. a pose estimator's; `load_readout`) instead of a
+            ``backbone_weights`` (``feature_dim`` outputs, e.g. a pose estimator's; `load_readouts`) instead of a
             learned pooling: only the MLP head trains.
     """
 
