@@ -82,13 +82,15 @@ def copies(folder: str) -> Path:
     return HERE / ("rlpd_reward" if folder == "clf_rlpd" else f"rlpd_reward_{folder[9:]}")
 
 
+def finished(where: Path) -> list[Path]:
+    """The runs in `where` that reached 20k env steps."""
+    return sorted(r for r in where.glob("s[0-9]*")
+                  if (r / "metrics.csv").is_file() and 20_000 in load_curve(r, "success_rate"))
+
+
 def main() -> None:
     rounds = {}
     for name, (folder, clf, described, rule) in ROUNDS.items():
-        def finished(where: Path) -> list[Path]:
-            return sorted(r for r in where.glob("s[0-9]*")
-                          if (r / "metrics.csv").is_file() and 20_000 in load_curve(r, "success_rate"))
-
         # the runs, or where they are gone (another checkout) the files copied here last time
         runs = finished(ROOT / "runs" / folder) or finished(copies(folder))
         if not runs:
