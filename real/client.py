@@ -58,6 +58,11 @@ class CameraError(BridgeError):
     sense that the next observation may be fine; the robot was not stopped."""
 
 
+class EpisodeChanged(BridgeError):
+    """The robot server restarted, or another client reset the robot, since this client's last reply: the step
+    was not executed. Call ``reset()`` (a session ends the episode and resets)."""
+
+
 class ControlLoopDead(BridgeError):
     """The server's control loop died and the driver was stopped; every call fails until serve-robot restarts."""
 
@@ -79,6 +84,8 @@ def _error(e: grpc.RpcError, what: str, address: str) -> BridgeError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Unauthenticated(code, f"{what}: the robot server at {address} refused the token; pass the server's "
                                      f"token (token= or {TOKEN_ENV})")
+    if code == grpc.StatusCode.FAILED_PRECONDITION and (details or "").startswith("episode changed"):
+        return EpisodeChanged(code, f"{what}: {details}")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "e-stop" in (details or ""):
         return EStopLatched(code, f"{what}: {details}")
     if code == grpc.StatusCode.UNAVAILABLE and (details or "").startswith("supervisor hold"):
@@ -120,7 +127,8 @@ class RobotClient:
         self.step_timeout_s, self.timeout_s, self.reset_timeout_s = step_timeout_s, timeout_s, reset_timeout_s
         # Own connection per client: gRPC otherwise shares one between channels to the same address, so another
         # client's step flood could use up the server's streams per connection (8) and have this one's EStop refused.
-        options = [("grpc.enable_retries", 0), ("grpc.use_local_subchannel_pool", 1)]
+        options = [("grpc.enable_retries", 0), ("grpc.use_local_subchannel_pool", 1),
+                   ("grpc.client_idle_timeout_ms", 2**31 - 1)]  # never drop the connection for being idle
         if tls_root_cert:
             with open(tls_root_cert, "rb") as f:
                 creds = grpc.ssl_channel_credentials(root_certificates=f.read())
@@ -131,6 +139,10 @@ class RobotClient:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.RobotBridgeStub(self._channel)
         self._seq = 0
+        # The server and episode of the last reply: sent with every step, so that a step after the server restarted
+        # or someone else reset the robot is refused (EpisodeChanged) instead of acting on a scene it never saw.
+        self.server_id = ""
+        self.episode: int | None = None
         self._spec: RobotSpec | None = None
         self.watchdog_s = 0.0
         self.image_encoding = ""
@@ -191,6 +203,7 @@ class RobotClient:
     def reset(self, seed: int | None = None) -> RobotObservation:
         request = pb.ResetRequest(has_seed=seed is not None, seed=seed or 0)
         r = self._call("Reset", self._stub.Reset, request, self.reset_timeout_s)
+        self.server_id, self.episode = r.server_id, r.episode
         return self._observation(r.observation, "Reset")
 
     def step(self, action: np.ndarray | None) -> StepResult:
@@ -199,8 +212,12 @@ class RobotClient:
         if action is None:
             request = pb.StepRequest(hold=True, seq=self._seq)
         else:
-            request = pb.StepRequest(action=np.asarray(action, np.float64).reshape(-1).tolist(), seq=self._seq)
+            request = pb.StepRequest(action=np.asarray(action, np.float64).reshape(-1).tolist(), seq=self._seq,
+                                     server_id=self.server_id, has_episode=self.episode is not None,
+                                     episode=self.episode or 0)
         r = self._call("Step", self._stub.Step, request, self.step_timeout_s)
+        if not self.server_id:  # the first reply of a client that never reset: from now on, this server and episode
+            self.server_id, self.episode = r.server_id, r.episode
         applied = np.asarray(r.applied_action, np.float32) if len(r.applied_action) else None
         return StepResult(self._observation(r.observation, "Step"), applied, r.clamp_flags, r.tick, r.queue_s)
 

@@ -7,14 +7,19 @@ that sends headers and never a body holds a worker (with no deadline, forever). 
 
 * it runs as a server interceptor, on gRPC's polling thread, **before any worker is involved**: the token is
   checked on the call's metadata alone, and a refused call is answered by a handler that never reads the body;
-* every call is admitted into a **class** with its own limit: ``EStop`` has reserved slots that no other method
-  can use, so has ``ClearEStop`` (an operator can always recover), everything else shares ``bulk`` slots, refusals have a few slots of their own (beyond those, gRPC
-  answers ``UNIMPLEMENTED`` without a worker). The worker pool is sized to the sum of the classes, so an admitted
-  call never queues behind another class's work;
+* every call is admitted into a **class** with its own limit and **its own worker pool** (gRPC's per-behaviour
+  ``experimental_thread_pool``): ``EStop`` has reserved slots and workers that no other method can use, so has
+  ``ClearEStop`` (an operator can always recover), everything else shares ``bulk`` slots; a refused call is
+  answered with its real status (``UNAUTHENTICATED``, ``RESOURCE_EXHAUSTED``) by the refusal pool, whose backlog
+  is bounded (``refusal_backlog``; beyond it gRPC answers ``UNIMPLEMENTED`` without a worker). No class's work
+  can queue behind another's;
 * an authenticated ``EStop`` latches the robot's e-stop **when its headers arrive** (``on_estop``), before its body
-  is read and whether or not a slot is free;
+  is read and whether or not a slot is free; a ``ClearEStop`` notes, when its headers arrive, the e-stop generation
+  it may clear (``on_clear``), so a clear that is delayed can never undo a later e-stop. The value either hook
+  returns reaches the call's handler as ``ADMISSION``;
 * admitted calls read their one request message with a deadline (``body_timeout_s``): a ``Reaper`` thread cancels
-  a call whose body has not arrived in time, which frees its worker and its slot;
+  a call whose body has not arrived in time, which frees its worker and its slot. The body is parsed here: a
+  malformed one is ``INVALID_ARGUMENT`` (counted ``bad_body``), without a traceback in the log;
 * every refusal is counted by reason (``Refusals``), and ``GetStatus`` reports them.
 
 Also here: the token's sources (``load_token``), reason strings made safe for logs (``safe_text``), and address
@@ -36,6 +41,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +55,9 @@ METHODS = frozenset(SERVICE + m for m in ("GetSpec", "Reset", "Step", "Heartbeat
 
 # The admitted call's id, visible to the servicer method that handles it (EStop uses it to name its latch).
 CALL_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("robot_rl_call_id", default=None)
+# What the call's header hook returned (EStop: its stop request's number; ClearEStop: the generation it may clear).
+ADMISSION: contextvars.ContextVar[Any] = contextvars.ContextVar("robot_rl_admission", default=None)
+MIN_REMOTE_TOKEN_CHARS = 16  # off loopback a shorter token is refused (guessable; it allows ClearEStop)
 
 
 @dataclass(frozen=True)
@@ -58,20 +67,21 @@ class GateLimits:
     bulk_calls: int = 8  # every method but EStop and ClearEStop
     estop_calls: int = 4  # EStop only: reserved, never used by other traffic
     clear_calls: int = 2  # ClearEStop only: an operator can always recover, whatever the other traffic
-    refusal_calls: int = 4  # calls being refused (each needs a worker for a moment to send its status)
+    refusal_calls: int = 4  # workers answering refused calls (each needs one for a moment to send its status)
+    refusal_backlog: int = 256  # refused calls waiting for those workers; beyond: UNIMPLEMENTED without a worker
     body_timeout_s: float = 1.0
 
     def validate(self) -> None:
-        for name in ("bulk_calls", "estop_calls", "clear_calls", "refusal_calls"):
+        for name in ("bulk_calls", "estop_calls", "clear_calls", "refusal_calls", "refusal_backlog"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.body_timeout_s > 0:
             raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
 
-    @property
-    def workers(self) -> int:
-        """Worker threads so that every admitted call finds one at once (plus slack for threads finishing)."""
-        return self.bulk_calls + self.estop_calls + self.clear_calls + self.refusal_calls + 2
+    def workers(self, cls: str) -> int:
+        """Worker threads of a class's pool: one per slot (plus one: a thread finishing its last call)."""
+        return {"bulk": self.bulk_calls, "estop": self.estop_calls, "clear": self.clear_calls,
+                "refusal": self.refusal_calls}[cls] + 1
 
 
 class Refusals:
@@ -151,28 +161,34 @@ class Reaper:
 
 
 class Gate(grpc.ServerInterceptor):
-    """Token check, admission by class, latch-on-headers for EStop, bounded body reads (module docstring).
+    """Token check, admission by class into per-class worker pools, latch-on-headers for EStop, bounded body reads
+    (module docstring).
 
     Args:
         token: the shared token, or None to admit every caller (loopback only; checked by the server's config).
         limits: the per-class limits and the body deadline.
         on_estop: called on the polling thread with the call id when an authenticated EStop's headers arrive;
-            must not block.
+            must not block. Its return value is the call's ``ADMISSION``.
         refusals: where refusals are counted.
+        on_clear: called on the polling thread when an authenticated ClearEStop's headers arrive; must not block.
+            Its return value is the call's ``ADMISSION``.
     """
 
-    def __init__(self, token: str | None, limits: GateLimits, on_estop: Callable[[int], None],
-                 refusals: Refusals) -> None:
+    def __init__(self, token: str | None, limits: GateLimits, on_estop: Callable[[int], Any],
+                 refusals: Refusals, on_clear: Callable[[], Any] | None = None) -> None:
         limits.validate()
         self._expected = f"Bearer {token}".encode() if token else None
         self.limits = limits
         self._on_estop = on_estop
+        self._on_clear = on_clear or (lambda: None)
         self.refusals = refusals
         self._lock = threading.Lock()
         self._capacity = {"bulk": limits.bulk_calls, "estop": limits.estop_calls, "clear": limits.clear_calls,
-                          "refusal": limits.refusal_calls}
+                          "refusal": limits.refusal_backlog}
         self._in_flight = dict.fromkeys(self._capacity, 0)
         self._ids = itertools.count(1)
+        self.pools = {cls: futures.ThreadPoolExecutor(limits.workers(cls), thread_name_prefix=f"bridge-{cls}")
+                      for cls in self._capacity}
         self.reaper = Reaper()
 
     def in_flight(self) -> dict[str, int]:
@@ -181,6 +197,8 @@ class Gate(grpc.ServerInterceptor):
 
     def close(self) -> None:
         self.reaper.close()
+        for pool in self.pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- on gRPC's polling thread: no blocking, no body --------------------------------------------------------
     def intercept_service(self, continuation: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
@@ -197,15 +215,18 @@ class Gate(grpc.ServerInterceptor):
             self.refusals.add("unknown_method")
             return None
         call_id = next(self._ids)
-        cls = "clear" if method == CLEAR_METHOD else "bulk"
+        cls, admission = "bulk", None
         if method == ESTOP_METHOD:
             cls = "estop"
-            self._on_estop(call_id)  # latched now, whatever happens to the rest of the call
+            admission = self._on_estop(call_id)  # latched now, whatever happens to the rest of the call
+        elif method == CLEAR_METHOD:
+            cls = "clear"
+            admission = self._on_clear()  # what it may clear: nothing requested after this moment
         if not self._acquire(cls):
             return self._refuse(f"overload_{cls}", grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"too many {cls} calls in flight ({self._capacity[cls]}); retry"
                                 + ("; the e-stop was latched nonetheless" if cls == "estop" else ""))
-        return self._admitted(handler, cls, call_id)
+        return self._admitted(handler, cls, call_id, admission)
 
     def _acquire(self, cls: str) -> bool:
         with self._lock:
@@ -221,7 +242,7 @@ class Gate(grpc.ServerInterceptor):
     def _refuse(self, reason: str, code: grpc.StatusCode, details: str) -> Any:
         self.refusals.add(reason)
         if not self._acquire("refusal"):
-            self.refusals.add("unanswered")  # a flood beyond the refusal slots: UNIMPLEMENTED with no worker
+            self.refusals.add("unanswered")  # a flood beyond the refusal backlog: UNIMPLEMENTED with no worker
             return None
 
         def refuse(request_iterator: Iterable[bytes], context: grpc.ServicerContext) -> Any:
@@ -230,34 +251,39 @@ class Gate(grpc.ServerInterceptor):
             finally:
                 self._release("refusal")
 
+        refuse.experimental_thread_pool = self.pools["refusal"]  # type: ignore[attr-defined]
         return grpc.stream_unary_rpc_method_handler(refuse)
 
-    def _admitted(self, handler: grpc.RpcMethodHandler, cls: str, call_id: int) -> Any:
+    def _admitted(self, handler: grpc.RpcMethodHandler, cls: str, call_id: int, admission: Any) -> Any:
         inner = handler.unary_unary
+        parse = handler.request_deserializer
 
         def behavior(request_iterator: Any, context: grpc.ServicerContext) -> Any:
             try:
-                request = self._read_body(request_iterator, context)
-                token = CALL_ID.set(call_id)
+                request = self._read_body(request_iterator, context, parse)
+                tokens = CALL_ID.set(call_id), ADMISSION.set(admission)
                 try:
                     return inner(request, context)
                 finally:
-                    CALL_ID.reset(token)
+                    ADMISSION.reset(tokens[1])
+                    CALL_ID.reset(tokens[0])
             finally:
                 self._release(cls)
 
+        behavior.experimental_thread_pool = self.pools[cls]  # type: ignore[attr-defined]
         # Served as a client-streaming method so that the body is read here, with a deadline, and not by gRPC
-        # before the handler runs (which would wait without one). On the wire a unary call is the same.
+        # before the handler runs (which would wait without one); read as bytes and parsed here, so a malformed
+        # body is INVALID_ARGUMENT rather than gRPC's INTERNAL and logged traceback. On the wire a unary call is
+        # the same.
         return grpc.stream_unary_rpc_method_handler(
-            behavior, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            behavior, request_deserializer=None, response_serializer=handler.response_serializer,
         )
 
-    def _read_body(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
+    def _read_body(self, request_iterator: Any, context: grpc.ServicerContext, parse: Any) -> Any:
         timer = self.reaper.schedule(self.limits.body_timeout_s, context.cancel)
         try:
-            return next(request_iterator)
-        except StopIteration:  # the stream ended without a message: cut off by us, or a malformed/missing body
+            raw = next(request_iterator)
+        except StopIteration:  # the stream ended without a message: cut off by us, or a missing body
             self.refusals.add("stalled_body" if timer.fired else "bad_body")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no valid request message (malformed or missing body)")
         except grpc.RpcError:
@@ -265,6 +291,14 @@ class Gate(grpc.ServerInterceptor):
             raise  # gRPC knows this error (the call is gone): it sends nothing and logs nothing
         finally:
             Reaper.cancel(timer)
+        if parse is None:
+            return raw
+        try:
+            return parse(raw)
+        except Exception as e:  # protobuf's DecodeError and friends: the client's fault, not ours
+            self.refusals.add("bad_body")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"malformed request body ({len(raw)} bytes): {safe_text(str(e), 120)}")
 
 
 def _metadata(metadata: Any, key: str) -> bytes:
@@ -298,12 +332,37 @@ def load_token(token: str | None = None, token_file: str | None = None,
             raise ValueError(f"the token file {token_file} is empty")
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             warnings.append(f"the token file {token_file} is readable by other users; chmod 600 it")
+        folder = os.path.dirname(os.path.abspath(token_file))
+        try:
+            folder_mode = os.stat(folder).st_mode
+        except OSError:
+            folder_mode = 0
+        if folder_mode & stat.S_IWOTH:
+            sticky = " (sticky: others cannot replace it, but can see and race its name)" if folder_mode & \
+                stat.S_ISVTX else ": another user can replace it with a token of their own"
+            warnings.append(f"the token file {token_file} is in {folder}, a folder every user can write{sticky}; keep "
+                            "it in a folder only you can write (e.g. ~/.config)")
         return value, warnings
     if token:
         warnings.append(f"token= is visible to every local user in the process list; prefer {TOKEN_ENV} or "
                         "token_file=")
         return token, warnings
     return env.get(TOKEN_ENV) or None, warnings
+
+
+def check_token(token: str | None, host: str) -> None:
+    """Raise ``ValueError`` (one line) for a token that cannot protect the robot: empty or whitespace, not
+    printable ASCII (gRPC metadata cannot carry it), or off loopback shorter than ``MIN_REMOTE_TOKEN_CHARS``."""
+    if token is None:
+        return
+    if not token.strip():
+        raise ValueError("the token is empty or whitespace; use a long random one (python -c 'import secrets; "
+                         "print(secrets.token_urlsafe(24))')")
+    if token != token.strip() or not all(33 <= ord(c) < 127 or c == " " for c in token):
+        raise ValueError("the token must be printable ASCII without leading or trailing spaces or control characters")
+    if not is_loopback(host) and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise ValueError(f"the token has {len(token)} characters; off loopback ({host}) it must have at least "
+                         f"{MIN_REMOTE_TOKEN_CHARS} (python -c 'import secrets; print(secrets.token_urlsafe(24))')")
 
 
 # -- reasons and addresses ---------------------------------------------------------------------------------------

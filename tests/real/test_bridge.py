@@ -337,13 +337,13 @@ def test_tls(tmp_path):
 def test_a_command_past_its_deadline_does_not_make_the_next_one_busy(served):
     """Under load a client's retry after DEADLINE_EXCEEDED was refused with RESOURCE_EXHAUSTED ('already queued'):
     the expired command still sat in the queue because its waiting worker had not yet woken to withdraw it."""
-    from robot_rl.real.server import _Pending
+    from robot_rl.real.control_loop import Pending
 
     server, robot, client, _ = served
-    stale = _Pending("step", action=np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32))
+    stale = Pending("step", action=np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32))
     stale.expires = time.monotonic() - 0.01  # its caller gave up; its worker has not withdrawn it yet
-    with server._lock:
-        server._pending = stale
+    with server.loop._lock:
+        server.loop._pending = stale
     commands = len(robot.commands)
     client.step([0.0, 0.0, 0.0, 0.0])  # the retry: accepted, applied
     assert len(robot.commands) == commands + 1  # only the retry ran, never the stale command

@@ -299,11 +299,12 @@ def test_frame_traffic_cannot_starve_the_estop():
         for t in threads:
             t.join(5.0)
         client.close()
+        estops = server.status().estops
         server.stop()
     assert frames[0] >= 5, frames
     assert statistics.median(latencies) < 0.05, latencies
     assert max(latencies) < 0.5, latencies  # a hypervisor stall, not starvation
-    assert server.status().estops == 8
+    assert estops == 8
 
 
 def test_batched_env_over_a_camera_robot_has_the_pixel_groups():

@@ -403,12 +403,12 @@ def test_estop_reasons_are_cut_escaped_and_the_first_is_kept(served, caplog):
 def test_a_dead_control_loop_stops_the_driver_and_every_call_is_unavailable(served):
     server, robot, client, address = served
     client.step([0.5, 0.0, 0.0, -1.0])
-    original = server._tick
+    original = server.loop._tick
 
     def broken(now: float, lateness: float) -> None:
         raise RuntimeError("a bug in the tick")
 
-    server._tick = broken
+    server.loop._tick = broken
     deadline = time.monotonic() + 5.0
     while not server.loop_error and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -419,7 +419,7 @@ def test_a_dead_control_loop_stops_the_driver_and_every_call_is_unavailable(serv
             call()
         assert e.value.code == grpc.StatusCode.UNAVAILABLE and "a bug in the tick" in str(e.value)
     assert server.status().health == "dead"
-    server._tick = original
+    server.loop._tick = original
 
 
 # -- 8. start-up failures: one line, nothing left running ---------------------------------------------------------
@@ -491,7 +491,7 @@ def test_overload_refusals_are_counted_and_status_is_cheap(served):
         assert server.status().rejected["overload_bulk"] == 20  # before: refused by gRPC, counted nowhere
     finally:
         stalled.close()
-    for ring in (server._jitter, server._work, server._queue):  # a full timing window
+    for ring in (server.loop.jitter, server.loop.work, server.loop.queue):  # a full timing window
         for x in np.random.default_rng(0).random(30_000) * 1e-3:
             ring.append(float(x))
     t = time.perf_counter()
