@@ -14,7 +14,18 @@ runs a **normal client** (a step every tick, small zero-mean actions) and an **e
   no deadline, renewed as soon as the server cuts them off (after its 1 s body deadline);
 * ``flood_unauth``: unauthenticated calls back to back;
 * ``flood_auth``: authenticated ``Heartbeat`` calls back to back from 12 threads (more than the 8 bulk slots);
-* ``status_poll``: ``GetStatus`` at 200 Hz.
+* ``status_poll``: ``GetStatus`` at 200 Hz;
+* ``idle_other_peer``: 1,100 TCP connections that never send a byte, from another address (127.0.0.2: another
+  host), each reopened as soon as the server closes it; the server process has the common open-file limit of 1024
+  (soft and hard), and **every EStop probe comes from a new connection** (an operator reaching for the stop);
+* ``idle_same_peer``: the same from the operator's own address; the probes use the operator's open connection;
+* ``blocked_stderr``: the server's log output is a pipe that nobody reads, full from the start (a terminal paused
+  with Ctrl-S, a stalled ssh session);
+* ``delayed_clear``: not an attacker but the network: before each EStop probe a ClearEStop's headers are sent and its
+  body held until the EStop was answered (a clear delayed in flight); counts the e-stops it undid;
+* ``stalled_estop``: a token holder's EStop calls that send headers and never a body, renewed as fast as possible
+  (each latches; counts the driver's ``stop()`` calls per second);
+* ``malformed_body``: authenticated ``Step`` calls whose body is not a valid protobuf, back to back.
 
 Per class: the control loop's jitter (tick start minus schedule) and overruns, measured by the server over exactly
 that stretch; EStop latency (client round trip; the server answers after the driver's ``stop()`` returned); the
@@ -45,7 +56,10 @@ import numpy as np
 
 TOKEN = "bench-abuse-token"
 CLASSES = ("baseline", "garbage_bytes", "http2_junk", "oversized", "half_open", "stalled_unauth", "stalled_auth",
-           "flood_unauth", "flood_auth", "status_poll")
+           "flood_unauth", "flood_auth", "status_poll", "idle_other_peer", "idle_same_peer", "blocked_stderr",
+           "delayed_clear", "stalled_estop", "malformed_body")
+FRESH_PROBE = frozenset({"idle_other_peer"})  # classes whose EStop probes each open a new connection
+SERVER_FD_LIMIT = 1024  # the server process's open-file limit, soft and hard: the common default it cannot raise
 BENCH_DIR = Path(__file__).resolve().parent
 SERVICE = "/robot_rl.bridge.v1.RobotBridge/"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -64,17 +78,24 @@ def _nice(value: int) -> int:
 def _serve(conn: Any, hz: float) -> None:
     """Serve the simulated arm; answer ``mark`` / ``since`` / ``stop`` requests on ``conn``."""
     import logging
+    import resource
 
     _nice(-10)  # as a robot server should be run (docs/hardware.md); its control thread asks for SCHED_FIFO itself
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (SERVER_FD_LIMIT, SERVER_FD_LIMIT))
+    except (OSError, ValueError):
+        pass
 
     from robot_rl.real.drivers.sim_arm import SimArm
     from robot_rl.real.server import RobotServer, ServerConfig
 
-    logging.getLogger("robot_rl.real").setLevel(logging.ERROR)  # the prober latches and clears the e-stop twice a second
+    logger = logging.getLogger("robot_rl.real")
+    logger.setLevel(logging.ERROR)  # the prober latches and clears the e-stop twice a second
     server = RobotServer(SimArm("reach", control_hz=hz, seed=0), ServerConfig(port=0, token=TOKEN, watchdog_s=1.0))
     conn.send((server.start(), os.getpriority(os.PRIO_PROCESS, 0)))
     time.sleep(0.2)
-    conn.send(server.status().loop_priority)
+    conn.send((server.status().loop_priority, server.status().transport))
+    blocked: logging.Handler | None = None
     try:
         while True:
             cmd, arg = conn.recv()
@@ -82,6 +103,22 @@ def _serve(conn: Any, hz: float) -> None:
                 conn.send(server.timing_mark())
             elif cmd == "since":
                 conn.send(server.timing_since(arg))
+            elif cmd == "block_log":  # a log destination nobody reads, full from the start
+                read_end, write_end = os.pipe()
+                os.set_blocking(write_end, False)
+                try:
+                    while True:
+                        os.write(write_end, b"x" * 65536)
+                except BlockingIOError:
+                    pass
+                os.set_blocking(write_end, True)
+                blocked = logging.StreamHandler(os.fdopen(write_end, "w", buffering=1))
+                logger.addHandler(blocked)
+                logger.setLevel(logging.INFO)
+                conn.send(True)
+            elif cmd == "unblock_log":
+                logger.setLevel(logging.ERROR)
+                conn.send(True)  # the handler stays blocked (its thread too); the process ends after the bench
             else:
                 break
     finally:
@@ -132,9 +169,9 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
                 stop.wait(max(0.0, 1.0 / rate_hz - (time.monotonic() - t)))
         ch.close()
 
-    def stalled(metadata: Any) -> None:
+    def stalled(metadata: Any, method: str = "Step", renew_s: float = 5.0) -> None:
         ch = channel()
-        call = ch.stream_unary(SERVICE + "Step")
+        call = ch.stream_unary(SERVICE + method)
 
         def never() -> Any:
             stop.wait(3.0)  # no body; ends the stream (still without a message) at the latest 3 s later
@@ -144,7 +181,7 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
         while not stop.is_set():
             future = call.future(never(), metadata=metadata)
             try:
-                future.result(timeout=5.0)
+                future.result(timeout=renew_s)
                 count("ok")
             except grpc.RpcError as e:
                 count(e.code().name)
@@ -152,6 +189,41 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
                 future.cancel()
                 count("client_timeout")
         ch.close()
+
+    def idle_flood(source: str, n: int) -> None:
+        """n TCP connections from ``source`` that never send a byte, each reopened when the server closes it."""
+        import select
+
+        held: list[socket.socket] = []
+        while not stop.is_set():
+            while len(held) < n and not stop.is_set():
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setblocking(False)
+                try:
+                    s.bind((source, 0))
+                    s.connect_ex(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    count("connect_errors")
+                    break
+                held.append(s)
+                count("connections")
+            poll = select.poll()
+            by_fd = {s.fileno(): s for s in held}
+            for fd in by_fd:
+                poll.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+            for fd, _ in poll.poll(50):
+                s = by_fd[fd]
+                try:
+                    data = s.recv(1)
+                except OSError:
+                    data = b""
+                if not data:
+                    held.remove(s)
+                    s.close()
+                    count("closed_by_server")
+        for s in held:
+            s.close()
 
     junk_preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
     threads: list[threading.Thread] = []
@@ -179,6 +251,13 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
         threads = [threading.Thread(target=calls, args=("Heartbeat", AUTH, b"")) for _ in range(12)]
     elif kind == "status_poll":
         threads = [threading.Thread(target=calls, args=("GetStatus", AUTH, b"", 200.0))]
+    elif kind in ("idle_other_peer", "idle_same_peer"):
+        source = "127.0.0.2" if kind == "idle_other_peer" else "127.0.0.1"
+        threads = [threading.Thread(target=idle_flood, args=(source, 1100))]
+    elif kind == "stalled_estop":
+        threads = [threading.Thread(target=stalled, args=(AUTH, "EStop", 0.05)) for _ in range(4)]
+    elif kind == "malformed_body":
+        threads = [threading.Thread(target=calls, args=("Step", AUTH, b"\xff\xff\xff\xff")) for _ in range(2)]
     for t in threads:
         t.daemon = True
         t.start()
@@ -228,16 +307,37 @@ class _Normal(threading.Thread):
         self.client.close()
 
 
-def _probe(address: str, seconds: float, every: float) -> tuple[list[float], list[float], dict[str, int]]:
+def _probe(address: str, seconds: float, every: float, kind: str) -> dict[str, Any]:
+    """EStop probes (then ClearEStop) every ``every`` seconds: latencies, the server's acknowledgement times,
+    failures by code; with ``delayed_clear`` a ClearEStop sent before each EStop and held, and the e-stops it undid;
+    in ``FRESH_PROBE`` classes each probe from a new connection."""
+    import grpc
     from robot_rl.real.client import BridgeError, RobotClient
+    from robot_rl.real.proto import pb
 
+    fresh = kind in FRESH_PROBE
     client = RobotClient(address, TOKEN, timeout_s=2.0)
     latencies: list[float] = []
     acks: list[float] = []
     failures: dict[str, int] = {}
+    undone = clears_refused = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(every)
+        if fresh:
+            client.close()
+            client = RobotClient(address, TOKEN, timeout_s=2.0)
+        held = None
+        if kind == "delayed_clear":  # its headers leave now; its body after the EStop was answered
+            release = threading.Event()
+
+            def body(release: threading.Event = release) -> Any:
+                release.wait(5.0)
+                yield pb.Empty().SerializeToString()
+
+            ch = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+            held = (release, ch, ch.stream_unary(SERVICE + "ClearEStop").future(body(), metadata=AUTH, timeout=5.0))
+            time.sleep(0.02)
         t = time.perf_counter()
         try:
             status = client.estop("bench probe")
@@ -245,6 +345,18 @@ def _probe(address: str, seconds: float, every: float) -> tuple[list[float], lis
             acks.append(status.estop_ack_s)
         except BridgeError as e:
             failures[e.code.name] = failures.get(e.code.name, 0) + 1
+        if held is not None:
+            release, ch, future = held
+            release.set()
+            try:
+                future.result(timeout=5.0)
+            except grpc.RpcError:
+                clears_refused += 1
+            ch.close()
+            try:
+                undone += client.status().state != "estop"
+            except BridgeError:
+                pass
         for _ in range(20):  # clear it again; ClearEStop has its own reserved slots
             try:
                 client.clear_estop()
@@ -252,7 +364,8 @@ def _probe(address: str, seconds: float, every: float) -> tuple[list[float], lis
             except BridgeError:
                 time.sleep(0.05)
     client.close()
-    return latencies, acks, failures
+    return {"latencies": latencies, "acks": acks, "failures": failures, "estops_undone": undone,
+            "delayed_clears_refused": clears_refused}
 
 
 def _ms(a: np.ndarray | list[float], q: float) -> float:
@@ -274,14 +387,21 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
     if not ready.wait(60.0):
         raise RuntimeError(f"the {kind} attacker did not start")
     normal = _Normal(address)
+    if kind == "blocked_stderr":
+        conn.send(("block_log", None))
+        conn.recv()
     conn.send(("mark", None))
     mark = conn.recv()
     normal.start()
-    latencies, acks, failures = _probe(address, seconds, every)
+    probe = _probe(address, seconds, every, kind)
+    latencies, acks, failures = probe["latencies"], probe["acks"], probe["failures"]
     normal.stop_flag.set()
     normal.join(5.0)
     conn.send(("since", mark))
     since = conn.recv()
+    if kind == "blocked_stderr":
+        conn.send(("unblock_log", None))
+        conn.recv()
     stop.set()
     counts = out.get(timeout=30.0)
     attacker.join(10.0)
@@ -304,6 +424,9 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
         "served_fraction": normal.ok / attempts if attempts else float("nan"),
         "normal_step_rtt_p99_ms": _ms(normal.rtt, 99),
         "expected_ticks": int(round(seconds * hz)),
+        "driver_stops_per_s": since["counters"].get("stops", 0) / seconds,
+        "estops_undone": probe["estops_undone"], "delayed_clears_refused": probe["delayed_clears_refused"],
+        "fresh_connection_probes": kind in FRESH_PROBE,
         "server_refusals": since["refusals"],
         "attacker": counts,
         # The host's state over the class (every process on it, the other jobs included).
@@ -315,14 +438,18 @@ def _run_class(kind: str, port: int, conn: Any, seconds: float, every: float, hz
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the README section."""
     head = ("| abuse class | loop jitter p50 / p99 / max (ms) | overruns | EStop p50 / max (ms), answered | "
-            "normal client served | host load (1 min) |\n|---|---|---|---|---|---|\n")
+            "normal client served | driver stop() per s | host load (1 min) |\n|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         answered = f"{r['estops']}/{r['estops'] + sum(r['estop_failures'].values())}"
+        if r.get("fresh_connection_probes"):
+            answered += " (new connections)"
+        if r["class"] == "delayed_clear":
+            answered += f"; undone by a delayed clear: {r['estops_undone']}"
         lines.append(f"| {r['class']} | {r['loop_jitter_p50_ms']:.2f} / {r['loop_jitter_p99_ms']:.2f} / "
                      f"{r['loop_jitter_max_ms']:.1f} | {r['overruns']} of {r['ticks']} | {r['estop_p50_ms']:.1f} / "
                      f"{r['estop_max_ms']:.1f}, {answered} | {100 * r['served_fraction']:.1f}% | "
-                     f"{r['host_load_average_1min']:.1f} |")
+                     f"{r.get('driver_stops_per_s', float('nan')):.1f} | {r['host_load_average_1min']:.1f} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -362,7 +489,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     server = ctx.Process(target=_serve, args=(child, args.hz), daemon=True)
     server.start()
     port, server_nice = parent.recv()
-    loop_priority = parent.recv()
+    loop_priority, transport = parent.recv()
     cpu0 = cpu_times()
     rows = []
     try:
@@ -380,7 +507,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steal = (cpu_fractions(cpu0, cpu1) or {}).get("steal")
     result = {"config": {"seconds": args.seconds, "hz": args.hz, "probe_every_s": args.probe_every,
                          "server_nice": server_nice, "client_nice": client_nice, "attacker_nice": 0,
-                         "control_loop_priority": loop_priority},
+                         "control_loop_priority": loop_priority, "server_fd_limit": SERVER_FD_LIMIT,
+                         "transport": transport},
               "machine": machine_info(1, "cpu"), "cpu_steal_fraction": steal, "classes": rows}
     out = args.out or BENCH_DIR / "results" / f"{datetime.date.today().isoformat()}-bridge-abuse.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ that sends headers and never a body holds a worker (with no deadline, forever). 
   is bounded (``refusal_backlog``; beyond it gRPC answers ``UNIMPLEMENTED`` without a worker). No class's work
   can queue behind another's;
 * an authenticated ``EStop`` latches the robot's e-stop **when its headers arrive** (``on_estop``), before its body
-  is read and whether or not a slot is free; a ``ClearEStop`` notes, when its headers arrive, the e-stop generation
+  is read and whether or not a slot is free; one that finds every EStop slot taken (a token holder's stalled
+  EStops) is still answered once the driver acknowledged the stop (``estop_overflow``), without its body; a ``ClearEStop`` notes, when its headers arrive, the e-stop generation
   it may clear (``on_clear``), so a clear that is delayed can never undo a later e-stop. The value either hook
   returns reaches the call's handler as ``ADMISSION``;
 * admitted calls read their one request message with a deadline (``body_timeout_s``): a ``Reaper`` thread cancels
@@ -172,15 +173,21 @@ class Gate(grpc.ServerInterceptor):
         refusals: where refusals are counted.
         on_clear: called on the polling thread when an authenticated ClearEStop's headers arrive; must not block.
             Its return value is the call's ``ADMISSION``.
+        estop_overflow: answers an EStop that found every EStop slot taken (e.g. by a token holder's stalled
+            EStops), given its ``ADMISSION``: it waits for the driver's acknowledgement and returns the reply,
+            without reading the body, on the refusal pool. None: such an EStop is answered ``RESOURCE_EXHAUSTED``
+            (latched nonetheless).
     """
 
     def __init__(self, token: str | None, limits: GateLimits, on_estop: Callable[[int], Any],
-                 refusals: Refusals, on_clear: Callable[[], Any] | None = None) -> None:
+                 refusals: Refusals, on_clear: Callable[[], Any] | None = None,
+                 estop_overflow: Callable[[Any, grpc.ServicerContext], Any] | None = None) -> None:
         limits.validate()
         self._expected = f"Bearer {token}".encode() if token else None
         self.limits = limits
         self._on_estop = on_estop
         self._on_clear = on_clear or (lambda: None)
+        self._estop_overflow = estop_overflow
         self.refusals = refusals
         self._lock = threading.Lock()
         self._capacity = {"bulk": limits.bulk_calls, "estop": limits.estop_calls, "clear": limits.clear_calls,
@@ -223,6 +230,8 @@ class Gate(grpc.ServerInterceptor):
             cls = "clear"
             admission = self._on_clear()  # what it may clear: nothing requested after this moment
         if not self._acquire(cls):
+            if cls == "estop" and self._estop_overflow is not None:
+                return self._overflow(handler, admission)
             return self._refuse(f"overload_{cls}", grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"too many {cls} calls in flight ({self._capacity[cls]}); retry"
                                 + ("; the e-stop was latched nonetheless" if cls == "estop" else ""))
@@ -253,6 +262,24 @@ class Gate(grpc.ServerInterceptor):
 
         refuse.experimental_thread_pool = self.pools["refusal"]  # type: ignore[attr-defined]
         return grpc.stream_unary_rpc_method_handler(refuse)
+
+    def _overflow(self, handler: grpc.RpcMethodHandler, admission: Any) -> Any:
+        """An EStop beyond its slots: latched already; answered once the driver acknowledged, body unread."""
+        self.refusals.add("estop_overflow")
+        if not self._acquire("refusal"):
+            self.refusals.add("unanswered")
+            return None
+        overflow = self._estop_overflow
+        assert overflow is not None
+
+        def answer(request_iterator: Iterable[bytes], context: grpc.ServicerContext) -> Any:
+            try:
+                return overflow(admission, context)
+            finally:
+                self._release("refusal")
+
+        answer.experimental_thread_pool = self.pools["refusal"]  # type: ignore[attr-defined]
+        return grpc.stream_unary_rpc_method_handler(answer, response_serializer=handler.response_serializer)
 
     def _admitted(self, handler: grpc.RpcMethodHandler, cls: str, call_id: int, admission: Any) -> Any:
         inner = handler.unary_unary

@@ -101,7 +101,7 @@ class ServerConfig:
     estop_calls: int = 4  # EStop calls in flight: reserved capacity no other call can use
     max_streams_per_connection: int = 8  # HTTP/2 streams one connection may have open
     body_timeout_s: float = 1.0  # a request body must arrive this soon after its headers, or the call is cancelled
-    front_door: bool = False  # TEMP the transport process in front of gRPC (module docstring); False: gRPC on the port
+    front_door: bool = True  # the transport process in front of gRPC (module docstring); False: gRPC on the port
     max_connections: int = 512  # client connections open at once (front door; gRPC's own cap without it)
     max_connections_per_peer: int = 32  # from one peer address (front door)
     handshake_timeout_s: float = 2.0  # a connection must send a valid HTTP/2 or TLS start this soon, or is closed
@@ -307,7 +307,7 @@ class RobotServer:
             check_bindable(c.host, c.port)
             loop = self.loop
             self._gate = Gate(c.token, c.gate_limits(), self._estop_from_headers, self.refusals,
-                              on_clear=loop.estop_generation)
+                              on_clear=loop.estop_generation, estop_overflow=self._estop_overflow)
             # Handlers run on the Gate's per-class pools; this one serves nothing of ours (gRPC wants a default).
             self._executor = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="bridge-rpc")
             self._server = grpc.server(self._executor, interceptors=[self._gate], options=c.grpc_options(),
@@ -419,6 +419,10 @@ class RobotServer:
     # -- called by gRPC workers (and the polling thread: _estop_from_headers) ------------------------------------
     def _estop_from_headers(self, call_id: int) -> int:
         return self.loop.request_estop(HEADER_REASON, owner=call_id)
+
+    def _estop_overflow(self, generation: int, context: grpc.ServicerContext) -> pb.Status:
+        """An EStop beyond its slots (``Gate``): latched at its headers; answered like one, reason unread."""
+        return _Servicer(self).answer_estop(generation, context)
 
     def submit(self, item: Pending, timeout_s: float) -> pb.StepReply:
         """``ControlLoop.submit``, then the reply's identity and camera frames (encoded here, by the worker)."""
@@ -634,6 +638,10 @@ class _Servicer(pb_grpc.RobotBridgeServicer):
 
     def EStop(self, request: pb.EStopRequest, context: grpc.ServicerContext) -> pb.Status:
         generation = self.loop.estop(request.reason, CALL_ID.get(), ADMISSION.get() or 0)
+        return self.answer_estop(generation, context)
+
+    def answer_estop(self, generation: int, context: grpc.ServicerContext) -> pb.Status:
+        """Wait for the driver's acknowledgement of stop request ``generation`` and answer (errors say what to do)."""
         self._answer(context, self.loop.check_alive)
         ok, error = self.loop.wait_stopped(generation, self.s.config.estop_ack_timeout_s)
         self._answer(context, self.loop.check_alive)

@@ -8,6 +8,7 @@ command with it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -68,6 +69,13 @@ class ServeRobotArgs:
         None, f"shared token (visible to every local user in the process list: prefer ${TOKEN_ENV} or token_file=)"
     )
     allow_unauthenticated: bool = _help(False, "serve without a token (refused unless host= is a loopback address)")
+    allow_plaintext_token: bool = _help(
+        False, "serve with a token but without TLS off loopback (the token, which can clear the e-stop, crosses the "
+               "network in clear: only on a network you trust)"
+    )
+    max_connections: int = _help(512, "client connections open at once, all peers together")
+    max_connections_per_peer: int = _help(32, "client connections from one peer address")
+    handshake_timeout_s: float = _help(2.0, "close a connection that has not sent a valid HTTP/2 or TLS start by then")
     watchdog_s: float = _help(0.5, "hold the robot after this long without commands")
     max_message_bytes: int = _help(64 * 1024, "larger requests are refused")
     tls_cert: str | None = _help(None, "PEM certificate chain (with tls_key=: TLS)")
@@ -383,6 +391,7 @@ def serve_robot(args: ServeRobotArgs) -> int:
     """Serve a robot driver over the bridge."""
     from robot_rl.real.drivers import make_driver
     from robot_rl.real.guard import format_address
+    from robot_rl.real.output import OutputPump
     from robot_rl.real.server import RobotServer, ServerConfig
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
@@ -397,6 +406,9 @@ def serve_robot(args: ServeRobotArgs) -> int:
                   "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), **kwargs}
     token = _token(args)
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
+                          allow_plaintext_token=args.allow_plaintext_token, max_connections=args.max_connections,
+                          max_connections_per_peer=args.max_connections_per_peer,
+                          handshake_timeout_s=args.handshake_timeout_s,
                           watchdog_s=args.watchdog_s, max_message_bytes=args.max_message_bytes, tls_cert=args.tls_cert, tls_key=args.tls_key,
                           image_encoding=args.image_encoding, max_frame_bytes=args.max_frame_bytes,
                           max_observation_bytes=max(args.max_frame_bytes, ServerConfig.max_observation_bytes))
@@ -405,6 +417,8 @@ def serve_robot(args: ServeRobotArgs) -> int:
         robot = make_driver(args.driver, **kwargs)
     except (ValueError, TypeError, ImportError) as e:
         raise CommandError(str(e)) from None
+    for warning in config.warnings():
+        print(f"robot-rl: warning: {warning}", file=sys.stderr, flush=True)
     reward = _learned_reward(args, robot.spec)
     if reward is not None:
         from robot_rl.classifier_robot import ClassifierRobot
@@ -415,6 +429,10 @@ def serve_robot(args: ServeRobotArgs) -> int:
         port = server.start()
     except OSError as e:
         raise CommandError(str(e)) from None
+    # From here on nothing this process writes (log lines, status lines, gRPC's own messages) can block it on a
+    # terminal or pipe that nobody reads: stdout and stderr go through always-drained pipes (robot_rl.real.output),
+    # given back at exit once drained (within a second; a destination still blocked then keeps them).
+    atexit.register(OutputPump().start().stop)
     auth = "token required" if token else "UNAUTHENTICATED (loopback only)"
     tls = ", TLS" if args.tls_cert else ""
     cams = robot.spec.cameras
@@ -424,6 +442,7 @@ def serve_robot(args: ServeRobotArgs) -> int:
         tls += f", reward from the classifier {args.reward_classifier}"
     print(f"serving {robot.spec.name} on {format_address(args.host, port)} at {robot.spec.control_hz:g} Hz ({auth}{tls}); "
           "Ctrl-C to stop", flush=True)
+    print(f"transport: {server.transport_line()}", flush=True)
     start = time.monotonic()
     try:
         with sigterm_as_interrupt():
@@ -441,7 +460,7 @@ def serve_robot(args: ServeRobotArgs) -> int:
         pass
     finally:
         server.stop()
-        print("server stopped; robot held", flush=True)
+        print("server stopped; robot stopped (driver stop()) and disconnected", flush=True)
     return 0
 
 
