@@ -66,7 +66,7 @@ from .guard import Refusals, safe_text
 from .output import LogQueue
 from .proto import pb
 from .robot import Robot, RobotObservation
-from .safety import SafetyFilter, UnsafeCommand
+from .safety import CLAMP_GOVERNOR, SafetyFilter, UnsafeCommand
 from .supervisor import Breach, Supervisor
 
 if TYPE_CHECKING:
@@ -538,7 +538,7 @@ class ControlLoop:
         """Clamp ``action`` at the measured state, let the governor scale its displacement, send it. Returns (the
         action applied, clamp flags, the commanded hand target or None)."""
         safe = self.safety.clamp(action, self._obs.state if self._obs is not None else None)
-        applied, target = safe.action, None
+        applied, target, flags = safe.action, None, safe.flags
         c = self.spec.cartesian
         ee = self._ee(self._obs)
         if c is not None and ee is not None:
@@ -546,6 +546,7 @@ class ControlLoop:
             if self.governor is not None and self._obs is not None:
                 governed, scaled = self.governor.limit(delta, self._obs)
                 if scaled:
+                    flags |= CLAMP_GOVERNOR
                     applied = applied.copy()
                     applied[:3] = governed / c.metres_per_unit
                     delta = governed
@@ -553,7 +554,7 @@ class ControlLoop:
                         self.counters["governed"] += 1
             target = ee + delta
         self._driver(self.robot.command, applied)
-        return applied, safe.flags, target
+        return applied, flags, target
 
     def _tick(self, now: float, lateness: float) -> None:
         with self._lock:
@@ -633,7 +634,7 @@ class ControlLoop:
                 if self.governor is not None:
                     self.governor.rebase(obs)
             if check:
-                self._react(self.supervisor.check(obs, target), now)
+                self._react(self.supervisor.check(obs, target, over=True), now)
         except _DriverFault as e:
             self._latch_and_stop(f"driver error: {e}")  # the stop first, then the log line
             fault = safe_text(str(e), 500)

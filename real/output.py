@@ -24,7 +24,10 @@ import fcntl
 import logging
 import os
 import queue
+import struct
+import termios
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -146,8 +149,21 @@ class _Stream:
     def restore(self, timeout_s: float) -> bool:
         """Put the original descriptor back once what is buffered has been written (within ``timeout_s``); if the
         destination is still blocked, leave the pump in place (later writes must not block either) and say so."""
-        with self.cv:
-            drained = self.cv.wait_for(lambda: not self.chunks, timeout_s)
+        def empty() -> bool:  # nothing buffered here and nothing left in the pipe for the reader thread
+            try:
+                pending = struct.unpack("i", fcntl.ioctl(self.read_end, termios.FIONREAD, b"\0\0\0\0"))[0]
+            except OSError:
+                pending = 0
+            return not self.chunks and pending == 0
+
+        deadline = time.monotonic() + timeout_s
+        drained = False
+        while time.monotonic() < deadline:
+            with self.cv:
+                if empty():
+                    drained = True
+                    break
+                self.cv.wait(0.01)
         if not drained:
             return False
         os.dup2(self.target, self.fd)  # drops this process's write end: the reader ends once children let go too

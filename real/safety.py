@@ -22,6 +22,7 @@ import numpy as np
 from .robot import RobotSpec
 
 CLAMP_BOUNDS, CLAMP_WORKSPACE, CLAMP_STEP = 1, 2, 4
+CLAMP_GOVERNOR = 8  # set by the server's speed governor (robot_rl.real.governor), not by this filter
 _CLAMP_NAMES = {CLAMP_BOUNDS: "bounds", CLAMP_WORKSPACE: "workspace", CLAMP_STEP: "step"}
 
 

@@ -114,7 +114,7 @@ class ServerConfig:
     restop_interval_s: float = 0.2  # while latched, driver.stop() again at most this often (repeated EStops)
     max_reason_chars: int = 200  # e-stop reasons are cut to this length (and escaped) before logging
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
-    speed_governor: bool = False  # TEMP scale commands so that the measured hand speed stays within the limit
+    speed_governor: bool = True  # scale commands so that the measured hand speed stays within the limit
     reset_speed_fraction: float = 0.5  # reset motions move at this fraction of the step limit
     reset_tolerance_m: float = 0.003  # a reset motion is done when the hand is this close to the start position
     control_priority: int = 10  # SCHED_FIFO priority the control thread asks for (0: do not ask)
@@ -482,6 +482,8 @@ class RobotServer:
         snap = self.loop.snapshot()
         c = snap["counters"]
         rejected, clamped = self.safety.counts()
+        if c.get("governed"):
+            clamped["governor"] = c["governed"]
         for k, v in self.refusals.snapshot().items():
             rejected[k] = rejected.get(k, 0) + v
         connections = 0

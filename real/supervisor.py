@@ -9,18 +9,26 @@ which checks, for Cartesian robots:
   ``hard_margin_m``). After an e-stop is cleared with the hand outside, moving back in is allowed and only moving
   further out is a breach, so the arm can be brought back;
 * **speed**: the measured hand speed over the tick, from the observations' time stamps, against the robot's limit
-  ``min(max_step_m * control_hz, max_speed_mps)`` times ``speed_tolerance`` (soft) or ``hard_speed_tolerance``;
+  ``min(max_step_m * control_hz, max_speed_mps)``: above ``over_speed_tolerance`` times it (1: the stated limit) the
+  tick is **over** (``speed_over``: counted, nothing else), above ``speed_tolerance`` soft, above
+  ``hard_speed_tolerance`` hard. Keeping the measured speed within the limit is ``SpeedGovernor``'s job
+  (``robot_rl.real.governor``, which scales the next command from the measured motion); ``speed_over`` counts the
+  ticks where it did not;
 * **tracking**: on a tick that applied a command, the distance between the commanded target (the hand at the tick
   plus the clamped displacement) and the measured hand after the tick, in step limits (soft
   ``tracking_steps``, hard ``hard_tracking_steps``);
 * **state**: a state vector that is not finite or has the wrong size is a hard breach.
 
-The server reacts (``robot_rl.real.server``): a soft breach makes the robot **hold** (commands refused with ``UNAVAILABLE``
-until ``settle_ticks`` ticks in a row are clean; a hold that has not cleared after ``max_hold_s`` becomes hard); a
-hard breach **stops** the driver and **latches** the e-stop. Every breached tick is counted by kind and level.
-The tolerances above 1 are there because a real servo (and the simulated one) overshoots a commanded speed for a
-tick or two: on the simulated arm a proportional reach controller moves the hand up to 1.3x the step limit and never
-breaches (``tests/real/test_bridge_faults.py``), full-speed random reversals reach 1.4-2.3x.
+Levels: ``over`` (speed only) is counted and not reacted to; ``soft`` and ``hard`` are reacted to. The server reacts
+(``robot_rl.real.server``): a soft breach makes the robot **hold** (commands refused with ``UNAVAILABLE`` until
+``settle_ticks`` ticks in a row are clean; a hold that has not cleared after ``max_hold_s`` becomes hard); a hard
+breach **stops** the driver and **latches** the e-stop. Every breached tick is counted by kind and level.
+``check`` returns ``over`` breaches only when asked (``over=True``): a caller that holds on every breach that is not
+hard must not be handed them. The soft and hard speed tolerances above 1 are there because a servo (the simulated
+one too) overshoots a commanded speed for a tick or two, more without the governor: on the simulated arm, without
+it, the proportional controller of ``tests/real/test_bridge_faults.py`` (k = 2.5) moves the hand up to 1.4x the
+step limit at 1 m/s (1.6x at 0.2 m/s), full-speed random reversals 1.3-1.9x; with it, at most about 1.02x
+(``tests/real/test_governor.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class SupervisorConfig:
 
     margin_m: float = 0.01
     hard_margin_m: float = 0.03
+    over_speed_tolerance: float = 1.0
     speed_tolerance: float = 1.5
     hard_speed_tolerance: float = 2.5
     tracking_steps: float = 2.5
@@ -48,9 +57,9 @@ class SupervisorConfig:
     def validate(self) -> None:
         if not 0 <= self.margin_m <= self.hard_margin_m:
             raise ValueError(f"need 0 <= margin_m <= hard_margin_m, got {self.margin_m}, {self.hard_margin_m}")
-        if not 1.0 <= self.speed_tolerance <= self.hard_speed_tolerance:
-            raise ValueError("need 1 <= speed_tolerance <= hard_speed_tolerance, got "
-                             f"{self.speed_tolerance}, {self.hard_speed_tolerance}")
+        if not 1.0 <= self.over_speed_tolerance <= self.speed_tolerance <= self.hard_speed_tolerance:
+            raise ValueError("need 1 <= over_speed_tolerance <= speed_tolerance <= hard_speed_tolerance, got "
+                             f"{self.over_speed_tolerance}, {self.speed_tolerance}, {self.hard_speed_tolerance}")
         if not 0 < self.tracking_steps <= self.hard_tracking_steps:
             raise ValueError("need 0 < tracking_steps <= hard_tracking_steps, got "
                              f"{self.tracking_steps}, {self.hard_tracking_steps}")
@@ -61,7 +70,7 @@ class SupervisorConfig:
 @dataclass(frozen=True)
 class Breach:
     kind: str  # envelope, speed, tracking, state
-    level: str  # soft, hard
+    level: str  # over (counted only; speed), soft (hold), hard (stop)
     message: str
 
     @property
@@ -107,9 +116,10 @@ class Supervisor:
             out = self.outside(ee)
             self._recovering, self._recover_out = out > self.config.margin_m, out
 
-    def check(self, obs: RobotObservation, target: np.ndarray | None) -> list[Breach]:
+    def check(self, obs: RobotObservation, target: np.ndarray | None, *, over: bool = False) -> list[Breach]:
         """The breaches of this tick's measured ``obs``; ``target`` is the commanded hand position when the tick
-        applied a command (None when it held)."""
+        applied a command (None when it held). ``over``: also return a level ``over`` breach (``speed_over``) for a
+        tick over the stated speed limit but within the soft tolerance, to be counted and not reacted to."""
         state = np.asarray(obs.state, np.float64).reshape(-1)
         if state.shape != (self.spec.state_dim,) or not np.all(np.isfinite(state)):
             self._prev = None
@@ -139,7 +149,8 @@ class Supervisor:
             dt = obs.stamp - self._prev_stamp if obs.stamp > 0 and self._prev_stamp > 0 else self.period
             dt = max(dt, 0.5 * self.period)  # a repeated or missing stamp must not divide by ~0
             speed = float(np.linalg.norm(ee - self._prev)) / dt
-            for level, tol in (("hard", c.hard_speed_tolerance), ("soft", c.speed_tolerance)):
+            levels = (("hard", c.hard_speed_tolerance), ("soft", c.speed_tolerance), ("over", c.over_speed_tolerance))
+            for level, tol in levels if over else levels[:2]:
                 if speed > tol * self.speed_limit_mps:
                     breaches.append(Breach("speed", level, f"hand speed {speed:.3f} m/s over "
                                                            f"{tol:g} x the {self.speed_limit_mps:.3f} m/s limit"))

@@ -71,7 +71,7 @@ from typing import Any, Protocol
 import grpc
 import numpy as np
 
-from robot_rl.real.client import BridgeError, CameraError, EStopLatched, RobotClient
+from robot_rl.real.client import BridgeError, CameraError, EpisodeChanged, EStopLatched, RobotClient
 from robot_rl.real.robot import RobotObservation
 from robot_rl.real.teleop.base import Event, Teleop
 from robot_rl.signals import interrupts_deferred
@@ -101,8 +101,9 @@ _TRANSIENT = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
 
 
 def _transient(e: BridgeError) -> bool:
-    """Errors that end an episode (or are retried by a reset) rather than the session."""
-    return e.code in _TRANSIENT or isinstance(e, CameraError)
+    """Errors that end an episode (or are retried by a reset) rather than the session: the server restarted or
+    someone else reset the robot (``EpisodeChanged``) ends the episode too, and the next one resets."""
+    return e.code in _TRANSIENT or isinstance(e, CameraError | EpisodeChanged)
 
 
 MISSED_TICKS_WARNING = 0.1  # the fraction of an episode's ticks missed (see the module docstring) that is reported

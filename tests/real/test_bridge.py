@@ -155,7 +155,8 @@ def test_workspace_and_step_clamps(served):
 
 def test_speed_limit_clamps_the_step():
     robot = RecordingArm(task="reach", control_hz=HZ, max_speed_mps=0.2)
-    with RobotServer(robot, ServerConfig(port=0, token=TOKEN)) as server:
+    # the filter's clamp alone (the speed governor, which scales below it, is tested in test_governor.py)
+    with RobotServer(robot, ServerConfig(port=0, token=TOKEN, speed_governor=False)) as server:
         client = RobotClient(f"127.0.0.1:{server.port}", TOKEN, step_timeout_s=5.0)
         r = client.step([1.0, 1.0, 0.0, 0.0])
         assert r.clamp_flags & CLAMP_STEP

@@ -526,4 +526,52 @@ def test_stalled_estop_headers_cannot_drive_stop_calls_without_bound(served):
         s.close()
     stops = len(robot.stop_times) - n0
     assert server.status().estops == 1  # one latch, many requests
-    assert stops <= elapsed / server.config.restop_interval_s + 2, stops
+    assert stops <= elapsed / getattr(server.config, "restop_interval_s", 0.2) + 2, stops
+
+
+# -- 4. motion within the stated limit, on the measured state --------------------------------------------------------
+def _random_reversals(client: RobotClient, n: int, seed: int) -> None:
+    from robot_rl.real.client import RobotHolding
+
+    rng = np.random.default_rng(seed)
+    client.reset(seed=seed)
+    for _ in range(n):
+        try:
+            client.step([*rng.choice([-1.0, 1.0], 3), -1.0])  # a random corner of the action cube each tick
+        except RobotHolding:
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("max_speed_mps", [1.0, 0.2])
+def test_measured_speed_stays_within_the_stated_limit(max_speed_mps):
+    """Before: with the default step limit (43.3 mm per tick) the measured hand moved up to 58.1 mm on random
+    reversals, 41 of 80 ticks over, and with max_speed_mps=0.2 15.1 mm against 10, none of it counted."""
+    server, robot, client, _ = _serve(hz=20.0, max_speed_mps=max_speed_mps)
+    try:
+        robot.trace.clear()
+        _random_reversals(client, 80, seed=0)
+        limit = server.supervisor.step_limit_m
+        steps = np.linalg.norm(np.diff(np.asarray(robot.trace), axis=0), axis=1) / limit
+        status = client.status()
+    finally:
+        client.close()
+        server.stop()
+    assert steps.max() <= 1.03, steps.max()  # the governor's measured worst case was 1.018 (test_governor.py)
+    assert status.breaches.get("speed_over", 0) <= 1 and status.breaches.get("speed_soft", 0) == 0
+    assert status.clamped.get("governor", 0) > 0
+
+
+def test_a_tick_over_the_stated_limit_is_counted_as_a_breach():
+    """Without the governor (a robot that overshoots whatever it is told) every tick over the limit is counted."""
+    server, robot, client, _ = _serve(hz=20.0, max_speed_mps=1.0, speed_governor=False)
+    try:
+        robot.trace.clear()
+        _random_reversals(client, 60, seed=0)
+        limit = server.supervisor.step_limit_m
+        over = int((np.linalg.norm(np.diff(np.asarray(robot.trace), axis=0), axis=1) > limit * (1 + 1e-6)).sum())
+        breaches = client.status().breaches
+    finally:
+        client.close()
+        server.stop()
+    assert over > 0
+    assert breaches.get("speed_over", 0) + breaches.get("speed_soft", 0) + breaches.get("speed_hard", 0) >= over - 1

@@ -41,7 +41,7 @@ def served_robot(*extra: str, control_hz: int = 50):
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=20)
-        assert "server stopped; robot held" in out, out
+        assert "server stopped; robot stopped" in out, out
 
 
 @pytest.fixture

@@ -59,7 +59,9 @@ class Script(Teleop):
 
 @pytest.fixture
 def client():
-    config = ServerConfig(port=0, token=TOKEN, watchdog_s=2.5)
+    # No speed governor: it would scale full-speed commands (tests/real/test_governor.py), and these tests compare
+    # stored actions with the commands exactly.
+    config = ServerConfig(port=0, token=TOKEN, watchdog_s=2.5, speed_governor=False)
     server = RobotServer(SimArm(task="reach", control_hz=50.0, seed=0), config)
     port = server.start()
     c = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0)  # a shared VM can stall longer than 0.5 s
@@ -245,6 +247,34 @@ def test_a_lost_connection_ends_the_episode_cleanly_and_a_dead_server_is_reporte
     with pytest.raises(BridgeError):
         session.run_episode(seed=1)  # the reset is retried, then the error is raised
     client.close()
+
+
+def test_a_server_restart_mid_episode_ends_it_and_the_next_episode_resets():
+    """Before issue 55 the old client's steps were answered OK by the restarted server, on a scene it never saw."""
+    servers = [RobotServer(SimArm(task="reach", control_hz=50.0, seed=0), ServerConfig(port=0, token=TOKEN))]
+    port = servers[0].start()
+    client = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=2.0)
+    link, calls = ListLink(), []
+
+    def policy(state: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 4:  # serve-robot restarted on the same port (a crash and a systemd restart)
+            servers[0].stop()
+            servers.append(RobotServer(SimArm(task="reach", control_hz=50.0, seed=1),
+                                       ServerConfig(port=port, token=TOKEN)))
+            servers[-1].start()
+        return np.zeros(4)
+
+    session = Session(client, policy=policy, link=link, time_limit=8, log=None, max_retries=1)
+    try:
+        stats = session.run_episode(seed=0)
+        assert stats.label == "comm_error" and stats.length == 3 and session.comm_errors == 1
+        assert servers[-1].status().commands == 0  # the restarted server executed none of the old episode's steps
+        stats = session.run_episode(seed=1)  # resets on the new server and runs
+        assert stats.length == 8 and servers[-1].status().commands == 8
+    finally:
+        client.close()
+        servers[-1].stop()
 
 
 def test_a_robot_with_cameras_gives_the_policy_the_observation_dict():
