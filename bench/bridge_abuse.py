@@ -18,7 +18,8 @@ runs a **normal client** (a step every tick, small zero-mean actions) and an **e
 * ``idle_other_peer``: 1,100 TCP connections that never send a byte, from another address (127.0.0.2: another
   host), each reopened as soon as the server closes it; the server process has the common open-file limit of 1024
   (soft and hard), and **every EStop probe comes from a new connection** (an operator reaching for the stop);
-* ``idle_same_peer``: the same from the operator's own address; the probes use the operator's open connection;
+* ``idle_same_peer``: the same from the operator's own address; the normal client and the probes connect after the
+  flood took hold, so each of their connections must displace a silent one;
 * ``blocked_stderr``: the server's log output is a pipe that nobody reads, full from the start (a terminal paused
   with Ctrl-S, a stalled ssh session);
 * ``delayed_clear``: not an attacker but the network: before each EStop probe a ClearEStop's headers are sent and its

@@ -14,8 +14,11 @@ What the child does:
 * raises its ``RLIMIT_NOFILE`` soft limit to the hard limit (at most 1,048,576); if that still cannot hold
   ``max_connections`` proxied connections (2 descriptors each, plus 64 to spare), it lowers ``max_connections``
   to fit and says so, so that it never runs out of descriptors because of its own connections;
-* on accept, closes at once (with a reset) a connection whose peer IP already has ``max_connections_per_peer``
-  connections open, or that would exceed ``max_connections`` in all;
+* on accept, when the peer IP already has ``max_connections_per_peer`` connections open, or ``max_connections``
+  are open in all, closes the oldest connection (of that peer, or of all) that has **not yet sent its start** to make
+  room (``evicted_in_handshake``): a real client sends its start at once, so silent connections can never keep a
+  new one out; only when every such connection has completed its start is the new one closed at once (with a
+  reset: ``refused_per_peer``, ``refused_limit``);
 * gives each new connection ``handshake_timeout_s`` to send a valid start: the 24-byte HTTP/2 client preface in
   plaintext (checked byte by byte as it arrives, closed at the first wrong byte), or the start of a TLS handshake
   record (``0x16 0x03``) with ``tls``. Only then does it connect to the gRPC server's unix socket, so silent or
@@ -31,9 +34,12 @@ What the child does:
 What is guaranteed (with the limits ``max_connections`` = M, ``max_connections_per_peer`` = P):
 
 * a single attacker IP holds at most P connections, whatever it sends or does not send;
-* a connection that does not complete its start lives at most ``handshake_timeout_s`` (to the loop's timer, a few ms);
-* an operator on another IP can always connect while fewer than M / P attacker IPs (16 by default) are
-  connected, and the gRPC server sees at most M connections from here, far below its own descriptor limit;
+* a connection that does not complete its start lives at most ``handshake_timeout_s`` (to the loop's timer, a few
+  ms), and less when a new connection needs its place;
+* silent or half-started connections, from any number of addresses, never keep a new connection out (they are
+  evicted for it); an operator on another IP can always connect while fewer than M / P attacker IPs (16 by
+  default) hold connections that completed their start, and the gRPC server sees at most M connections from
+  here, far below its own descriptor limit;
 * the front door itself never runs out of descriptors through its own connections (see the fd limit above).
 
 What it does not do:
@@ -87,7 +93,8 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # close with RST: a refused connection 
 _UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 
 _COUNTERS = ("accepted", "proxied", "refused_per_peer", "refused_limit", "refused_handshake_timeout",
-             "refused_bad_preface", "closed_in_handshake", "accept_emfile", "accept_errors", "upstream_errors")
+             "refused_bad_preface", "closed_in_handshake", "accept_emfile", "accept_errors", "upstream_errors",
+             "evicted_in_handshake")
 
 _HANDSHAKE, _PROXY, _CLOSED = 0, 1, 2
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -247,6 +254,10 @@ class Proxy:
         self.per_peer: dict[str, int] = {}
         self.conns: set[_Conn] = set()
         self.handshaking = 0
+        # Connections still in their handshake, oldest first, per peer and in all: at a cap, the oldest of these
+        # makes room for a new connection (a real client sends its start at once; one that has not is worth less).
+        self.shaking: dict[_Conn, None] = {}
+        self.shaking_by_peer: dict[str, dict[_Conn, None]] = {}
         # Every connection gets the same timeout, so deadlines come in accept order: a deque is a sorted queue.
         self.deadlines: collections.deque[_Conn] = collections.deque()
         self.paused_until = 0.0
@@ -350,16 +361,23 @@ class Proxy:
             self.counters["accepted"] += 1
             ip = addr[0]
             if self.per_peer.get(ip, 0) >= self.max_per_peer:
-                self._refuse(sock, "refused_per_peer")
-                continue
+                peer = self.shaking_by_peer.get(ip)
+                if not peer:
+                    self._refuse(sock, "refused_per_peer")
+                    continue
+                self._close(next(iter(peer)), "evicted_in_handshake", reset=True)
             if len(self.conns) >= self.max_connections:
-                self._refuse(sock, "refused_limit")
-                continue
+                if not self.shaking:
+                    self._refuse(sock, "refused_limit")
+                    continue
+                self._close(next(iter(self.shaking)), "evicted_in_handshake", reset=True)
             sock.setblocking(False)
             conn = _Conn(sock, ip, time.monotonic() + self.handshake_timeout_s)
             self.conns.add(conn)
             self.per_peer[ip] = self.per_peer.get(ip, 0) + 1
             self.handshaking += 1
+            self.shaking[conn] = None
+            self.shaking_by_peer.setdefault(ip, {})[conn] = None
             self.deadlines.append(conn)
             self._update(conn)
 
@@ -434,7 +452,7 @@ class Proxy:
             up.close()
             self._close(conn, "upstream_errors", reset=True)
             return
-        self.handshaking -= 1
+        self._end_handshake(conn)
         conn.state = _PROXY
         conn.upstream = up
         self.counters["proxied"] += 1
@@ -512,11 +530,19 @@ class Proxy:
         else:
             self.sel.modify(sock, new, data)
 
+    def _end_handshake(self, conn: _Conn) -> None:
+        self.handshaking -= 1
+        del self.shaking[conn]
+        peer = self.shaking_by_peer[conn.ip]
+        del peer[conn]
+        if not peer:
+            del self.shaking_by_peer[conn.ip]
+
     def _close(self, conn: _Conn, counter: str | None, reset: bool = False) -> None:
         if conn.state == _CLOSED:
             return
         if conn.state == _HANDSHAKE:
-            self.handshaking -= 1
+            self._end_handshake(conn)
         conn.state = _CLOSED
         if conn.cmask:
             self.sel.unregister(conn.client)

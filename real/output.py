@@ -167,6 +167,9 @@ class _Stream:
         if not drained:
             return False
         os.dup2(self.target, self.fd)  # drops this process's write end: the reader ends once children let go too
+        # A chunk the reader had taken from the pipe but not yet queued is invisible to empty(): wait for the reader's
+        # end of file and the writer's last write, so that nothing written before this call is lost at exit.
+        self.writer.join(max(deadline - time.monotonic(), 0.5))
         return True
 
 

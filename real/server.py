@@ -491,7 +491,7 @@ class RobotServer:
             d = self._door.stats()
             connections = int(d.get("open", 0))
             for key in ("refused_per_peer", "refused_limit", "refused_handshake_timeout", "refused_bad_preface",
-                        "accept_emfile", "upstream_errors"):
+                        "evicted_in_handshake", "accept_emfile", "upstream_errors"):
                 if d.get(key):
                     rejected[f"connection_{key.removeprefix('refused_')}"] = int(d[key])
         dropped = self.events.dropped

@@ -168,7 +168,8 @@ def settled(stats: dict) -> bool:
     """Every accepted connection is accounted for: refused, closed, proxied, or still in its handshake."""
     return stats["accepted"] == (stats["refused_per_peer"] + stats["refused_limit"] + stats["refused_bad_preface"]
                                  + stats["refused_handshake_timeout"] + stats["closed_in_handshake"]
-                                 + stats["upstream_errors"] + stats["proxied"] + stats["handshaking"])
+                                 + stats["upstream_errors"] + stats["proxied"] + stats["handshaking"]
+                                 + stats["evicted_in_handshake"])
 
 
 def gone(pid: int) -> bool:
@@ -330,10 +331,10 @@ def test_upstream_down_closes_the_client(front_door, echo: EchoServer) -> None:
 def test_per_peer_cap(front_door) -> None:
     fd = front_door(FrontDoorLimits(max_connections_per_peer=3))
     held = [connect(fd, "127.0.0.2") for _ in range(3)]
-    for s in held[:2]:  # proxied or still in their handshake: both count
+    for s in held:  # all three started: none can make room
         s.sendall(PREFACE)
         assert recv_exactly(s, len(PREFACE)) == PREFACE
-    wait_stats(fd, lambda st: st["open"] == 3)
+    wait_stats(fd, lambda st: st["proxied"] == 3)
     assert refused(fd, "127.0.0.2")
     with connect(fd, "127.0.0.1") as other:
         assert roundtrip(other, PREFACE + b"operator") == PREFACE + b"operator"
@@ -348,14 +349,39 @@ def test_per_peer_cap(front_door) -> None:
         s.close()
 
 
+def test_at_the_per_peer_cap_a_silent_connection_makes_room(front_door) -> None:
+    """A connection still in its handshake is evicted for a new one from its peer (a real client sends its start at
+    once), so silent connections can never keep a new one out; started ones are never evicted."""
+    fd = front_door(FrontDoorLimits(max_connections_per_peer=3, handshake_timeout_s=30.0))
+    started = [connect(fd, "127.0.0.2") for _ in range(2)]
+    for s in started:
+        s.sendall(PREFACE)
+        assert recv_exactly(s, len(PREFACE)) == PREFACE
+    silent = connect(fd, "127.0.0.2")
+    wait_stats(fd, lambda st: st["open"] == 3)
+    with connect(fd, "127.0.0.2") as newcomer:
+        assert roundtrip(newcomer, PREFACE + b"x") == PREFACE + b"x"
+        assert closed_within(silent, 2.0)
+        assert not any(closed_within(s, 0.05) for s in started)
+        stats = wait_stats(fd, lambda st: st["evicted_in_handshake"] == 1)
+        assert stats["refused_per_peer"] == 0 and stats["open"] == 3 and settled(stats)
+    for s in [*started, silent]:
+        s.close()
+
+
 def test_global_cap(front_door) -> None:
-    fd = front_door(FrontDoorLimits(max_connections=4, max_connections_per_peer=32))
+    fd = front_door(FrontDoorLimits(max_connections=4, max_connections_per_peer=32, handshake_timeout_s=30.0))
     held = [connect(fd, f"127.0.0.{2 + i}") for i in range(4)]
+    for s in held[1:]:
+        s.sendall(PREFACE)
+        assert recv_exactly(s, len(PREFACE)) == PREFACE
     wait_stats(fd, lambda st: st["open"] == 4)
-    assert refused(fd, "127.0.0.9")
-    stats = wait_stats(fd, lambda st: st["refused_limit"] == 1)
-    assert stats["open"] == 4 and stats["peers"] == 4 and stats["refused_per_peer"] == 0
-    held.pop().close()
+    with connect(fd, "127.0.0.9") as s:  # the one silent connection (127.0.0.2) makes room
+        assert roundtrip(s, PREFACE) == PREFACE
+        assert closed_within(held[0], 2.0)
+        assert refused(fd, "127.0.0.10")  # now every connection has started: refused
+        stats = wait_stats(fd, lambda st: st["refused_limit"] == 1)
+        assert stats["open"] == 4 and stats["evicted_in_handshake"] == 1 and stats["refused_per_peer"] == 0
     wait_stats(fd, lambda st: st["open"] == 3)
     with connect(fd, "127.0.0.9") as s:
         assert roundtrip(s, PREFACE) == PREFACE
@@ -378,7 +404,7 @@ def many_fds() -> Iterator[None]:
 
 def test_idle_flood_from_one_peer_never_locks_out_another(front_door, echo: EchoServer, many_fds) -> None:
     """The review's attack: ~1,100 idle connections that never send a byte. Here they come from one peer (the
-    attacker holds 32, the rest are refused); a second peer still connects and gets its bytes through."""
+    attacker holds 32, each new one evicting its oldest); a second peer still connects and gets its bytes through."""
     fd = front_door(FrontDoorLimits(handshake_timeout_s=5.0))
     flood: list[socket.socket] = []
     try:
@@ -391,11 +417,11 @@ def test_idle_flood_from_one_peer_never_locks_out_another(front_door, echo: Echo
             assert roundtrip(operator, PREFACE + b"estop") == PREFACE + b"estop"
             assert time.monotonic() - t0 < 8.0
             stats = wait_stats(fd, lambda st: st["accepted"] == 1101)
-        assert stats["refused_per_peer"] == 1100 - 32 and stats["handshaking"] == 32 and stats["peers"] == 2
+        assert stats["evicted_in_handshake"] == 1100 - 32 and stats["handshaking"] == 32 and stats["peers"] == 2
         assert stats["proxied"] == 1 and settled(stats)
-        # Accept order is connect order: the first 32 are held (until their handshake deadline), the rest closed.
-        assert all(closed_within(s, 1.0) for s in flood[32:])
-        assert not any(closed_within(s, 0.01) for s in flood[:32])
+        # Accept order is connect order: the last 32 are held (until their handshake deadline), the rest evicted.
+        assert all(closed_within(s, 1.0) for s in flood[:-32])
+        assert not any(closed_within(s, 0.01) for s in flood[-32:])
         assert echo.accepted == 1  # only the operator reached gRPC
     finally:
         for s in flood:
