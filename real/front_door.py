@@ -88,7 +88,9 @@ _ACCEPT_BATCH = 64  # accepts per wake-up: a flood on the listener cannot starve
 _ACCEPT_PAUSE_S = 0.05  # after EMFILE/ENFILE: the failed connection stays queued, so retrying at once would spin
 _FD_SLACK = 64  # descriptors kept for the listeners, the pipes, epoll, and the connection being refused
 _FD_CAP = 1_048_576
-_BACKLOG = 1024
+# The kernel's accept queue (capped by net.core.somaxconn, 4096 on current kernels): a flood of reconnecting
+# sockets waits in it, and when it is full the kernel drops an operator's SYN (retried after 1 s, then 3 s).
+_BACKLOG = 4096
 _LINGER_RESET = struct.pack("ii", 1, 0)  # close with RST: a refused connection leaves no TIME_WAIT behind here
 _UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 
@@ -360,17 +362,12 @@ class Proxy:
                 return
             self.counters["accepted"] += 1
             ip = addr[0]
-            if self.per_peer.get(ip, 0) >= self.max_per_peer:
-                peer = self.shaking_by_peer.get(ip)
-                if not peer:
-                    self._refuse(sock, "refused_per_peer")
-                    continue
-                self._close(next(iter(peer)), "evicted_in_handshake", reset=True)
-            if len(self.conns) >= self.max_connections:
-                if not self.shaking:
-                    self._refuse(sock, "refused_limit")
-                    continue
-                self._close(next(iter(self.shaking)), "evicted_in_handshake", reset=True)
+            if self.per_peer.get(ip, 0) >= self.max_per_peer and not self._make_room(self.shaking_by_peer.get(ip)):
+                self._refuse(sock, "refused_per_peer")
+                continue
+            if len(self.conns) >= self.max_connections and not self._make_room(self.shaking):
+                self._refuse(sock, "refused_limit")
+                continue
             sock.setblocking(False)
             conn = _Conn(sock, ip, time.monotonic() + self.handshake_timeout_s)
             self.conns.add(conn)
@@ -380,6 +377,20 @@ class Proxy:
             self.shaking_by_peer.setdefault(ip, {})[conn] = None
             self.deadlines.append(conn)
             self._update(conn)
+
+    def _make_room(self, shaking: dict[_Conn, None] | None) -> bool:
+        """Free one place by closing the oldest connection in `shaking` that is still silent; True if a place was
+        freed. A connection whose start has arrived but was not read yet (a real client under a flood of accepts)
+        is read first and kept: only silence is evicted."""
+        for conn in list(shaking or ()):
+            if conn.state == _HANDSHAKE:
+                self._read_start(conn)
+            if conn.state == _CLOSED:  # it sent junk or hung up: its place is free
+                return True
+            if conn.state == _HANDSHAKE:
+                self._close(conn, "evicted_in_handshake", reset=True)
+                return True
+        return False
 
     def _refuse(self, sock: socket.socket, counter: str) -> None:
         self.counters[counter] += 1

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from robot_rl.real.front_door import PREFACE, FrontDoor, FrontDoorLimits, Proxy
+from robot_rl.real.front_door import PREFACE, FrontDoor, FrontDoorLimits, Proxy, listen
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="127.0.0.2 and /proc are Linux's")
 
@@ -367,6 +367,36 @@ def test_at_the_per_peer_cap_a_silent_connection_makes_room(front_door) -> None:
         assert stats["refused_per_peer"] == 0 and stats["open"] == 3 and settled(stats)
     for s in [*started, silent]:
         s.close()
+
+
+def test_a_start_that_arrived_but_was_not_read_yet_is_not_evicted(echo: EchoServer) -> None:
+    """Under a flood of accepts the loop may reach a new connection before it has read an operator's start that is
+    already in its socket. Before: the operator's connection, the oldest "in its handshake", was evicted (an EStop
+    came back UNAVAILABLE 1 in 10 in bench/bridge_abuse.py's idle_same_peer); now its start is read first."""
+    listeners, port = listen("127.0.0.1", 0)
+    proxy = Proxy(listeners, echo.path, tls=False, max_connections=512, max_connections_per_peer=2,
+                  handshake_timeout_s=30.0)
+    try:
+        def accept_one() -> None:  # the loop's accept step alone, after the kernel has queued the connection
+            deadline = time.monotonic() + 2.0
+            before = proxy.counters["accepted"]
+            while proxy.counters["accepted"] == before and time.monotonic() < deadline:
+                proxy._accept(listeners[0])
+
+        operator = socket.create_connection(("127.0.0.1", port))
+        accept_one()
+        operator.sendall(PREFACE)  # sent, but the loop has not read it
+        silent = socket.create_connection(("127.0.0.1", port))
+        accept_one()
+        time.sleep(0.05)
+        newcomer = socket.create_connection(("127.0.0.1", port))
+        accept_one()  # at the cap of 2: room is made by the silent one, not the operator
+        assert proxy.counters["evicted_in_handshake"] == 1 and proxy.counters["refused_per_peer"] == 0
+        assert closed_within(silent, 1.0) and not closed_within(operator, 0.1)
+        for s in (operator, silent, newcomer):
+            s.close()
+    finally:
+        proxy.close()
 
 
 def test_global_cap(front_door) -> None:
