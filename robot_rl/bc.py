@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from robot_rl.device import choose_threads
 from robot_rl.fields import help_field as _help
 from robot_rl.policies.bc_mlp import MLPPolicy
 from robot_rl.policies.chunk_policy import ChunkPolicy
@@ -84,7 +86,8 @@ class BCConfig:
     seed: int = _help(0, "seed of the initialisation, minibatches, noise and eval envs")
     device: str = _help("cpu", "torch device to train on")
     threads: int | None = _help(
-        None, "torch CPU threads (default: torch's choice; 1 is fastest for small nets)"
+        None, "torch CPU threads (default: torch's, or the free cores where others keep them busy; 1 is "
+              "fastest for small nets)"
     )
     log_every: int = _help(200, "steps between progress lines and metrics.csv rows")
     env: BCEnvArgs = field(default_factory=lambda: BCEnvArgs())
@@ -204,8 +207,10 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     obs, chunks = chunk_pairs(data.obs, data.action, data.episodes.length, cfg.horizon)
     obs, chunks = obs.to(cfg.device), chunks.to(cfg.device)
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads, notice = choose_threads(cfg.threads)
+    torch.set_num_threads(threads)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     torch.manual_seed(cfg.seed)
     policy = make_policy(cfg, obs.shape[1], chunks.shape[2], cameras).to(cfg.device)
     policy.fit_normalization(obs, data.action.to(cfg.device))

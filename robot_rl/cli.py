@@ -28,7 +28,8 @@ usage: robot-rl <command> [key=value ...]    (or python -m robot_rl <command> ..
 
 Commands:
   train     train an agent:              robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 seed=3
-  finetune  offline-to-online from data: robot-rl finetune experiment=wsrl_push
+  finetune  fine-tune a BC policy:       robot-rl finetune method=residual base_policy=runs/<bc run>/policy env.spec=arm:push-sparse
+            or offline-to-online RL:     robot-rl finetune experiment=wsrl_push
   eval      evaluate a run's policy:     robot-rl eval run=runs/<run dir> [episodes=10] [checkpoint=best|latest]
             or a saved policy:           robot-rl eval policy=runs/<run>/policy env.spec=arm:push-sparse [episodes=100]
   collect   record episodes to a dataset: robot-rl collect env.spec=arm:push-sparse policy=expert episodes=20 out=data/push
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": _export, "classifier": _classifier,
     }
     helps = {
-        "train": _train_help,
+        "train": lambda: _train_help(settings=[a for a in args if a not in {"-h", "--help"}]),
         "finetune": _finetune_help,
         "eval": _eval_help,
         "collect": _collect_help,
@@ -509,8 +510,39 @@ def _finetune_help() -> str:
     )
 
 
-def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
-    from robot_rl.config import describe, key_lines, presets
+def _resolved_train_config(settings: list[str]) -> tuple[object, str]:
+    """The config a `train` run with `settings` would write to its config.yaml, for `--help`: the presets composed,
+    then what the run resolves from its env (the critic count: `resolve_critics`), from a one-env instance of it.
+    Returns (config, a note for the help); with settings that do not compose, the schema's defaults and why."""
+    from robot_rl.agents.sac import resolve_critics
+    from robot_rl.config import TrainConfig, compose_train_config
+    from robot_rl.trainer import make_env
+
+    try:
+        cfg = compose_train_config([s for s in settings if not s.startswith(("resume=", "run_dir="))])
+    except Exception as e:  # noqa: BLE001 - help must print whatever the settings are
+        return TrainConfig(), f"(these settings do not compose: {e}; showing the schema's defaults)"
+    try:
+        env = make_env(cfg, num_envs=1)
+        try:
+            cfg.agent = resolve_critics(cfg.agent, env.can_terminate)
+        finally:
+            env.close()
+    except Exception as e:  # noqa: BLE001 - an env that cannot be built here still gets its help
+        return cfg, f"(agent.num_critics=null resolves from the env, which could not be built here: {e})"
+    return cfg, ""
+
+
+def _train_help(command: str = "train", intro: list[str] | None = None, settings: list[str] | None = None) -> str:
+    """`train --help` (and the second half of `finetune --help`): the keys with the values a run with `settings`
+    would use, as its config.yaml would record them (test_cli: help equals a default run's config.yaml)."""
+    from robot_rl.config import TrainConfig, describe, key_lines, presets
+
+    if settings is None:
+        cfg, note = TrainConfig(), "(the schema's defaults; presets change many: robot-rl train [presets] --help)"
+    else:
+        cfg, note = _resolved_train_config(settings)
+    given = " ".join(settings or []) or "a default run"
 
     lines = [
         f"usage: robot-rl {command} [group=preset ...] [key=value ...]",
@@ -529,9 +561,9 @@ def _train_help(command: str = "train", intro: list[str] | None = None) -> str:
         "Examples:",
         *(FINETUNE_EXAMPLES if command == "finetune" else TRAIN_EXAMPLES),
         "",
-        "Keys (default):",
+        f"Keys, with the values {given} uses{':' if not note else ' ' + note + ':'}",
     ]
-    lines += key_lines(describe())
+    lines += key_lines(describe(TrainConfig, instance=cfg))
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,8 @@ from robot_rl.replay import PRIOR_FRACTION_RANGE, prior_fraction_ok
 @dataclass
 class EnvConfig:
     spec: str = _help(
-        "gym:Pendulum-v1", "environment spec: gym:<gymnasium id>, dmc:<domain>-<task> or mujoco:<task>-v5"
+        "gym:Pendulum-v1", "environment spec: gym:<gymnasium id> (or gym:<module>:<id>), dmc:<domain>-<task>, "
+        "mujoco:<task>, arm:<reach|push|pick_place>[-sparse][-pixels], mjx:<task>, warp:<task> or isaaclab:<task id>"
     )
     num_envs: int = _help(1, "parallel training environments")
     num_eval_envs: int = _help(
@@ -132,7 +133,9 @@ class RunConfig:
 
     seed: int = _help(0, "seed of networks, sampling and environments")
     device: str = _help("cpu", "torch device of the networks and replay (cpu, cuda, cuda:1)")
-    threads: int | None = _help(None, "torch CPU threads (default: torch's choice)")
+    threads: int | None = _help(
+        None, "torch CPU threads (default: torch's, one per core; the free cores, with a notice, where other processes "
+              "keep them busy)")
     name: str | None = _help(None, "run name (default: derived from the env spec, and in finetune the method)")
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
     resume: str | None = _help(None, "run directory to resume from its latest checkpoint")

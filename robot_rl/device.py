@@ -3,7 +3,8 @@ bfloat16 in hardware, which `agent.bf16` needs to be faster rather than many tim
 
 from __future__ import annotations
 
-__all__ = ["DeviceError", "bf16_cpu_hint", "bf16_cpu_warning", "check_torch_device", "cpu_has_native_bf16"]
+__all__ = ["DeviceError", "bf16_cpu_hint", "bf16_cpu_warning", "check_torch_device", "choose_threads",
+           "cpu_has_native_bf16"]
 
 
 class DeviceError(ValueError):
@@ -30,6 +31,39 @@ def check_torch_device(device: str) -> None:
         raise DeviceError(f"device={device}: Apple's MPS is not available here; use device=cpu")
     elif dev.type not in {"cpu", "cuda", "mps"}:
         raise DeviceError(f"device={device}: robot-rl runs on cpu, cuda or mps")
+
+
+def choose_threads(requested: int | None, default: int | None = None, cores: int | None = None,
+                   load: float | None = None) -> tuple[int, str | None]:
+    """The torch CPU threads for a run that left `threads=` unset (`requested` None), and a notice when that is not
+    torch's default.
+
+    Why: torch's default (one thread per core) makes a run 5-10x slower when other processes keep the cores busy,
+    because its threads wait for each other at every op (measured on 2 cores beside other runs: 148-247 s against
+    24-28 s with threads=1, issue 56). So where the other work on the machine (the 1-minute load average) leaves
+    fewer free cores than torch would use, the run takes the free cores, at least one, and says so. A `requested`
+    count is always kept. `default`, `cores` and `load` are for tests (default: torch's, this process's CPUs, and
+    os.getloadavg())."""
+    import os
+
+    import torch
+
+    if requested:
+        return requested, None
+    default = default or torch.get_num_threads()
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not on this platform: keep torch's default
+            return default, None
+    free = max(1, int(cores - load + 0.5))
+    if free >= default:
+        return default, None
+    return free, (f"threads={free}: other processes keep this machine busy (load {load:.1f} on {cores} cores), where "
+                  f"torch's default of {default} threads would wait on each other and run several times slower; "
+                  "set threads= to choose")
 
 
 # The x86 flags of CPUs that multiply bfloat16 in hardware. Without them (an AVX2-only CPU such as many AMD EPYC

@@ -18,6 +18,7 @@ without its replay buffer, plus `env_steps`, `eval_return` and `score`.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from robot_rl import checkpoint
+from robot_rl.device import choose_threads
 from robot_rl.evaluation import evaluate
 from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress, start_wandb
 from robot_rl.plots import plot_learning_curve
@@ -76,8 +78,10 @@ def set_rng_state(state: dict) -> None:
 def prepare(cfg: Any) -> None:
     """The set-up before any env or network exists: validate the config, set torch's threads, seed."""
     cfg.validate()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads, notice = choose_threads(cfg.threads)
+    torch.set_num_threads(threads)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     seed_everything(cfg.seed)
 
 

@@ -48,3 +48,12 @@ def test_a_user_script_beside_folders_named_like_ours_runs(tmp_path):
                             env=environ, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ran SAC True" in result.stdout
+
+
+def test_building_the_package_prints_no_warnings(tmp_path):
+    """Before: ~160 lines of setuptools warnings on every install (the preset folders under configs/ were data
+    directories that setuptools treats as unlisted packages)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "warn" not in (out.stdout + out.stderr).lower(), (out.stdout + out.stderr)[:2000]

@@ -1,6 +1,7 @@
 """CLI smoke tests: help, one-line errors for user mistakes, a short train + eval end to end."""
 
 import csv
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from robot_rl.cli import main
+from robot_rl.config import TrainConfig, describe, load_run_config
 
 FAST = [
     "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
@@ -121,6 +123,17 @@ def test_train_then_eval_writes_the_run_directory(capsys, tmp_path):
     code, _, err = _run(capsys, "train", f"run_dir={run}", *FAST)
     assert code == 2 and "resume=" in err
 
+    # `--help` with the same settings prints what that run wrote to its config.yaml, key for key. Before: the
+    # schema's defaults, 12 of them not what runs (utd 1 vs 2, network mlp vs hyper, num_atoms 1 vs 101, ...)
+    code, out, _ = _run(capsys, "train", f"run_dir={run}", "quiet=true", *FAST, "--help")
+    assert code == 0
+    settings = [re.split(r"\s{2,}", line.strip())[0] for line in out.split("Keys, with the values")[1].splitlines()[1:]]
+    shown = dict(setting.split("=", 1) for setting in settings if re.fullmatch(r"[\w.]+=.*", setting))
+    written = {k: v for k, v, _ in describe(TrainConfig, instance=load_run_config(run))}
+    assert shown.keys() == written.keys()
+    differ = {k: (shown[k], written[k]) for k in shown if shown[k] != written[k] and k not in {"run_dir", "resume"}}
+    assert not differ, differ
+
 
 def test_eval_user_errors(capsys, tmp_path):
     assert _run(capsys, "eval")[0] == 2
@@ -208,10 +221,12 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
 )
 def test_every_command_help_lists_its_keys_with_defaults(capsys, command, rows):
     code, out, _ = _run(capsys, command, "--help")
-    assert code == 0 and out.startswith(f"usage: robot-rl {command}") and "Keys (default):" in out
+    assert code == 0 and out.startswith(f"usage: robot-rl {command}")
+    heading = "Keys, with the values a default run uses:\n" if command == "train" else "Keys (default):\n"
+    assert heading in out
     for row in rows:
         assert f"  {row}" in out, (row, out)
-    keys = out.split("Keys (default):\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    keys = out.split(heading, 1)[1].split("\n\n", 1)[0].splitlines()
     assert keys and all(line.startswith("  ") and "=" in line for line in keys if not line.startswith("   ")), keys
 
 

@@ -45,3 +45,14 @@ def test_a_long_fp32_run_on_a_bf16_cpu_is_told_of_the_faster_switch():
     assert device.bf16_cpu_hint("cpu", bf16=True, steps=100_000, cpuinfo=SAPPHIRE_RAPIDS) is None
     assert device.bf16_cpu_hint("cuda", bf16=False, steps=100_000, cpuinfo=SAPPHIRE_RAPIDS) is None
     assert device.bf16_cpu_hint("cpu", bf16=False, steps=10_000, cpuinfo=SAPPHIRE_RAPIDS) is None
+
+
+def test_a_busy_machine_gets_the_free_cores_and_a_notice() -> None:
+    """Before: threads=None kept torch's one-per-core beside other busy processes, 5-10x slower, with no word."""
+    from robot_rl.device import choose_threads
+
+    assert choose_threads(None, default=2, cores=2, load=0.3) == (2, None)  # a quiet machine: torch's default
+    threads, notice = choose_threads(None, default=2, cores=2, load=3.5)
+    assert threads == 1 and "threads=1" in notice and "load 3.5 on 2 cores" in notice
+    assert choose_threads(None, default=8, cores=8, load=3.0)[0] == 5
+    assert choose_threads(4, default=2, cores=2, load=9.0) == (4, None)  # what the user asked for is kept

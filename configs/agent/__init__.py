@@ -1,0 +1,1 @@
+"""Presets of the `agent` group (yaml files; a package so that the wheel ships them without setuptools warnings)."""
