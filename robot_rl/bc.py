@@ -10,7 +10,8 @@ Steps, top to bottom in `train_bc`:
    its final action rather than to start the next episode's motion;
 3. fit the policy's observation and action normalisers to the dataset (they are saved with the weights);
 4. train with Adam on uniformly sampled minibatches for `steps` steps, printing a progress line and
-   appending the mean loss of every `log_every` steps to `metrics.csv`;
+   appending the mean loss of every `log_every` steps to `metrics.csv` and TensorBoard (as every run does),
+   and plotting it (`learning_curve.png`);
 5. save the policy with `robot_rl.policies.io.save_policy` into `<run_dir>/policy` (with `bc_config.json` beside it);
 6. optionally evaluate it on `env.spec`: one episode in each of `eval_episodes` envs, resetting the policy's
    action queue of every env whose episode ended (`terminated | truncated`), as any user of a chunked
@@ -19,7 +20,6 @@ Steps, top to bottom in `train_bc`:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import sys
@@ -34,6 +34,8 @@ from torch import Tensor
 
 from robot_rl.device import choose_threads
 from robot_rl.fields import help_field as _help
+from robot_rl.logger import MetricsLogger
+from robot_rl.plots import plot_loss_curve
 from robot_rl.policies.bc_mlp import MLPPolicy
 from robot_rl.policies.chunk_policy import ChunkPolicy
 from robot_rl.policies.diffusion import SCHEDULES, DiffusionPolicy
@@ -229,9 +231,9 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     policy.train()
     t0 = time.monotonic()
     window = torch.zeros((), device=cfg.device)
-    with open(run_dir / "metrics.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", "loss", "wall_time_s"])
+    # metrics.csv and TensorBoard as every run writes them (robot_rl.logger), keyed by gradient step
+    metrics = MetricsLogger(run_dir, columns=["step", "loss", "wall_time_s"], step_key="step")
+    try:
         for step in range(1, cfg.steps + 1):
             idx = torch.randint(0, obs.shape[0], (cfg.batch_size,), device=cfg.device)
             batch = {"state": obs[idx], **{g: f[idx] for g, f in frames.items()}} if frames else obs[idx]
@@ -245,14 +247,16 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
                 window.zero_()
                 curve.append((step, mean_loss))
                 elapsed = time.monotonic() - t0
-                writer.writerow([step, f"{mean_loss:.6g}", f"{elapsed:.2f}"])
-                f.flush()
+                metrics.log({"step": step, "loss": mean_loss, "wall_time_s": round(elapsed, 2)})
                 say(
                     f"[bc] step {step}/{cfg.steps} | loss {mean_loss:.4f} | {step / elapsed:.0f} steps/s "
                     f"| {elapsed:.0f}s"
                 )
+    finally:
+        metrics.close()
     policy.eval()
     train_time = time.monotonic() - t0
+    plot_loss_curve(run_dir / "metrics.csv", run_dir / "learning_curve.png", f"bc {cfg.policy} on {cfg.dataset}")
     metadata = {
         "trained_by": "robot-rl bc",
         "dataset": str(cfg.dataset),

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval": _eval_help,
         "collect": _collect_help,
         "bc": _bc_help,
-        "aggregate": lambda: USAGE,
+        "aggregate": _aggregate_help,
         "export": _export_help,
         "classifier": _classifier_help,
     }
@@ -173,6 +173,24 @@ def _seeds(command: str, overrides: list[str], seeds: list[int], jobs: int) -> i
     print(describe(summary), flush=True)
     print(f"statistics: {base / 'seeds.json'} | curves: {base / 'curves.png'}", flush=True)
     return 1 if summary["failed_seeds"] else 0
+
+
+def _aggregate_help() -> str:
+    return "\n".join([
+        "usage: robot-rl aggregate <run dir> <run dir> ... [key=value ...]",
+        "",
+        "Statistics over runs of several seeds (what `seed=0,1,2` does after training): mean and IQM of the metric",
+        "at each evaluation step the runs share, with 95% bootstrap intervals (seeds.json), and curves with bands",
+        "(curves.png).",
+        "",
+        "Example:",
+        "  robot-rl aggregate runs/hopper/seed_* out=runs/hopper",
+        "",
+        "Keys (default):",
+        "  out=<the first run's parent>   where seeds.json and curves.png go",
+        "  metric=eval_return_mean        the metrics.csv column to aggregate (success_rate, ...)",
+        "  title=<out's name>             title of curves.png",
+    ]) + "\n"
 
 
 def _aggregate(args: list[str]) -> int:
@@ -620,7 +638,8 @@ def _bc_help() -> str:
         "",
         "Behaviour cloning of a chunked policy from a dataset (robot-rl collect writes one): trains on",
         "(observation, action chunk) pairs, writes <run_dir>/policy/{model.safetensors,config.json} (load it with",
-        "policies.io.load_policy), metrics.csv and bc_config.json, and with env.spec= runs evaluation episodes.",
+        "policies.io.load_policy), metrics.csv, tensorboard/, learning_curve.png (the loss) and bc_config.json, and",
+        "with env.spec= runs evaluation episodes; evaluate the policy later with robot-rl eval policy=<run_dir>/policy.",
         "",
         "Examples:",
         "  robot-rl bc dataset=data/push_demos policy=diffusion env.spec=arm:push",

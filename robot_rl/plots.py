@@ -96,6 +96,29 @@ def plot_comparison(
     return metric
 
 
+def plot_loss_curve(csv_path: Path, png_path: Path, title: str = "") -> None:
+    """A behaviour-cloning run's training loss against gradient steps (log scale: BC losses fall by decades)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(csv_path) if r.get("loss") is not None]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows])
+    if min(r["loss"] for r in rows) > 0:
+        ax.set_yscale("log")
+    ax.set_xlabel("gradient step")
+    ax.set_ylabel("training loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+
+
 if __name__ == "__main__":
     import argparse
 

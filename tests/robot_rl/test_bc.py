@@ -54,6 +54,8 @@ def test_training_lowers_the_loss_and_saves_a_loadable_policy(reach_demos, tmp_p
     assert summary["final_loss"] < 0.6 * summary["first_loss"], summary["loss_curve"]
     assert (run / "metrics.csv").read_text().count("\n") == 1 + 300 // 50
     assert (run / "bc_config.json").is_file()
+    # a BC run is a run like the others: TensorBoard scalars and a plot beside metrics.csv (before: the CSV only)
+    assert any((run / "tensorboard").iterdir()) and (run / "learning_curve.png").stat().st_size > 1000
     loaded = load_policy(run / "policy")
     assert loaded.horizon == 4 and loaded.execute == 2 and (loaded.obs_dim, loaded.action_dim) == (29, 4)
     assert getattr(loaded, "shortcut", False) == shortcut
