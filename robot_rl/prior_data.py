@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from robot_rl.envs.core import Reflection
 from robot_rl.replay import Batch, ReplayBuffer
 
 
@@ -42,8 +41,8 @@ class OfflineData:
     success_rate: float | None
     episode_index: Tensor | None = None  # int64 [M], on the CPU
     # Camera group (``pixels/<camera>``) -> uint8 [M, H, W, 3] frames (the obs of each step), on the CPU: the
-    # replay buffer made from them holds the device copy. With cached embeddings the trainer replaces them by the
-    # frozen backbone's features (`SAC.dataset_for_replay`).
+    # replay buffer made from them holds the device copy. With cached embeddings the learners replace them by the
+    # frozen backbone's features (`ObservationPipeline.prior_data`).
     frames: dict[str, Tensor] = field(default_factory=dict)
     _frame_rows: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)  # `sample`'s, made once
 
@@ -99,43 +98,6 @@ class OfflineData:
             frames={group: t.images[feature][keep] for group, feature in features.items()},
         )
 
-    def with_reflection(self, state_sign: Tensor, action_sign: Tensor, cameras: Sequence[str] = ()) -> OfflineData:
-        """These transitions followed by their mirror images (`BatchedEnv.reflection`: the states and actions times
-        the sign vectors, the frames of the `cameras` groups flipped left to right; rewards, ends and returns
-        unchanged; each mirrored episode a new episode index).
-
-        Where the task is symmetric (`arm:push`: y -> -y) a reflected demo is another valid demo, so this doubles
-        the states the demos cover at no cost: 20 push demos show a cube on the +y side pushed towards -y once and
-        the mirror case four times, and RLPD's policies most often failed to reach the cube in the first
-        (`bench/results/push_rlpd`).
-        """
-        from robot_rl.datasets import DatasetError
-
-        unmirrored = [g for g in self.frames if g not in cameras]
-        if unmirrored:
-            raise DatasetError(f"data.mirror=true: the task's reflection does not cover camera {unmirrored[0]} of "
-                               f"this dataset (it flips {', '.join(cameras) or 'no camera'}): set data.mirror=false")
-        state_sign, action_sign = state_sign.to(self.obs), action_sign.to(self.action)
-        if state_sign.shape != self.obs.shape[1:] or action_sign.shape != self.action.shape[1:]:
-            raise DatasetError(f"the reflection's signs have shapes {tuple(state_sign.shape)} and "
-                               f"{tuple(action_sign.shape)}, the data {tuple(self.obs.shape[1:])} and "
-                               f"{tuple(self.action.shape[1:])}: record the dataset on the same task")
-
-        def twice(x: Tensor, sign: Tensor | None = None) -> Tensor:
-            return torch.cat([x, x if sign is None else x * sign])
-
-        episode_index = None
-        if self.episode_index is not None:
-            shift = int(self.episode_index.max()) + 1 if self.episode_index.numel() else 0
-            episode_index = torch.cat([self.episode_index, self.episode_index + shift])
-        return OfflineData(
-            obs=twice(self.obs, state_sign), action=twice(self.action, action_sign), reward=twice(self.reward),
-            next_obs=twice(self.next_obs, state_sign), terminated=twice(self.terminated),
-            truncated=twice(self.truncated), mc_return=twice(self.mc_return), num_episodes=2 * self.num_episodes,
-            success_rate=self.success_rate, episode_index=episode_index,
-            frames={g: torch.cat([f, Reflection.flip(f)]) for g, f in self.frames.items()},
-        )
-
     def __len__(self) -> int:
         return int(self.action.shape[0])
 
@@ -178,31 +140,17 @@ class OfflineData:
 
     def to_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:
         """A single-env replay buffer holding exactly these transitions (n-step windows stop at episode ends); with
-        `frames`, a frame buffer (module docstring: a truncated episode's last step is left out)."""
-        if self.frames:
-            return self._frame_replay(gamma, n_step, device)
-        buffer = ReplayBuffer(
-            len(self), 1, {"state": ((self.obs.shape[1],), torch.float32)}, self.action.shape[1],
-            device=device, gamma=gamma, n_step=n_step,
-        )
-        # The last step of every episode must end it, or n-step windows would run into the next episode.
-        buffer.extend(
-            {"state": self.obs}, self.action, self.reward, {"state": self.next_obs}, self.terminated, self.truncated
-        )
-        return buffer
-
-    def _frame_replay(self, gamma: float, n_step: int, device: str | torch.device) -> ReplayBuffer:
-        """`to_replay` for camera data: the steps go in one by one through `ReplayBuffer.add`, which stores each frame
-        once and keeps truncated steps' next frames in its side ring."""
-        kept, _, _, _ = self.frame_steps()
-        lengths = torch.unique_consecutive(self._episodes()[kept], return_counts=True)[1]
+        `frames`, a frame buffer (module docstring: a truncated episode's last step is left out), whose side ring of
+        last frames the shortest episode sizes."""
+        kept = self.frame_steps()[0] if self.frames else torch.arange(len(self))
         spec = {"state": ((self.obs.shape[1],), torch.float32),
                 **{g: (tuple(f.shape[1:]), f.dtype) for g, f in self.frames.items()}}  # uint8, or cached features
         buffer = ReplayBuffer(
             int(kept.numel()), 1, spec, self.action.shape[1], device=device, gamma=gamma, n_step=n_step,
-            frames=tuple(self.frames), episode_steps=int(lengths.min()),
+            frames=tuple(self.frames), episode_steps=int(torch.unique_consecutive(
+                self._episodes()[kept], return_counts=True)[1].min()) if self.frames else None,
         )
-        self.add_frame_steps(buffer)
+        self.add_to(buffer)
         return buffer
 
     def _episodes(self) -> Tensor:
@@ -231,9 +179,15 @@ class OfflineData:
             raise DatasetError("the camera data has no transition with a next frame (only one-step truncated episodes)")
         return kept, last, terminated, truncated
 
-    def add_frame_steps(self, buffer: ReplayBuffer) -> int:
-        """Append the steps a frame buffer can hold exactly (`frame_steps`) to `buffer`, a single-env buffer with
-        these camera groups as `frames` (this data's own, or a learner's prior buffer); returns how many."""
+    def add_to(self, buffer: ReplayBuffer) -> int:
+        """Append these transitions to `buffer`, a single-env buffer (this data's own, or a learner's prior buffer);
+        returns how many. A state buffer takes them all at once (the last step of every episode ends it, so n-step
+        windows never run into the next); a frame buffer, with these camera groups as `frames`, the steps it can
+        hold exactly (`frame_steps`) one by one, storing each frame once."""
+        if not self.frames:
+            buffer.extend({"state": self.obs}, self.action, self.reward, {"state": self.next_obs}, self.terminated,
+                          self.truncated)
+            return len(self)
         kept, last, terminated, truncated = self.frame_steps()
         dev = buffer.device
         state, next_state = self.obs.to(dev), self.next_obs.to(dev)

@@ -297,7 +297,7 @@ class ReplayBuffer:
 
         p = self._pos
         if self.frames and self._size:
-            self._close_broken_episodes(p, obs)
+            self._close_broken_episodes(p, obs, {k: self.obs[k][p] for k in self.frames})
         for k in self.obs_spec:
             self.obs[k][p].copy_(obs[k])
             if k in self.next_obs:
@@ -343,15 +343,15 @@ class ReplayBuffer:
         self._slot_add[e][slot] = add
         self._final_next[e] = (slot + 1) % len(self._slot_add[e])
 
-    def _close_broken_episodes(self, p: int, obs: dict[str, Tensor]) -> None:
-        """An env whose last step did not end its episode but whose new obs is not that step's next frame (the
-        loop reset it, e.g. when a run resumed from a checkpoint) would otherwise lose that frame: keep it in
-        the side ring and mark the step truncated, which also stops n-step windows at the break."""
+    def _close_broken_episodes(self, p: int, obs: dict[str, Tensor], stored: dict[str, Tensor]) -> None:
+        """An env whose last step did not end its episode but whose new obs is not that step's next observation
+        `stored` (the loop reset it, e.g. when a run resumed from a checkpoint) would otherwise lose its next frame:
+        keep it in the side ring and mark the step truncated, which also stops n-step windows at the break."""
         q = (p - 1) % self.T
         open_ = ~(self.terminated[q] | self.truncated[q])
         differs = torch.zeros_like(open_)
-        for k in self.frames:
-            differs |= (obs[k].to(self.device) != self.obs[k][p]).flatten(1).any(1)
+        for k, v in stored.items():
+            differs |= (obs[k].to(self.device) != v).flatten(1).any(1)
         for e in (open_ & differs).to("cpu").nonzero().flatten().tolist():
             self._keep_last_frame(q, e, {k: self.obs[k][p, e] for k in self.frames}, self._adds - 1, broken=True)
             self.truncated[q, e] = True
@@ -361,17 +361,10 @@ class ReplayBuffer:
         with gaps between chunks and between intervention runs): close each env's newest step that is still open
         and whose next observation is not `obs`, comparing every group (`add` itself compares only the frames),
         as a truncation whose next frame is kept. A no-op for buffers without frames (their rows keep next_obs)."""
-        if not self.frames or not self._size:
-            return
-        p = self._pos
-        q = (p - 1) % self.T
-        open_ = ~(self.terminated[q] | self.truncated[q])
-        differs = torch.zeros_like(open_)
-        for k, stored in self.next_obs.items():
-            differs |= (obs[k].to(self.device, stored.dtype) != stored[q]).flatten(1).any(1)
-        for e in (open_ & differs).to("cpu").nonzero().flatten().tolist():
-            self._keep_last_frame(q, e, {k: self.obs[k][p, e] for k in self.frames}, self._adds - 1, broken=True)
-            self.truncated[q, e] = True
+        if self.frames and self._size:
+            q = (self._pos - 1) % self.T
+            self._close_broken_episodes(self._pos, {k: obs[k].to(v.dtype) for k, v in self.next_obs.items()},
+                                        {k: v[q] for k, v in self.next_obs.items()})
 
     def extend(
         self,

@@ -21,9 +21,9 @@ import torch
 from robot_rl import checkpoint, envs
 from robot_rl.agents.sac import SAC, camera_groups, resolve_critics
 from robot_rl.config import ConfigError, TrainConfig
-from robot_rl.envs.core import Reflection
 from robot_rl.evaluation import record_video
 from robot_rl.logger import METRIC_COLUMNS, Episodes
+from robot_rl.observations import Mirror, ObservationPipeline, Transitions
 from robot_rl.offline import pretrain
 from robot_rl.policies.encoders import BackboneWeightsError
 from robot_rl.prior_data import OfflineData
@@ -88,11 +88,6 @@ def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
         raise ConfigError(f"agent.encoder_weights: {e}") from None
 
 
-def stored_groups(env: envs.BatchedEnv) -> tuple[str, ...]:
-    """The observation groups the replay keeps: what SAC reads, `state` and the camera groups."""
-    return ("state", *camera_groups(env.observation_spec))
-
-
 class OnlineSAC(MethodDefaults):
     """Online SAC as a `robot_rl.runner.Method`: RLPD with prior data, after an optional offline pretraining
     phase (WSRL). Owns the training envs, agent and replay; `advance()` is one batched env step plus updates."""
@@ -105,22 +100,14 @@ class OnlineSAC(MethodDefaults):
         self.agent = build_agent(cfg, env)
         # Only the groups the agent reads are stored (`state` and the cameras); camera frames once per step, not
         # as obs and next_obs (ReplayBuffer's `frames`), which halves what an image costs.
-        self.groups = stored_groups(env)
-        self._group_set = set(self.groups)
-        # train.mirror_online: the replay's second half of columns holds the reflections of the first half's
-        # transitions, so each column is still one episode's stream (n-step returns never mix the two)
-        self.reflection: Reflection | None = None
-        if cfg.train.mirror_online:
-            signs = self._reflection(env, cfg.env.spec, "train.mirror_online")
-            self.reflection = Reflection(signs.state.to(env.device), signs.action.to(env.device), signs.cameras)
-            unmirrored = [g for g in cameras if g not in signs.cameras]
-            if unmirrored:
-                raise ConfigError(f"train.mirror_online=true: {cfg.env.spec}'s reflection does not cover camera "
-                                  f"{unmirrored[0]}: set train.mirror_online=false")
+        self.groups = ("state", *cameras)
+        online = [self._mirror(env, cfg.env.spec, "train.mirror_online", cameras)] if cfg.train.mirror_online else []
+        prior = [self._mirror(env, cfg.env.spec, "data.mirror")] if cfg.data.mirror and cfg.data.path else []
+        self.pipeline = ObservationPipeline(self.agent, self.groups, online, prior)
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
-            cfg.env.num_envs * (1 if self.reflection is None else 2),
-            self.agent.replay_spec({k: env.observation_spec[k] for k in self.groups}),
+            cfg.env.num_envs * self.pipeline.copies,
+            self.pipeline.replay_spec({k: env.observation_spec[k] for k in self.groups}),
             env.action_dim,
             device=cfg.device,
             gamma=cfg.agent.gamma,
@@ -136,11 +123,8 @@ class OnlineSAC(MethodDefaults):
                                           cameras=cameras)
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
                                   camera_groups(env.observation_spec))
-            if cfg.data.mirror:
-                self.prior = self.prior.with_reflection(*self._reflection(env, cfg.env.spec, "data.mirror"))
-            self.agent.observe_dataset(self.prior.obs, self.prior.mc_return)
-            # with cached embeddings the demos' frames become backbone features once, as online ones do
-            self.prior.frames = self.agent.dataset_for_replay(self.prior.frames)
+            # data.mirror's reflections, the statistics, and with cached embeddings the frames as backbone features
+            self.prior = self.pipeline.prior_data(self.prior)
             if cfg.data.mix_online:
                 self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)
         # A pretrained agent explores with its own policy before learning starts (WSRL warm-up), not uniformly.
@@ -150,16 +134,18 @@ class OnlineSAC(MethodDefaults):
         self.env_steps = 0
         self.updates = 0
         self._obs: dict[str, torch.Tensor] | None = None
-        self._obs_stored: dict[str, torch.Tensor] | None = None  # `_stored(self._obs)` with cached embeddings
 
     @staticmethod
-    def _reflection(env: envs.BatchedEnv, spec: str, key: str) -> Reflection:
-        """The symmetry that `key` (data.mirror, train.mirror_online) uses: the env's, or a one-line error."""
+    def _mirror(env: envs.BatchedEnv, spec: str, key: str, cameras: tuple[str, ...] = ()) -> Mirror:
+        """The symmetry that `key` (data.mirror, train.mirror_online) uses: the env's, flipping `cameras`, or a
+        one-line error (a dataset's cameras are `ObservationPipeline.prior_data`'s to check)."""
         reflection = env.reflection()
         if reflection is None:
             raise ConfigError(f"{key}=true: {spec} declares no mirror symmetry (arm:push and arm:pick_place, "
                               f"with or without -pixels, do): set {key}=false")
-        return reflection
+        if uncovered := Mirror(reflection).uncovered(cameras):
+            raise ConfigError(f"{key}=true: {spec}'s reflection does not cover camera {uncovered[0]}: set {key}=false")
+        return Mirror(reflection)
 
     def load_init_agent(self, path: Path) -> None:
         state = checkpoint.load(path)
@@ -179,7 +165,7 @@ class OnlineSAC(MethodDefaults):
 
     def start(self, seed: int) -> None:
         self._obs = self.env.reset(seed=seed)
-        self._obs_stored = self._stored_columns(self._obs) if self.cfg.agent.cache_embeddings else None
+        self.pipeline.start(self._obs)
 
     def pretrain(self, run: Runner) -> None:
         """Offline pretraining up to `offline.steps` (resumable), then the pretrained policy's evaluation at
@@ -202,29 +188,18 @@ class OnlineSAC(MethodDefaults):
         if obs is None:
             raise RuntimeError("call start(seed) first")
         n = env.num_envs
-        # with cached embeddings the agent acts on the features the replay stores (`_cached_step`)
-        # (with train.mirror_online its second half of rows holds the reflections: the agent acts on the first)
-        stored = self._obs_stored if self._obs_stored is not None else obs
         if self.env_steps < cfg.train.learning_starts and not self.pretrained:
             action = torch.rand(n, env.action_dim, device=env.device) * 2 - 1
         else:
-            action = agent.act(stored if self.reflection is None else {k: v[:n] for k, v in stored.items()}
-                               ).to(env.device)
+            action = agent.act(self.pipeline.acting(obs)).to(env.device)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
-        if self._obs_stored is not None:
-            next_stored, final_stored = self._cached_step(next_obs, info["final_obs"], done)
-            self._add_columns(stored, action, reward, final_stored, terminated, truncated)
-            self._obs_stored = next_stored
-        else:
-            self._add_columns(self._stored_columns(obs), action, reward, self._stored_columns(info["final_obs"]),
-                              terminated, truncated)
         # A pretrained agent's networks were fit to its dataset's statistics: moving them with online data changes
         # the WSRL warm-up policy without an update (70% -> 55% on reach). Frozen, with the temperature from 0.05
         # the dip once updates began was deeper; from 0.001 there was none (bench/results/wsrl_reach_temperature):
         # an option, which experiment=wsrl_reach sets
-        if not (self.pretrained and cfg.offline.freeze_statistics):
-            agent.observe(obs, reward, done)
+        self.pipeline.add_step(self.replay, Transitions(obs, action, reward, info["final_obs"], terminated, truncated),
+                               next_obs, statistics=not (self.pretrained and cfg.offline.freeze_statistics))
         self._obs = next_obs
         self.env_steps += n
         metrics: dict[str, Any] = {"episode_return": Episodes(info["episode_return"], done)}
@@ -244,43 +219,6 @@ class OnlineSAC(MethodDefaults):
                     metrics.setdefault(k, []).append(v)
                 self.updates += 1
         return metrics
-
-    def _add_columns(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
-                     next_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor) -> None:
-        """One replay add of the N transitions (observations as `_stored_columns` gives them), and with
-        `train.mirror_online` of their N reflections as N more columns."""
-        if self.reflection is not None:
-            action = torch.cat([action, action * self.reflection.action])
-            reward, terminated, truncated = reward.repeat(2), terminated.repeat(2), truncated.repeat(2)
-        self.replay.add(obs, action, reward, next_obs, terminated, truncated)
-
-    def _stored(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.agent.for_replay(obs if obs.keys() == self._group_set else {k: obs[k] for k in self.groups})
-
-    def _stored_columns(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """`_stored` of N observations, and with `train.mirror_online` of their N reflections after them: the rows
-        of one replay add. With cached embeddings the frames are reflected before the backbone sees them (a
-        feature map cannot be flipped), so the reflected columns cost a second backbone pass."""
-        if self.reflection is None:
-            return self._stored(obs)
-        kept = {k: obs[k] for k in self.groups}
-        mirrored = self.reflection.observation(kept)
-        return self._stored({k: torch.cat([kept[k], mirrored[k]]) for k in kept})
-
-    def _cached_step(self, next_obs: dict[str, torch.Tensor], final_obs: dict[str, torch.Tensor], done: torch.Tensor
-                     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """(stored next_obs, stored final_obs) with cached embeddings: the backbone runs once on the new observations,
-        which are the next step's obs and, where no episode ended, this transition's next_obs too; only the envs that
-        finished also pass their final observation. One backbone pass per camera and step instead of three."""
-        next_stored = self._stored_columns(next_obs)
-        if not bool(done.any()):
-            return next_stored, next_stored
-        ids = done.nonzero().squeeze(1)
-        rows = ids if self.reflection is None else torch.cat([ids, ids + done.shape[0]])  # the reflections' rows
-        final = {k: v.clone() for k, v in next_stored.items()}
-        for k, v in self._stored_columns({k: final_obs[k][ids] for k in self.groups}).items():
-            final[k][rows] = v
-        return next_stored, final
 
     def eval_policy(self):
         return lambda o: self.agent.act(o, deterministic=True).to(self.env.device), None

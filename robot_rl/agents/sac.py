@@ -35,12 +35,12 @@ exactly the code they ran before. `encoder=pretrained` (HIL-SERL) swaps each `Co
 one frozen ResNet from the user's `encoder_weights` file, shared by the cameras and by the target encoder, under a
 learned spatial pooling and projection per camera, which are all the critic loss trains (with `encoder_readout`,
 a frozen linear readout from the same file in their place, and nothing in the encoder trains). With `cache_embeddings`
-(and no shifts) the replay keeps each frame's backbone features instead of the frame (`replay_spec`, `for_replay`):
-the backbone runs once per stored frame, not on every sampled one, and updates cost what the pooling heads cost.
+(and no shifts) the replay keeps each frame's backbone features instead of the frame (`robot_rl.observations`).
 
 `update` takes a batch with a leading `utd` dimension and returns metrics as tensors: nothing in it reads a
 value back to the host, so the learner never waits on the device. `observe` is called once per environment
-step by the loop that collects data: it updates the running statistics of observations and returns.
+step (by `robot_rl.observations.ObservationPipeline` where a replay stores the steps): it updates the running
+statistics of observations and returns.
 """
 
 from __future__ import annotations
@@ -478,31 +478,6 @@ class SAC:
             state = self.obs_norm(state)
         encoder = self.encoder_target if target else self.encoder
         return encoder({"state": state, **{k: obs[k].to(self.device) for k in encoder.keys}}, augment)
-
-    def replay_spec(self, spec: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict:
-        """What a replay stores for observation groups `spec`: the groups as they are, or with `cache_embeddings`
-        each camera group as its frozen backbone's float16 features (`for_replay` makes them)."""
-        if not self.cfg.cache_embeddings or self.encoder is None:
-            return spec
-        shapes = {k: self.encoder.encoders[k.replace("/", "__")].backbone_shape for k in self.encoder.keys}
-        return {k: ((shapes[k], torch.float16) if k in shapes else v) for k, v in spec.items()}
-
-    @torch.no_grad()
-    def for_replay(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Observations as the replay stores them (`replay_spec`): with `cache_embeddings` the camera frames go
-        through the frozen backbone once, here, instead of in every update that samples them."""
-        if not self.cfg.cache_embeddings or self.encoder is None:
-            return obs
-        keys = set(self.encoder.keys)
-        return {k: self.encoder.frozen_features(k, v.to(self.device)) if k in keys else v for k, v in obs.items()}
-
-    def dataset_for_replay(self, frames: dict[str, Tensor], chunk: int = 256) -> dict[str, Tensor]:
-        """A dataset's frames (group -> uint8 [M, H, W, 3], on the CPU) as `for_replay` stores them, `chunk` at a
-        time (a dataset's frames would not go through a backbone in one batch); results on the CPU."""
-        if not self.cfg.cache_embeddings or self.encoder is None:
-            return frames
-        return {g: torch.cat([self.for_replay({g: f[i:i + chunk]})[g].cpu() for i in range(0, len(f), chunk)])
-                if len(f) else f for g, f in frames.items()}
 
     @torch.no_grad()
     def act(self, obs: dict[str, Tensor], deterministic: bool = False) -> Tensor:

@@ -46,6 +46,7 @@ from robot_rl.agents.sac import SAC, SACConfig, actor_policy_kwargs, build_actor
 from robot_rl.envs.core import Reflection
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricMean
+from robot_rl.observations import Mirror, ObservationPipeline, Transitions
 from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok
 
 __all__ = [
@@ -258,12 +259,6 @@ class LearnerConfig:
                 raise ValueError(f"LearnerConfig.{message}")
 
 
-def _as_tensors(transitions: dict[str, np.ndarray]) -> dict[str, Tensor]:
-    # Copies: arrays that arrive through Ray are read-only views of its object store, which torch.from_numpy
-    # warns about; a chunk is small, so the copy costs microseconds.
-    return {k: torch.tensor(v) for k, v in transitions.items()}
-
-
 def _cut(truncated: Tensor, terminated: Tensor, ends: np.ndarray) -> Tensor:
     """The stored truncation flags: also True where a run of stored rows ends without terminating."""
     return truncated | (torch.from_numpy(ends) & ~terminated)
@@ -294,8 +289,13 @@ class HILLearner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.agent = SAC(cfg.obs_dim, cfg.action_dim, sac, device=self.device, cameras=self.cameras or None)
+        # the task's mirror symmetry (sign vectors on the CPU, where chunks arrive) for mirror_online, mirror_demos
+        mirror = [Mirror(Reflection.from_signs(cfg.mirror_state_sign, cfg.mirror_action_sign, cfg.mirror_cameras))
+                  ] if cfg.mirror_state_sign else []
+        self.pipeline = ObservationPipeline(self.agent, ("state", *self.cameras), mirror if cfg.mirror_online else (),
+                                            mirror if cfg.mirror_demos else ())
         spec = {"state": ((cfg.obs_dim,), torch.float32), **{g: (s, torch.uint8) for g, s in self.cameras.items()}}
-        spec = self.agent.replay_spec(spec)  # frames, or with sac.cache_embeddings their backbone features
+        spec = self.pipeline.replay_spec(spec)  # frames, or with sac.cache_embeddings their backbone features
 
         def buffer(capacity: int, key: str) -> ReplayBuffer:
             # episode_steps=None: truncations (early failures, lost steps, gaps between chunks and intervention
@@ -318,9 +318,6 @@ class HILLearner:
         self.updates = 0  # agent.update calls
         self.demo_transitions = 0  # put into the prior buffer by load_demos/add_prior
         self._credit = 0.0  # updates owed under the utd schedule, spent by train_due
-        #: the task's mirror symmetry (sign vectors on the CPU, where chunks arrive), or None
-        self._reflection = (Reflection.from_signs(cfg.mirror_state_sign, cfg.mirror_action_sign, cfg.mirror_cameras)
-                            if cfg.mirror_state_sign else None)
         if load_demos and cfg.demo_path:
             self.load_demos(cfg.demo_path, cfg.demo_max_episodes)
 
@@ -333,25 +330,14 @@ class HILLearner:
 
         data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
-        if self.cfg.mirror_demos and self._reflection is not None:
-            data = data.with_reflection(self._reflection.state.to(self.device), self._reflection.action.to(self.device),
-                                        self._reflection.cameras)
-        if len(data) > self.prior.capacity:
+        if (count := len(data) * (1 + len(self.pipeline.prior))) > self.prior.capacity:
             raise ValueError(
-                f"demo dataset {path} has {len(data):,} transitions"
+                f"demo dataset {path} has {count:,} transitions"
                 f"{' with their mirror images' if self.cfg.mirror_demos else ''} but prior_capacity is "
                 f"{self.prior.capacity:,}: raise prior_capacity or set demo_max_episodes"
             )
-        if self.cameras:
-            data.frames = self.agent.dataset_for_replay(data.frames)
-            stored = data.add_frame_steps(self.prior)
-        else:
-            self.prior.extend(
-                {"state": data.obs}, data.action, data.reward, {"state": data.next_obs}, data.terminated,
-                data.truncated,
-            )
-            stored = len(data)
-        self.agent.observe_dataset(data.obs, data.mc_return)
+        data = self.pipeline.prior_data(data)  # mirror_demos' reflections, the statistics, cached embeddings
+        stored = data.add_to(self.prior)
         self.demo_transitions += stored
         return stored
 
@@ -368,12 +354,11 @@ class HILLearner:
         n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
-        t = _as_tensors(transitions)
-        terminated, truncated, intervention = t["terminated"], t["truncated"], transitions["intervention"]
-        self._observe(t)
-        # With mirror_online each store is followed by the same rows reflected: a separate run of rows, cut at its
-        # end like the original, so no n-step window joins an episode to its mirror image.
-        copies = [t, self._reflected(t)] if self.cfg.mirror_online else [t]
+        t = self._transitions(transitions)
+        terminated, truncated, intervention = t.terminated, t.truncated, transitions["intervention"]
+        # The statistics, then with mirror_online each store followed by the same rows reflected: a separate run of
+        # rows, cut at its end like the original, so no n-step window joins an episode to its mirror image.
+        copies = self.pipeline.chunk(t)
         cut_online = _cut(truncated, terminated, np.arange(n) == n - 1)
         for c in copies:
             self._extend(self.online, c, cut_online)
@@ -381,7 +366,7 @@ class HILLearner:
             rows = torch.from_numpy(np.flatnonzero(intervention))
             cut_prior = _cut(truncated, terminated, _segment_ends(intervention))
             for c in copies:
-                self._extend(self.prior, {k: v[rows] for k, v in c.items()}, cut_prior[rows])
+                self._extend(self.prior, c.rows(rows), cut_prior[rows])
 
         # Only transitions from the `learning_starts`-th on earn updates, as in robot_rl.trainer (no catch-up for
         # the warm-up). Counted on transitions received, which equals the online buffer's fill until it is full.
@@ -397,46 +382,31 @@ class HILLearner:
         n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
-        t = _as_tensors(transitions)
-        cut = _cut(t["truncated"], t["terminated"], np.arange(n) == n - 1)
-        for c in [t, self._reflected(t)] if self.cfg.mirror_demos else [t]:
+        t = self._transitions(transitions)
+        cut = _cut(t.truncated, t.terminated, np.arange(n) == n - 1)
+        for c in self.pipeline.chunk(t, online=False):
             self._extend(self.prior, c, cut)
             self.demo_transitions += n
 
-    def _reflected(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The chunk's mirror image: states and actions times the symmetry's signs, the learner's camera frames
-        flipped left to right (validate: all of them are mirror cameras), everything else as it is."""
-        assert self._reflection is not None, "validate() requires the signs with mirror_demos or mirror_online"
-        state_sign, action_sign, _ = self._reflection
-        frames = {key: Reflection.flip(t[key]) for group in self.cameras for key in frame_keys(group)}
-        return {**t, "obs": t["obs"] * state_sign, "next_obs": t["next_obs"] * state_sign,
-                "action": t["action"] * action_sign, **frames}
+    def _transitions(self, chunk: dict[str, np.ndarray]) -> Transitions:
+        """A chunk as tensors, its observations as dicts of the state and the learner's cameras' frames. Copies:
+        arrays that arrive through Ray are read-only views of its object store, which torch.from_numpy warns about;
+        a chunk is small, so the copy costs microseconds."""
+        t = {k: torch.tensor(v) for k, v in chunk.items()}
+        return Transitions({"state": t["obs"], **{g: t[frame_keys(g)[0]] for g in self.cameras}}, t["action"],
+                           t["reward"], {"state": t["next_obs"], **{g: t[frame_keys(g)[1]] for g in self.cameras}},
+                           t["terminated"], t["truncated"])
 
-    def _observe(self, t: dict[str, Tensor]) -> None:
-        """The agent's running statistics, one row at a time: a chunk is consecutive steps of one env."""
-        if not (self.agent.cfg.obs_norm or self.agent.cfg.reward_scale):
-            return
-        done = t["terminated"] | t["truncated"]
-        for i in range(t["reward"].shape[0]):
-            self.agent.observe({"state": t["obs"][i : i + 1]}, t["reward"][i : i + 1], done[i : i + 1])
-
-    def _extend(self, buffer: ReplayBuffer, t: dict[str, Tensor], truncated: Tensor) -> None:
+    def _extend(self, buffer: ReplayBuffer, t: Transitions, truncated: Tensor) -> None:
         if not self.cameras:
-            buffer.extend(
-                {"state": t["obs"]}, t["action"], t["reward"], {"state": t["next_obs"]}, t["terminated"], truncated
-            )
+            buffer.extend(t.obs, t.action, t.reward, t.next_obs, t.terminated, truncated)
             return
         # A frame buffer: row by row, with the chunk's own flags (no cut at its end, see the module docstring).
-        for i in range(t["reward"].shape[0]):
-            row = slice(i, i + 1)
-            obs = self.agent.for_replay({"state": t["obs"][row], **{g: t[frame_keys(g)[0]][row] for g in self.cameras}})
-            buffer.close_broken_episodes(obs)
-            buffer.add(
-                obs, t["action"][row], t["reward"][row],
-                self.agent.for_replay({"state": t["next_obs"][row],
-                                       **{g: t[frame_keys(g)[1]][row] for g in self.cameras}}),
-                t["terminated"][row], t["truncated"][row],
-            )
+        for i in range(t.reward.shape[0]):
+            row = t.rows(slice(i, i + 1))
+            row = row._replace(obs=self.pipeline.for_replay(row.obs), next_obs=self.pipeline.for_replay(row.next_obs))
+            buffer.close_broken_episodes(row.obs)
+            buffer.add(*row)
 
     # -- training -------------------------------------------------------------------------------------------
     @property

@@ -203,7 +203,7 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
     with_frames = OfflineData(o.obs, o.action, o.reward, o.next_obs, o.terminated, o.truncated, o.mc_return, 2, 1.0,
                               frames={"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)})
     with pytest.raises(DatasetError, match="does not cover camera pixels/front of this dataset"):
-        with_frames.with_reflection(sign.state, sign.action)  # the state task's reflection flips no camera
+        trainer.method.pipeline.prior_data(with_frames)  # the state task's reflection flips no camera
 
 
 def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path, capsys) -> None:

@@ -310,7 +310,7 @@ def test_cached_embeddings_run_the_backbone_once_per_camera_and_step(tmp_path) -
     cameras = 2
     assert sum(rows) == cameras * (6 * 2 + 2)  # 6 steps x 2 envs of new observations + the 2 final observations
     method.replay.add = real_add
-    expected = method.agent.for_replay({k: finals[3][k] for k in method.groups})
+    expected = method.pipeline.for_replay({k: finals[3][k] for k in method.groups})
     for group in CAMERAS:
         torch.testing.assert_close(added[3][group], expected[group])
 

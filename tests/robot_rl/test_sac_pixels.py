@@ -11,6 +11,7 @@ from robot_rl.policies.encoders import ResNetBackbone
 
 from robot_rl.agents.sac import SAC, SACConfig, camera_groups
 from robot_rl.cli import main
+from robot_rl.observations import ObservationPipeline
 from robot_rl.replay import ReplayBuffer
 
 SPEC = {"state": ((7,), torch.float32), "pixels/front": ((24, 24, 3), torch.uint8),
@@ -275,10 +276,10 @@ def test_cached_embeddings_give_the_frames_result_without_the_backbone(resnet10_
     them and never run the backbone; acting on frames and on their cached features agree."""
     agent = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2,
                    image_shift=0, cache_embeddings=True)
-    spec = agent.replay_spec(SPEC)
+    spec = ObservationPipeline(agent).replay_spec(SPEC)
     assert spec["state"] == SPEC["state"] and spec["pixels/front"] == ((512, 1, 1), torch.float16)
     frames = _replay().sample(5).obs
-    stored = agent.for_replay(frames)
+    stored = ObservationPipeline(agent).for_replay(frames)
     assert stored["pixels/wrist"].dtype == torch.float16 and torch.equal(stored["state"], frames["state"])
     torch.testing.assert_close(agent.act(stored, deterministic=True), agent.act(frames, deterministic=True),
                                atol=2e-3, rtol=0)
@@ -286,7 +287,7 @@ def test_cached_embeddings_give_the_frames_result_without_the_backbone(resnet10_
     buf = ReplayBuffer(100, 2, spec, 4, frames=("pixels/front", "pixels/wrist"), episode_steps=10)
 
     def frame() -> dict[str, torch.Tensor]:
-        return agent.for_replay({"state": torch.randn(2, 7, generator=g), **{
+        return ObservationPipeline(agent).for_replay({"state": torch.randn(2, 7, generator=g), **{
             k: torch.randint(0, 256, (2, 24, 24, 3), generator=g, dtype=torch.uint8) for k in SPEC if k != "state"}})
 
     obs = frame()
@@ -329,7 +330,7 @@ def test_a_readout_encoder_hands_the_policy_the_frozen_estimates(tmp_path) -> No
     agent = _agent(encoder="pretrained", encoder_weights=str(tmp_path / "estimator.pt"), encoder_readout=True,
                    encoder_feature_dim=5, image_shift=0, cache_embeddings=True)
     assert not any(p.requires_grad for p in agent.encoder.parameters())
-    assert agent.replay_spec(SPEC)["pixels/wrist"] == ((5,), torch.float16)
+    assert ObservationPipeline(agent).replay_spec(SPEC)["pixels/wrist"] == ((5,), torch.float16)
     # a HIL learner sends an actor the frozen readouts once, with the backbone, not with every update
     from robot_rl.hil.learner import frozen_prefixes
 
@@ -345,10 +346,10 @@ def test_a_readout_encoder_hands_the_policy_the_frozen_estimates(tmp_path) -> No
         expected = backbone(x).flatten(1) @ state["readout.wrist.weight"].T + state["readout.wrist.bias"]
     torch.testing.assert_close(features[:, -5:], expected, atol=1e-4, rtol=1e-4)  # wrist: the last group (sorted)
     g = torch.Generator().manual_seed(0)
-    buf = ReplayBuffer(100, 2, agent.replay_spec(SPEC), 4, frames=CAMS, episode_steps=10)
+    buf = ReplayBuffer(100, 2, ObservationPipeline(agent).replay_spec(SPEC), 4, frames=CAMS, episode_steps=10)
 
     def frame() -> dict[str, torch.Tensor]:
-        return agent.for_replay({"state": torch.randn(2, 7, generator=g), **{
+        return ObservationPipeline(agent).for_replay({"state": torch.randn(2, 7, generator=g), **{
             k: torch.randint(0, 256, (2, 24, 24, 3), generator=g, dtype=torch.uint8) for k in CAMS}})
 
     obs = frame()
