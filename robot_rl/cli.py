@@ -756,6 +756,7 @@ class EvalArgs:
     video: bool = _help(True, "run=: write videos/eval_<checkpoint>.mp4 in the run directory")
     seed: int | None = _help(None, "seed (default: run=: the run's evaluation seed; policy=: 0), + env index")
     device: str = _help("cpu", "torch device of the policy (cpu, cuda)")
+    allow_other_task: bool = _help(False, "policy=: run it on env.spec even if its config.json names another task")
 
 
 def _eval_help() -> str:
@@ -873,8 +874,10 @@ def _eval_finetune_run(a: EvalArgs, run_dir: Path) -> int:
 def _eval_policy_dir(a: EvalArgs) -> int:
     from robot_rl.bc import evaluate_policy
     from robot_rl.evaluation import MAX_EVAL_ENVS
+    from robot_rl.export import check_task
     from robot_rl.policies.io import load_policy
 
+    check_task(a.policy, a.env.spec, a.allow_other_task)
     policy = load_policy(a.policy, device=a.device)
     result = evaluate_policy(policy, a.env.spec, num_envs=min(a.episodes, MAX_EVAL_ENVS),
                              seed=0 if a.seed is None else a.seed, episodes=a.episodes, message=print)

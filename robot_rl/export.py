@@ -202,3 +202,53 @@ def _installed(name: str) -> bool:
     from importlib.util import find_spec
 
     return find_spec(name) is not None
+
+
+def task_of(name: str) -> str:
+    """The task an env spec, a robot's name or a dataset's task label names, without backend, reward and camera
+    variants: `arm:push-sparse`, `sim_arm:push-pixels` and `push` are all `push` (a policy of one runs on the
+    others' observations); `gym:my_envs:Slide-v0` is `Slide-v0`."""
+    task = name.rsplit(":", 1)[-1]
+    for suffix in ("-pixels", "-sparse"):
+        task = task.removesuffix(suffix)
+    return task
+
+
+def _trained_tasks(path: Path) -> list[str]:
+    """The task names a policy directory, run directory or checkpoint says it was trained on (its config.json's
+    `env_spec` or its dataset's `tasks`; a run's config.yaml `env.spec`); empty where it names none. Free-text task
+    descriptions (`collect task="pick up the cube"`) name no env and are left out."""
+    import yaml
+
+    names: list[str] = []
+    for policy_dir in (path, path / "policy"):
+        if (policy_dir / CONFIG).is_file():
+            meta = read_metadata(policy_dir)
+            names = [meta["env_spec"]] if meta.get("env_spec") else [str(t) for t in meta.get("tasks") or []]
+            break
+    else:
+        run_dir = path.parent.parent if path.is_file() else path  # <run>/checkpoints/best.pt
+        try:
+            config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+            spec = (config.get("env") or {}).get("spec")
+        except (OSError, yaml.YAMLError, AttributeError):
+            spec = None
+        names = [spec] if isinstance(spec, str) and spec else []
+    return [n for n in names if n and not any(c.isspace() for c in n)]
+
+
+def check_task(path: str | os.PathLike[str], target: str, allow_other_task: bool = False) -> None:
+    """Refuse to run the policy at `path` (policy dir, run dir or checkpoint) on `target` (an env spec or a
+    robot's name) when it names the task it was trained on and that is another one: a push policy on a reach
+    robot runs without error and does nothing useful, so the mistake would otherwise go unnoticed. A target with
+    no backend prefix (a real robot's driver name, e.g. `ur_rtde`) names no task and is not checked;
+    `allow_other_task=true` is for a policy meant to transfer."""
+    if allow_other_task or ":" not in target:
+        return
+    trained = _trained_tasks(Path(path))
+    if not trained or task_of(target) in {task_of(t) for t in trained}:
+        return
+    tasks = ", ".join(sorted({task_of(t) for t in trained}))
+    raise ExportError(f"{path} was trained on {', '.join(trained)} (task {tasks}), not on {target} (task "
+                      f"{task_of(target)}); run it on its own task, or set "
+                      "allow_other_task=true if it is meant to transfer")

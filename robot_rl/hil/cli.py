@@ -230,6 +230,7 @@ class DeployArgs(RobotArgs):
     out: str | None = _help(None, "dataset directory to record the episodes into (cameras as videos)")
     append: bool = _help(False, "add episodes to an existing dataset out=")
     seed: int | None = _help(None, "seed of the first episode (the next ones count up)")
+    allow_other_task: bool = _help(False, "run the policy even if it names another task than the robot's")
 
 
 #: Every flag of the former argparse interface and its key=value spelling, for a one-line error that says it.
@@ -702,11 +703,16 @@ def deploy(args: DeployArgs) -> int:
     import numpy as np
 
     from robot_rl.api import Agent
+    from robot_rl.export import ExportError, check_task
     from robot_rl.hil.session import Session
 
     client = _client(args)
     spec = client.spec()
     path = Path(args.checkpoint)
+    try:
+        check_task(path, spec.name, args.allow_other_task)
+    except ExportError as e:
+        raise CommandError(str(e)) from None
     # Any run, checkpoint or policy directory, through the one loader (`robot_rl.export`); actions stay in the
     # bridge's [-1, 1] whatever env the run was trained on.
     agent = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32))

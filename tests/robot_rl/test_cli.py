@@ -422,3 +422,22 @@ def test_the_run_header_names_the_precision() -> None:
 
     assert _describe_agent(SACConfig(network="mlp")).endswith(", fp32")
     assert _describe_agent(SACConfig(network="mlp", bf16=True, compile=True)).endswith(", bf16, compiled")
+
+
+def test_eval_policy_on_another_task_is_one_line_unless_allowed(capsys, tmp_path):
+    """A push BC policy evaluated on arm:reach ran silently; its config.json names its task (issue 56, item 2)."""
+    from robot_rl.envs.arm import STATE_DIM
+    from robot_rl.policies.bc_mlp import MLPPolicy
+    from robot_rl.policies.io import save_policy
+
+    save_policy(MLPPolicy(STATE_DIM, 4, horizon=2, execute=1, hidden=[8]), tmp_path / "bc" / "policy",
+                metadata={"trained_by": "robot-rl bc", "tasks": ["push-sparse"]})
+    code, _, err = _run(capsys, "eval", f"policy={tmp_path / 'bc' / 'policy'}", "env.spec=arm:reach", "episodes=1")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "trained on push-sparse (task push), not on arm:reach (task reach)" in err
+    assert "allow_other_task=true" in err
+    code, _, err = _run(capsys, "eval", f"policy={tmp_path / 'bc' / 'policy'}", "env.spec=arm:reach", "episodes=1",
+                        "allow_other_task=true")
+    assert code == 0, err
+    code, _, err = _run(capsys, "eval", f"policy={tmp_path / 'bc' / 'policy'}", "env.spec=arm:push", "episodes=1")
+    assert code == 0, err  # the same task with another reward: its own task

@@ -554,3 +554,19 @@ def test_a_classifier_the_robot_cannot_feed_is_one_line(robot_server, tmp_path, 
         assert main(["hil-train", f"robot={robot_server}", "steps=10", f"run_dir={tmp_path / 'run'}", key]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_deploy_refuses_a_policy_of_another_task_with_one_line(robot_server, tmp_path, capsys, monkeypatch):
+    """A push policy deployed to a reach robot ran silently; its config.json names its task (issue 56, item 2)."""
+    from robot_rl.envs.arm import STATE_DIM
+    from robot_rl.policies.bc_mlp import MLPPolicy
+    from robot_rl.policies.io import save_policy
+
+    save_policy(MLPPolicy(STATE_DIM, 4, horizon=4, execute=2, hidden=[16]), tmp_path / "bc" / "policy",
+                metadata={"tasks": ["push"]})
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    args = ["deploy", f"robot={robot_server}", "step_timeout_s=5", f"checkpoint={tmp_path / 'bc'}", "episodes=1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trained on push (task push), not on sim_arm:reach (task reach)" in err, err
+    assert main([*args, "allow_other_task=true"]) == 0, capsys.readouterr().err
