@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,26 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: keys that say where and how a run continues, not what it is: they differ on every resume
+RESUME_KEYS = frozenset({"resume", "run_dir"})
+
+
+def config_changes(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """`key (saved -> now)` for each dotted config key whose value differs between a checkpoint's config and the
+    resumed run's: when the weights do not fit, these name what the user changed (a state_dict's size-mismatch
+    dump names tensors, not the key that made them)."""
+    changes = []
+    for key in sorted(saved.keys() | now.keys()):
+        if not prefix and key in RESUME_KEYS:
+            continue
+        a, b = saved.get(key), now.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            changes += config_changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changes.append(f"{prefix}{key} ({a} -> {b})")
+    return changes
 
 
 def _missing(path: Path) -> str:

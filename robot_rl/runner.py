@@ -376,8 +376,16 @@ class Runner:
         try:
             self.method.load_state_dict(state.get("method", state))  # "method": fine-tuning runs before the Runner
         except (KeyError, RuntimeError, ValueError) as e:
+            changed = checkpoint.config_changes(state.get("config") or {}, asdict(self.config))
+            if changed:
+                raise checkpoint.CheckpointError(
+                    f"checkpoint does not fit this configuration, changed since the run was saved: {', '.join(changed)}; "
+                    "set the key that shapes the weights back to its saved value (the run's config.yaml), or "
+                    "start a new run_dir"
+                ) from None
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise checkpoint.CheckpointError(
-                f"checkpoint does not fit this configuration ({e}); resume with the run's own config.yaml"
+                f"checkpoint does not fit this configuration ({first}); resume with the run's own config.yaml"
             ) from e
         self.evals = state["evals"]
         self.best_score = state.get("best_score", state.get("best_return", -float("inf")))

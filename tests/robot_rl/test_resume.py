@@ -121,3 +121,17 @@ def test_sigterm_saves_a_checkpoint_like_ctrl_c_then_resume_finishes(tmp_path):
     assert resumed.returncode == 0, err
     assert f"resumed {run} at step {step:,}" in out
     assert load(run / "checkpoints" / "latest.pt")["env_steps"] == 800
+
+
+def test_resume_with_a_changed_network_key_names_the_key_in_one_line(tmp_path):
+    """Was a 6-11 line state_dict size-mismatch dump (issue 56, item 3); now the config keys that changed."""
+    run = tmp_path / "run"
+    proc = _cli(f"run_dir={run}", *ARGS, "train.steps=200", "train.eval_every=200", "threads=1")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    proc = _cli(f"resume={run}", "agent.critic_width=64", "threads=1")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert err.count("\n") == 1, err
+    assert "changed since the run was saved: agent.critic_width (32 -> 64)" in err
+    assert "size mismatch" not in err
