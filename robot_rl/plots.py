@@ -60,6 +60,10 @@ def plot_comparison(
 
     `metric` None: `success_rate` where a run has it, else `eval_return_mean`. A metric no run has is a
     ValueError naming the columns they have (rather than a blank plot). Returns the metric plotted."""
+    for label, run_dir in runs.items():
+        if not (Path(run_dir) / "metrics.csv").is_file():
+            what = "does not exist" if not Path(run_dir).exists() else "has no metrics.csv: not a run directory"
+            raise ValueError(f"{label}={run_dir}: {what}")
     tables = {label: read_metrics(Path(run_dir) / "metrics.csv") for label, run_dir in runs.items()}
 
     def present(name: str) -> bool:
@@ -135,5 +139,8 @@ if __name__ == "__main__":
         parser.error("runs are <label>=<run dir>")
     try:
         plot_comparison(dict(r.split("=", 1) for r in args.runs), args.out, args.title, args.metric, args.x, args.logx)
-    except ValueError as e:
-        parser.error(str(e))
+    except ValueError as e:  # one line, without the usage text: the arguments were well formed
+        import sys
+
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -132,6 +132,9 @@ def aggregate(run_dirs: list[Path], out_dir: Path, title: str = "", metric: str 
     if not run_dirs:
         raise SeedsError("no finished run to aggregate")
     summary = {metric: stats.summarize_runs(run_dirs, metric)}
+    if not summary[metric]["curve"]:  # nothing to compare: say which steps each run has rather than fail later
+        raise SeedsError(f"the runs share no evaluation step with a value of {metric}: {_eval_steps(run_dirs, metric)}; "
+                         "aggregate runs of one configuration (the same train.eval_every), once each has evaluated")
     try:
         success = stats.summarize_runs(run_dirs, "success_rate")
         if success["curve"]:
@@ -141,6 +144,15 @@ def aggregate(run_dirs: list[Path], out_dir: Path, title: str = "", metric: str 
     stats.plot_curves({title or out_dir.name: summary[metric]}, out_dir / "curves.png", title=title)
     stats.write_json(summary, out_dir / "seeds.json")
     return summary
+
+
+def _eval_steps(run_dirs: list[Path], metric: str) -> str:
+    """`<run> steps a..b (n)` per run (`no values` where it has none): why their curves do not meet."""
+    parts = []
+    for d in run_dirs:
+        steps = sorted(stats.load_curve(d, metric))
+        parts.append(f"{d} steps {steps[0]:,.0f}..{steps[-1]:,.0f} ({len(steps)})" if steps else f"{d} no values")
+    return ", ".join(parts)
 
 
 def describe(summary: dict, metric: str = "eval_return_mean") -> str:

@@ -441,3 +441,15 @@ def test_eval_policy_on_another_task_is_one_line_unless_allowed(capsys, tmp_path
     assert code == 0, err
     code, _, err = _run(capsys, "eval", f"policy={tmp_path / 'bc' / 'policy'}", "env.spec=arm:push", "episodes=1")
     assert code == 0, err  # the same task with another reward: its own task
+
+
+def test_aggregate_of_runs_without_a_common_evaluation_step_is_one_line(capsys, tmp_path):
+    """Was a TypeError traceback from formatting the final step (issue 56, item 4)."""
+    for name, steps in (("a", (100, 200)), ("b", (150, 250))):
+        (tmp_path / name).mkdir()
+        rows = "".join(f"{s},{s / 100}\n" for s in steps)
+        (tmp_path / name / "metrics.csv").write_text("env_step,eval_return_mean\n" + rows)
+    code, _, err = _run(capsys, "aggregate", str(tmp_path / "a"), str(tmp_path / "b"), f"out={tmp_path / 'agg'}")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "share no evaluation step" in err and "steps 150..250 (2)" in err
+    assert not (tmp_path / "agg" / "seeds.json").exists()

@@ -53,3 +53,11 @@ def test_default_metric_is_one_the_runs_have(tmp_path: Path) -> None:
                           "success_rate"], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert bad.returncode == 2 and "no run has values of 'success_rate'" in bad.stderr
     assert "eval_return_mean" in bad.stderr and not (tmp_path / "b.png").exists()
+
+
+def test_a_missing_run_is_one_line(tmp_path: Path) -> None:
+    """Was a FileNotFoundError traceback from read_metrics (issue 56, item 4)."""
+    bad = subprocess.run([sys.executable, "-m", "robot_rl.plots", str(tmp_path / "c.png"), f"a={tmp_path / 'nope'}"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert f"a={tmp_path / 'nope'}: does not exist" in bad.stderr
