@@ -1,6 +1,7 @@
 """The installed package layout: the top-level folders install under robot_rl and nothing of theirs can be shadowed."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,13 @@ def test_a_user_script_beside_folders_named_like_ours_runs(tmp_path):
 def test_building_the_package_prints_no_warnings(tmp_path):
     """Before: ~160 lines of setuptools warnings on every install (the preset folders under configs/ were data
     directories that setuptools treats as unlisted packages)."""
+    source = tmp_path / "src"  # a copy: building in place would leave build/ in the checkout
+    source.mkdir()
+    for name in ["pyproject.toml", "README.md", "LICENSE"]:
+        shutil.copy(REPO / name, source / name)
+    for folder in ["robot_rl", *MAPPED]:
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+                          "-w", str(tmp_path / "wheel"), str(source)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "warn" not in (out.stdout + out.stderr).lower(), (out.stdout + out.stderr)[:2000]
