@@ -116,15 +116,44 @@ def make_policy(args: CollectArgs, env: envs.BatchedEnv) -> tuple[Policy, Callab
     return noisy, reset
 
 
+#: what a run directory holds (train, finetune, bc, hil-train): a dataset written there would mix into the run
+RUN_MARKERS = ("config.yaml", "checkpoints", "metrics.csv", "bc_config.json")
+
+
+def check_out(args: CollectArgs, task: str) -> None:
+    """Refuse an `out=` that would spoil something, before any env is built: an existing dataset without
+    append=true, a run directory (its files and the dataset's would mix), and appending episodes of another task
+    than the dataset's (a learner reading it would mix them) unless `task=` names the new task on purpose."""
+    from robot_rl.datasets import DatasetError
+    from robot_rl.datasets.format import read_tasks
+
+    out = Path(args.out)
+    dataset = (out / "meta" / "info.json").is_file()
+    if not dataset and (marker := next((m for m in RUN_MARKERS if (out / m).exists()), None)):
+        raise DatasetError(f"out={out} is a run directory (it holds {marker}); record the dataset in a directory of "
+                           f"its own, e.g. out=data/{_slug(args.env.spec)}")
+    if dataset and not args.append:
+        raise DatasetError(f"{out}: a dataset already exists; pass append=true to add episodes to it, or choose "
+                           f"another out=")
+    if dataset and not args.task:
+        others = sorted(set(read_tasks(out)) - {task})
+        if others:
+            raise DatasetError(f"{out} holds episodes of task {', '.join(others)}, not {task} (env.spec="
+                               f"{args.env.spec}); record into another out=, or set task={task} to add a second "
+                               "task on purpose")
+
+
+def _slug(spec: str) -> str:
+    return spec.replace(":", "_").replace("/", "_")
+
+
 def collect(args: CollectArgs, message: Callable[[str], None] = print) -> dict:
     """Record `args.episodes` finished episodes into `args.out`; returns counts and the success rate."""
-    from robot_rl.datasets import DatasetError, DatasetWriter, EpisodeRecorder, transition_features
+    from robot_rl.datasets import DatasetWriter, EpisodeRecorder, transition_features
     from robot_rl.datasets.format import IMAGE_PREFIX, STATE, camera_feature
 
     task = args.task or args.env.spec.split(":", 1)[-1]
-    if (Path(args.out) / "meta" / "info.json").is_file() and not args.append:
-        raise DatasetError(f"{args.out}: a dataset already exists; pass append=true to add episodes to it, or choose "
-                           f"another out=")
+    check_out(args, task)
     env = envs.make(args.env.spec, num_envs=args.env.num_envs, seed=args.seed,
                     max_episode_steps=args.env.max_episode_steps, pixel_size=tuple(args.env.pixel_size))
     try:

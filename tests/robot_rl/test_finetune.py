@@ -55,8 +55,9 @@ def test_collect_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert main(["collect", "env.spec=arm:reach", "episodes=1", "env.num_envs=1", f"out={out}"]) == 0
     assert main(["collect", "env.spec=arm:reach", "episodes=1", f"out={out}"]) == 2
     assert f"{out}: a dataset already exists; pass append=true" in capsys.readouterr().err
-    # Appending another task's episodes works, with a warning.
-    assert main(["collect", "env.spec=arm:push", "episodes=1", "env.num_envs=1", f"out={out}", "append=true"]) == 0
+    # Appending another task's episodes is refused (tests/robot_rl/test_collect.py); task= names one on purpose.
+    assert main(["collect", "env.spec=arm:push", "episodes=1", "env.num_envs=1", f"out={out}", "append=true",
+                 "task=push"]) == 0
     assert "already holds episodes of task(s) reach; adding episodes of 'push'" in capsys.readouterr().out
     # The env keys have train's names (env.num_envs, env.max_episode_steps); the old spelling points there.
     assert main(["collect", "env.spec=arm:reach", f"out={tmp_path}/d", "num_envs=2"]) == 2
