@@ -32,6 +32,7 @@ from robot_rl.policies.encoders import ResNetBackbone
 from bench import common
 from robot_rl.agents.sac import SAC
 from robot_rl.config import compose_train_config
+from robot_rl.observations import ObservationPipeline
 from robot_rl.replay import ReplayBuffer, bytes_per_transition
 
 STATE, ACTIONS, EPISODE = 7, 4, 50
@@ -51,12 +52,13 @@ def obs_spec(size: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
 
 def random_replay(agent: SAC, size: int, transitions: int = 2_000, envs: int = 10) -> ReplayBuffer:
     """Random frames and states, stored as `agent` stores them (frames, or cached backbone features)."""
-    spec = agent.replay_spec(obs_spec(size))
+    pipeline = ObservationPipeline(agent)
+    spec = pipeline.replay_spec(obs_spec(size))
     replay = ReplayBuffer(transitions, envs, spec, ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
     g = torch.Generator().manual_seed(0)
 
     def frame() -> dict[str, torch.Tensor]:
-        return agent.for_replay({
+        return pipeline.for_replay({
             "state": torch.randn(envs, STATE, generator=g),
             **{k: torch.randint(0, 256, (envs, size, size, 3), generator=g, dtype=torch.uint8) for k in CAMERAS}})
 
@@ -75,7 +77,8 @@ def _embedding_cost(overrides: list[str], weights: Path, size: int, calls: int =
                                 *(o.format(weights=weights) for o in overrides)]).agent
     agent = SAC(STATE, ACTIONS, cfg, cameras={k: (size, size, 3) for k in CAMERAS})
     obs = {"state": torch.zeros(1, STATE), **{k: torch.zeros(1, size, size, 3, dtype=torch.uint8) for k in CAMERAS}}
-    return common.median(common.time_per_call(lambda: agent.for_replay(obs), calls, 1, "cpu", warmup=2)) * 1e3
+    pipeline = ObservationPipeline(agent)
+    return common.median(common.time_per_call(lambda: pipeline.for_replay(obs), calls, 1, "cpu", warmup=2)) * 1e3
 
 
 def ours_update(overrides: list[str], size: int) -> tuple[Any, int, int]:
@@ -83,7 +86,7 @@ def ours_update(overrides: list[str], size: int) -> tuple[Any, int, int]:
     cfg = compose_train_config(["experiment=reach_pixels", f"env.pixel_size=[{size},{size}]", *overrides]).agent
     agent = SAC(STATE, ACTIONS, cfg, cameras={k: (size, size, 3) for k in CAMERAS})
     replay = random_replay(agent, size)
-    stored = bytes_per_transition(agent.replay_spec(obs_spec(size)), ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
+    stored = bytes_per_transition(ObservationPipeline(agent).replay_spec(obs_spec(size)), ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
     return (lambda: agent.learn(replay)), cfg.batch_size, stored
 
 
