@@ -49,16 +49,17 @@ class OfflineData:
     @classmethod
     def load(
         cls, path: str | Path, gamma: float, max_episodes: int | None = None, device: str | torch.device = "cpu",
-        cameras: Sequence[str] = (),
+        cameras: Sequence[str] = (), env_spec: str = "",
     ) -> OfflineData:
-        """`cameras`: env camera groups whose videos (`observation.images.<camera>`) to decode into `frames`."""
+        """`cameras`: env camera groups whose videos (`observation.images.<camera>`) to decode into `frames`;
+        `env_spec`: the run's env, for the command that records a missing dataset."""
         from robot_rl.datasets import DatasetError, monte_carlo_returns, read_dataset
         from robot_rl.datasets.format import camera_feature, load_info
 
         if not Path(path).exists():
             raise DatasetError(
                 f"data.path={path} does not exist; record it first, e.g. "
-                f"robot-rl collect env.spec=<spec> policy=expert episodes=20 out={path}"
+                f"robot-rl collect env.spec={env_spec or 'arm:push-sparse'} policy=expert episodes=20 out={path}"
             )
         features = {group: camera_feature(group) for group in cameras}
         if features:

@@ -120,7 +120,7 @@ class OnlineSAC(MethodDefaults):
         self.prior_replay: ReplayBuffer | None = None
         if cfg.data.path:
             self.prior = OfflineData.load(cfg.data.path, cfg.agent.gamma, cfg.data.max_episodes, cfg.device,
-                                          cameras=cameras)
+                                          cameras=cameras, env_spec=cfg.env.spec)
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
                                   camera_groups(env.observation_spec))
             # data.mirror's reflections, the statistics, and with cached embeddings the frames as backbone features

@@ -62,6 +62,9 @@ def test_train_help_lists_keys_and_presets(capsys):
         (["env.spec=foo:bar"], "gym:"),
         (["--steps", "3"], "unknown option '--steps'"),
         (["resume=/nonexistent/run"], "not a run directory"),
+        # the hint names the run's own env (before: env.spec=<spec>, a placeholder to fill in)
+        (["env.spec=arm:reach", "data.path=/nonexistent/demos"],
+         "robot-rl collect env.spec=arm:reach policy=expert episodes=20 out=/nonexistent/demos"),
     ],
 )
 def test_train_user_errors_are_one_line(capsys, tmp_path, args, expected):
