@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -24,13 +26,7 @@ def lookup(env_id: str) -> EnvSpec:
     ``UnknownEnvError`` naming the closest registered ids."""
     module, _, name = env_id.rpartition(":")
     if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise UnknownEnvError(
-                f"env spec {PREFIX + env_id!r}: cannot import {module!r}, the module that should register {name!r} "
-                f"({e}); install its package or check the module name"
-            ) from None
+        _import_from_working_folder(module, name, env_id)
     if name in gym.registry:
         return gym.registry[name]
     by_lower = {i.lower(): i for i in gym.registry}
@@ -42,6 +38,22 @@ def lookup(env_id: str) -> EnvSpec:
         hint = (f"no close match among {len(by_lower)} ids" + ("" if module else
                 "; an env that a package registers on import is gym:<module>:<id>"))
     raise UnknownEnvError(f"unknown env spec {PREFIX + env_id!r}: {name!r} is not registered {where}; {hint}")
+
+
+def _import_from_working_folder(module: str, name: str, env_id: str) -> None:
+    """Import `module`, finding it in the working folder as `python -m` would: `robot-rl` is a console script, so
+    Python put its bin directory on sys.path, not the folder it runs in, and a lab's `my_lab_envs.py` beside the
+    user was not found without PYTHONPATH=. The folder goes last, so it cannot shadow an installed package."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise UnknownEnvError(
+            f"env spec {PREFIX + env_id!r}: cannot import {module!r}, the module that should register {name!r} "
+            f"({e}); install its package, run from the folder that holds it, or check the module name"
+        ) from None
 
 
 # gymnasium's own tasks whose episodes end only at the time limit (no `terminated` in their step): gymnasium's API

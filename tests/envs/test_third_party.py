@@ -125,3 +125,20 @@ def test_robot_rl_train_runs_on_a_third_party_env(lab_envs, tmp_path) -> None:
     assert (run / "checkpoints" / "best.pt").is_file()
     rows = (run / "metrics.csv").read_text().splitlines()
     assert rows[1].startswith("300,") and rows[1].split(",")[4] != ""  # success_rate from info["is_success"]
+
+
+def test_the_console_script_finds_a_module_in_the_working_folder(lab_envs) -> None:
+    """`robot-rl ... env.spec=gym:lab_envs:...` run beside lab_envs/ imports it as `python -m` would; it needed
+    PYTHONPATH=. before (issue 56, item 7): a console script puts its bin directory on sys.path, not the folder."""
+    import shutil
+
+    exe = shutil.which("robot-rl", path=str(Path(sys.executable).parent))
+    assert exe, "the robot-rl console script is not installed"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [exe, "collect", "env.spec=gym:lab_envs:SlideEnv-v0", "policy=random", "episodes=1", "env.num_envs=1",
+         "env.max_episode_steps=5", "out=demos"],
+        capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, cwd=lab_envs, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (lab_envs / "demos" / "meta" / "info.json").is_file()
