@@ -822,7 +822,8 @@ def _eval(args: list[str]) -> int:
         height, width = cfg.train.video_size
         path = run_dir / "videos" / f"eval_{a.checkpoint}.mp4"
         with make_env(cfg, 1, render=True, render_size=(height, width)) as video_env:
-            record_video(lambda o: agent.act(o, deterministic=True).to(video_env.device), video_env, path, seed)
+            record_video(lambda o: agent.act(o, deterministic=True).to(video_env.device), video_env, path, seed,
+                         message=lambda m: print(m, flush=True), what=f"videos/{path.name}")
         print(f"video: {path}", flush=True)
     return 0
 

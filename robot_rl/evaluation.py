@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,19 +80,29 @@ def _one_round(
     return returns, lengths, success, has_success
 
 
+VIDEO_PROGRESS_S = 10.0  # seconds between progress lines while a video renders
+
+
 @torch.no_grad()
 def record_video(
-    policy: Policy, env, path: Path, seed: int, fps: float | None = None, max_frames: int = 2000
+    policy: Policy, env, path: Path, seed: int, fps: float | None = None, max_frames: int = 2000,
+    message: Callable[[str], None] | None = None, what: str = "the video",
 ) -> dict:
     """Render one episode of `env` (a batch of one made with render=True) to an MP4; return its return/length.
 
     One frame per agent step, played at the task's rate (`1 / env.control_dt`: 20 fps for the 20 Hz arm, so a
-    second of video is a second of the task), or at `fps`; 30 where the env does not know its step time."""
+    second of video is a second of the task), or at `fps`; 30 where the env does not know its step time.
+    `message` gets a line before rendering starts and one every `VIDEO_PROGRESS_S` seconds: rendering a long
+    episode on a busy CPU takes minutes, which without them look like a hung run."""
     import imageio.v2 as imageio
 
     if fps is None:
         dt = getattr(env, "control_dt", None)
         fps = 1.0 / dt if dt else 30.0
+    limit = min(getattr(env, "max_episode_steps", None) or max_frames, max_frames)
+    if message is not None:
+        message(f"rendering {what} (up to {limit:,} frames) ...")
+    t0 = last = time.monotonic()
 
     obs = env.reset(seed=seed)
     frames = [env.render()]
@@ -103,6 +114,9 @@ def record_video(
         if bool(terminated[0] | truncated[0]):
             break
         frames.append(env.render())
+        if message is not None and time.monotonic() - last >= VIDEO_PROGRESS_S:
+            last = time.monotonic()
+            message(f"[video] {len(frames):,}/{limit:,} frames | {last - t0:.0f}s")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.mp4")
     try:

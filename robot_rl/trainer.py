@@ -244,6 +244,8 @@ class OnlineSAC(MethodDefaults):
                     video_env,
                     path,
                     seed=self.cfg.seed + EVAL_SEED_OFFSET,
+                    message=run.progress.message,
+                    what="the final video",
                 )
             run.progress.message(f"video: {path} (return {info['return']:.1f})")
         except Exception as e:  # rendering needs a GL context; never lose a finished run over it

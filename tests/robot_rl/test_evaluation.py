@@ -70,3 +70,16 @@ def _video_fps(imageio_ffmpeg, path, attempts: int = 3) -> float:
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def test_a_video_says_it_is_rendering_and_how_far_it_got(tmp_path, monkeypatch) -> None:
+    """The final video rendered for over a minute with no output (issue 56, item 9b): a line before, then progress."""
+    from robot_rl.evaluation import record_video
+
+    monkeypatch.setattr("robot_rl.evaluation.VIDEO_PROGRESS_S", 0.0)
+    lines: list[str] = []
+    with envs.make("arm:reach", num_envs=1, render=True, render_size=(32, 32), max_episode_steps=4) as env:
+        record_video(lambda o: torch.zeros(1, env.action_dim), env, tmp_path / "v.mp4", seed=0, message=lines.append,
+                     what="the final video")
+    assert lines[0] == "rendering the final video (up to 4 frames) ..."
+    assert "[video] 2/4 frames | 0s" in lines[1:]
