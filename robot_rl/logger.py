@@ -255,8 +255,9 @@ class Progress:
     redraws in place; into a log file it writes a line every `log_interval_s`."""
 
     def __init__(self, total_steps: int, quiet: bool = False, interval_s: float = 0.5, log_interval_s: float = 30.0,
-                 initial: int = 0, delay_s: float = 1.0) -> None:
+                 initial: int = 0, delay_s: float = 1.0, shows_eval: bool = False) -> None:
         self.total, self.quiet, self.initial = total_steps, quiet, initial
+        self.shows_eval = shows_eval  # "eval —" until the first evaluation (a run that evaluates; not pretraining)
         self.tty = sys.stderr.isatty()
         self._options = dict(mininterval=interval_s if self.tty else log_interval_s, delay=delay_s)
         self._bar: Any = None  # made at the first update: set-up and pretraining time is not the steps' rate
@@ -275,9 +276,13 @@ class Progress:
                 smoothing=0.05, file=sys.stderr if self.tty else _Lines(sys.stderr), ascii=not self.tty,
                 **self._options,
             )
-        postfix = "" if last_eval is None else f"eval {last_eval:.1f}"
-        if losses:
-            postfix += "".join(f" | {k} {v:.3g}" for k, v in losses.items())
+        parts = []
+        if last_eval is not None and math.isfinite(last_eval):
+            parts.append(f"eval {round(last_eval, 1) + 0.0:.1f}")  # + 0.0: a score just below 0 is not "-0.0"
+        elif self.shows_eval:
+            parts.append("eval —")
+        parts += [f"{k} {v:.3g}" for k, v in (losses or {}).items()]
+        postfix = " | ".join(parts)
         if postfix != self._postfix:
             self._postfix = postfix
             self._bar.set_postfix_str(postfix, refresh=False)

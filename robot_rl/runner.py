@@ -159,6 +159,15 @@ class RunSettings:
     resume_hint: str | None = None  # how to continue an interrupted run (default: `robot-rl <command> resume=<dir>`)
 
 
+def _mean_std(result: Mapping[str, float | None]) -> str:
+    """`mean ± std` of an evaluation's return; without a std where there is none (the training episodes of a run
+    without an eval env: "± nan"), and "—" before any episode finished."""
+    mean, std = result.get("eval_return_mean"), result.get("eval_return_std")
+    if mean is None or not np.isfinite(mean):
+        return "—"
+    return f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None and np.isfinite(std) else "")
+
+
 class Runner:
     """Evaluation env, run directory, logging, checkpoints and the loop around one `Method`."""
 
@@ -184,7 +193,7 @@ class Runner:
             w = config.wandb
             self.wandb = start_wandb(self.run_dir, asdict(config), w.project, w.entity, w.mode, resume)
         self.logger = self.metrics_logger(resume_step=method.env_steps if resume else None, columns=settings.columns)
-        self.progress = Progress(settings.steps, quiet=settings.quiet, initial=method.env_steps)
+        self.progress = Progress(settings.steps, quiet=settings.quiet, initial=method.env_steps, shows_eval=True)
         self._shown_losses: dict[str, float] = {}  # of the last log row, beside the progress bar
 
     def metrics_logger(self, wandb_prefix: str = "", **kwargs: Any) -> MetricsLogger:
@@ -279,15 +288,17 @@ class Runner:
         return summary
 
     def _last_score(self) -> float | None:
-        return None if self.last_result is None else self._score(self.last_result)
+        """The score shown beside the bar: without the tie-break, whose -1e-4 * rate showed as "eval -0.0"."""
+        return None if self.last_result is None else self._score(self.last_result, tiebreak=False)
 
-    def _score(self, result: dict[str, float | None]) -> float:
+    def _score(self, result: dict[str, float | None], tiebreak: bool = True) -> float:
         key = self.settings.score
         if key == "return":
             return result["eval_return_mean"]
         value = result.get("success_rate" if key == "success" else key)
         score = result["eval_return_mean"] if value is None else value
-        tiebreak = result.get(self.settings.score_tiebreak_lower) if self.settings.score_tiebreak_lower else None
+        lower = self.settings.score_tiebreak_lower
+        tiebreak = result.get(lower) if lower and tiebreak else None
         # Scores that are rates differ by at least 1/(n1 n2) > 1e-4 for windows of up to 100 episodes, so the
         # scaled tie-break cannot outweigh a real difference.
         return score if tiebreak is None else score - 1e-4 * tiebreak
@@ -335,10 +346,8 @@ class Runner:
         plot_learning_curve(self.logger.csv_path, self.run_dir / "learning_curve.png", title=self.settings.title)
         success = "" if result["success_rate"] is None else f" | success {result['success_rate']:.0%}"
         kind = "eval" if self.eval_env is not None else "train"
-        self.progress.message(
-            f"[{kind}] step {self.method.env_steps:,} | return {result['eval_return_mean']:.1f} "
-            f"± {result['eval_return_std']:.1f}{success} | {self._wall_time():.0f}s"
-        )
+        self.progress.message(f"[{kind}] step {self.method.env_steps:,} | return {_mean_std(result)}{success} | "
+                              f"{self._wall_time():.0f}s")
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:

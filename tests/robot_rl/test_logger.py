@@ -62,3 +62,18 @@ def test_progress_in_a_log_file_is_plain_lines_with_the_measured_rate(capsys) ->
     rate = float(last.split("step/s")[0].rsplit(" ", 1)[-1].rstrip("k"))
     assert 50 < rate < 600, last  # ~100 steps in ~0.2-0.5 s; counting the initial 500 would give well above 1000
     assert "[eval] a line of its own" in captured.out
+
+
+def test_progress_shows_eval_dash_until_the_first_evaluation(capsys) -> None:
+    """hil-train's bar read "eval -0.0" for a score just below zero; before any evaluation it now says "eval —"
+    (issue 56, item 9c)."""
+    from robot_rl.logger import Progress
+
+    progress = Progress(100, interval_s=0.0, log_interval_s=0.0, delay_s=0.0, shows_eval=True)
+    progress.update(10, None, {"critic_loss": 0.5})
+    progress.update(20, -1e-5)
+    progress.update(30, float("nan"))
+    progress.close()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert any("eval — | critic_loss 0.5" in line for line in lines), lines
+    assert any("eval 0.0" in line for line in lines) and not any("-0.0" in line or "nan" in line for line in lines)

@@ -141,3 +141,21 @@ def test_ties_of_the_score_go_to_the_lower_tiebreak_column(tmp_path: Path) -> No
     without = tmp_path / "plain"
     Runner(Takeovers(), None, without, Config(), settings(score="autonomous", eval_every=20, columns=columns)).run()
     assert checkpoint.load(without / "checkpoints" / "best.pt")["env_steps"] == 20  # before: the first row
+
+
+def test_a_run_without_an_eval_env_shows_no_nan_and_no_negative_zero(tmp_path: Path, capsys) -> None:
+    """hil-train's bar showed "eval -0.0" (the tie-break's -1e-4 * takeover rate) and its lines "± nan" (the std of
+    training episodes, which there is none of) (issue 56, item 9c)."""
+
+    class Takeovers(Counter):
+        def advance(self) -> dict[str, Any]:
+            return {**super().advance(), "autonomous": 0.0, "takeover": 0.5}
+
+    columns = [*METRIC_COLUMNS, "autonomous", "takeover"]
+    run = Runner(Takeovers(), None, tmp_path, Config(), settings(score="autonomous", score_tiebreak_lower="takeover",
+                                                                columns=columns))
+    run.run()
+    out = capsys.readouterr().out
+    assert "[train] step 40 | return 2.5 | success 50% |" in out, out
+    assert "nan" not in out
+    assert run._last_score() == 0.0 and str(run._last_score()) == "0.0"
