@@ -3,8 +3,11 @@ bfloat16 in hardware, which `agent.bf16` needs to be faster rather than many tim
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 __all__ = ["DeviceError", "bf16_cpu_hint", "bf16_cpu_warning", "check_torch_device", "choose_threads",
-           "cpu_has_native_bf16"]
+           "cpu_has_native_bf16", "fit_default_replay_capacity"]
 
 
 class DeviceError(ValueError):
@@ -112,3 +115,42 @@ def bf16_cpu_hint(device: str, bf16: bool, steps: int, cpuinfo: str | None = Non
         return None
     return ("hint: this CPU multiplies bfloat16 in hardware; agent.compile=true agent.bf16=true made long runs about "
             "1.5x faster at the same returns (one critic, HalfCheetah and walker-walk: bench/README.md)")
+
+
+DEFAULT_REPLAY_SHARE = 0.5  # of the available memory a replay the user did not size may take by default
+
+
+def fit_default_replay_capacity(
+    capacity: int, obs_spec: Mapping[str, tuple[tuple[int, ...], Any]], action_dim: int, device: str,
+    frames: Sequence[str] = (), episode_steps: int | None = None, key: str = "train.replay_capacity",
+    message: Callable[[str], None] = print,
+) -> int:
+    """`capacity`, or for the schema's default (1M transitions, which a camera task needs ~43 GB for) that would
+    not fit in `device`'s memory, the capacity that `DEFAULT_REPLAY_SHARE` of the available memory holds, with a
+    one-line notice saying so and which key sets it. The user asked for no size, so a run that fits beats an error
+    (`robot-rl train env.spec=arm:reach-pixels` stopped at once); a capacity the user or a preset chose is kept
+    and `robot_rl.replay.check_fits` still refuses it in one line when it does not fit."""
+    import dataclasses
+
+    import torch
+
+    from robot_rl.config import LoopConfig
+    from robot_rl.replay import MEMORY_HEADROOM, available_memory, bytes_per_transition
+
+    default = next(f.default for f in dataclasses.fields(LoopConfig) if f.name == "replay_capacity")
+    if capacity != default:
+        return capacity
+    available = available_memory(torch.device(device))
+    per = bytes_per_transition(obs_spec, action_dim, frames, episode_steps)
+    if available is None or capacity * per <= MEMORY_HEADROOM * available:
+        return capacity
+    fits = int(DEFAULT_REPLAY_SHARE * available // per)
+    if fits >= 100:  # two significant digits, rounded down
+        step = 10 ** (len(str(fits)) - 2)
+        fits = fits // step * step
+    if fits < 1000:  # too small to learn from: the check's one-line error says what it would need
+        return capacity
+    message(f"{key}: the default {capacity:,} transitions would need {capacity * per / 1e9:.1f} GB of {device} memory "
+            f"({per:,} bytes each) and {available / 1e9:.1f} GB is available; using {fits:,} (half of it). Set "
+            f"{key}=N to choose")
+    return fits

@@ -21,6 +21,7 @@ import torch
 from robot_rl import checkpoint, envs
 from robot_rl.agents.sac import SAC, camera_groups, resolve_critics
 from robot_rl.config import ConfigError, TrainConfig
+from robot_rl.device import fit_default_replay_capacity
 from robot_rl.evaluation import record_video
 from robot_rl.logger import METRIC_COLUMNS, Episodes
 from robot_rl.observations import Mirror, ObservationPipeline, Transitions
@@ -104,10 +105,13 @@ class OnlineSAC(MethodDefaults):
         online = [self._mirror(env, cfg.env.spec, "train.mirror_online", cameras)] if cfg.train.mirror_online else []
         prior = [self._mirror(env, cfg.env.spec, "data.mirror")] if cfg.data.mirror and cfg.data.path else []
         self.pipeline = ObservationPipeline(self.agent, self.groups, online, prior)
+        replay_spec = self.pipeline.replay_spec({k: env.observation_spec[k] for k in self.groups})
+        cfg.train.replay_capacity = fit_default_replay_capacity(  # unset and too big for memory: what fits
+            cfg.train.replay_capacity, replay_spec, env.action_dim, cfg.device, cameras, env.max_episode_steps)
         self.replay = ReplayBuffer(
             cfg.train.replay_capacity,
             cfg.env.num_envs * self.pipeline.copies,
-            self.pipeline.replay_spec({k: env.observation_spec[k] for k in self.groups}),
+            replay_spec,
             env.action_dim,
             device=cfg.device,
             gamma=cfg.agent.gamma,

@@ -56,3 +56,26 @@ def test_a_busy_machine_gets_the_free_cores_and_a_notice() -> None:
     assert threads == 1 and "threads=1" in notice and "load 3.5 on 2 cores" in notice
     assert choose_threads(None, default=8, cores=8, load=3.0)[0] == 5
     assert choose_threads(4, default=2, cores=2, load=9.0) == (4, None)  # what the user asked for is kept
+
+
+def test_a_default_replay_too_big_for_memory_is_fitted_with_a_notice(tmp_path, capsys, monkeypatch) -> None:
+    """`robot-rl train env.spec=arm:reach-pixels` (no preset) stopped at once: the default 1M transitions need 43 GB
+    (issue 56, item 10). Unset, the capacity is what half the available memory holds, with one line saying so; an
+    explicit capacity that does not fit is still the one-line error."""
+    import yaml
+
+    from robot_rl.cli import main
+
+    monkeypatch.setattr("robot_rl.replay.available_memory", lambda device: 200_000_000)  # 0.2 GB
+    small = ["env.spec=arm:reach", "train.steps=20", "train.learning_starts=10", "train.eval_every=20",
+             "env.num_eval_envs=1", "env.max_episode_steps=10", "train.video=false", "agent.hidden_dims=[16,16]",
+             "agent.critic_width=16", "agent.actor_width=16", "threads=1"]
+    assert main(["train", *small, f"run_dir={tmp_path / 'run'}"]) == 0
+    out = capsys.readouterr().out
+    notice = next(line for line in out.splitlines() if line.startswith("train.replay_capacity: the default"))
+    assert "1,000,000 transitions would need" in notice and "Set train.replay_capacity=N to choose" in notice
+    fitted = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]["replay_capacity"]
+    assert 1000 <= fitted < 1_000_000 and f"using {fitted:,} (half of it)" in notice
+    assert main(["train", *small, "train.replay_capacity=900000", f"run_dir={tmp_path / 'explicit'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.replay_capacity=900,000 needs" in err, err
