@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,8 +210,8 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
 
     threads, notice = choose_threads(cfg.threads)
     torch.set_num_threads(threads)
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
+    if notice and not getattr(cfg, "quiet", False):  # stdout, with the run's header: stderr is for errors
+        print(notice, flush=True)
     torch.manual_seed(cfg.seed)
     policy = make_policy(cfg, obs.shape[1], chunks.shape[2], cameras).to(cfg.device)
     policy.fit_normalization(obs, data.action.to(cfg.device))

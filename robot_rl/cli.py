@@ -9,6 +9,7 @@ always an environment spec. User mistakes end with one line on stderr and exit s
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -802,6 +803,11 @@ def _eval(args: list[str]) -> int:
     if a.policy:
         return _eval_policy_dir(a)
     run_dir = Path(a.run)
+    if (run_dir / "bc_config.json").is_file() and not (run_dir / "config.yaml").is_file():
+        bc = json.loads((run_dir / "bc_config.json").read_text())
+        spec = bc.get("env", {}).get("spec") or "<the task's env spec>"
+        raise UserError(f"{run_dir} is a behaviour-cloning run (robot-rl bc): evaluate its policy with "
+                        f"robot-rl eval policy={run_dir / 'policy'} env.spec={spec}")
     if _saved_run_is_policy_finetune(run_dir):
         return _eval_finetune_run(a, run_dir)
     cfg = load_run_config(run_dir)

@@ -18,7 +18,6 @@ without its replay buffer, plus `env_steps`, `eval_return` and `score`.
 from __future__ import annotations
 
 import random
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -80,8 +79,8 @@ def prepare(cfg: Any) -> None:
     cfg.validate()
     threads, notice = choose_threads(cfg.threads)
     torch.set_num_threads(threads)
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
+    if notice and not getattr(cfg, "quiet", False):  # stdout, with the run's header: stderr is for errors
+        print(notice, flush=True)
     seed_everything(cfg.seed)
 
 

@@ -356,6 +356,11 @@ def test_missing_best_checkpoint_and_run_dir_as_policy(capsys, tmp_path):
     (tmp_path / "bc" / "policy" / "config.json").write_text("{}")
     with pytest.raises(PolicyFormatError, match=f"{tmp_path / 'bc'} is a run directory; its policy is "):
         load_policy(tmp_path / "bc")
+    # eval run= of a bc run points to eval policy= with the run's own task (before: "not a run directory")
+    (tmp_path / "bc" / "bc_config.json").write_text('{"env": {"spec": "arm:push-sparse"}}')
+    code, _, err = _run(capsys, "eval", f"run={tmp_path / 'bc'}")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"eval policy={tmp_path / 'bc' / 'policy'} env.spec=arm:push-sparse" in err, err
 
 
 @pytest.mark.parametrize("command", ["serve-robot", "hil-train"])
