@@ -193,8 +193,6 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
 
     def idle_flood(source: str, n: int) -> None:
         """n TCP connections from ``source`` that never send a byte, each reopened when the server closes it."""
-        import select
-
         held: list[socket.socket] = []
         while not stop.is_set():
             while len(held) < n and not stop.is_set():
@@ -209,20 +207,8 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
                     break
                 held.append(s)
                 count("connections")
-            poll = select.poll()
-            by_fd = {s.fileno(): s for s in held}
-            for fd in by_fd:
-                poll.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-            for fd, _ in poll.poll(50):
-                s = by_fd[fd]
-                try:
-                    data = s.recv(1)
-                except OSError:
-                    data = b""
-                if not data:
-                    held.remove(s)
-                    s.close()
-                    count("closed_by_server")
+            for _ in range(drop_closed(held)):
+                count("closed_by_server")
         for s in held:
             s.close()
 
@@ -273,6 +259,29 @@ def _abuse(kind: str, port: int, stop: Any, ready: Any, out: Any) -> None:
 
 
 # -- this process: the normal client and the e-stop prober -----------------------------------------------------
+def drop_closed(held: list[socket.socket], wait_ms: int = 50) -> int:
+    """Remove from ``held`` (and close) the sockets the server closed (readable with EOF, or an error), waiting up
+    to ``wait_ms`` for one; returns how many. An idle flood calls it between top-ups."""
+    import select
+
+    poll = select.poll()
+    by_fd = {s.fileno(): s for s in held}
+    for fd in by_fd:
+        poll.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    dropped = 0
+    for fd, _ in poll.poll(wait_ms):
+        s = by_fd[fd]
+        try:
+            data = s.recv(1)
+        except OSError:
+            data = b""
+        if not data:
+            held.remove(s)
+            s.close()
+            dropped += 1
+    return dropped
+
+
 class _Normal(threading.Thread):
     """Steps every tick with small zero-mean actions, as an actor would; counts what was served."""
 

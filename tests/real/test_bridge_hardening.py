@@ -31,6 +31,7 @@ from robot_rl.real.guard import SERVICE, load_token
 from robot_rl.real.proto import pb
 from robot_rl.real.server import RobotServer, ServerConfig, StartupError
 
+from bench.bridge_abuse import drop_closed
 from tests.real.test_bridge_faults import AUTH, HZ, TOKEN, Arm, _serve, _Stall
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +91,6 @@ class _IdleFlood:
             self.error = e
 
     def _flood(self) -> None:
-        import select
 
         held: list[socket.socket] = []
         while not self.stop.is_set():
@@ -99,20 +99,7 @@ class _IdleFlood:
                 if s is None:
                     break
                 held.append(s)
-            # drop the ones the server closed (readable with EOF or an error), then top up again
-            poll = select.poll()
-            by_fd = {s.fileno(): s for s in held}
-            for fd in by_fd:
-                poll.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-            for fd, _ in poll.poll(50):
-                s = by_fd[fd]
-                try:
-                    data = s.recv(1)
-                except OSError:
-                    data = b""
-                if not data:
-                    held.remove(s)
-                    s.close()
+            drop_closed(held)  # the ones the server closed; then top up again
         for s in held:
             s.close()
 
