@@ -284,10 +284,15 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = (), schema: type
     for o in overrides:
         if "=" not in o or o.split("=", 1)[0] in {"env", "agent", "experiment"} or o.startswith(("+", "~")):
             raise ConfigError(f"override '{o}' cannot be applied to a saved run; use key=value, e.g. train.steps=50000")
+    saved = OmegaConf.load(path)
+    spec = OmegaConf.select(saved, "env.spec")
+    for o in overrides:  # its agent and replay belong to its own task: another task resumed silently (issue 56)
+        key, _, value = o.partition("=")
+        if key == "env.spec" and spec is not None and value != spec:
+            raise ConfigError(f"env.spec={value}: {run_dir} is a run on {spec}, and resuming continues it there; "
+                              f"start a new run for {value} (run_dir=<another dir>)")
     try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides))
-        )
+        merged = OmegaConf.merge(OmegaConf.structured(schema), saved, OmegaConf.from_dotlist(list(overrides)))
         obj = OmegaConf.to_object(merged)
     except Exception as e:
         raise ConfigError(_one_line(e, schema)) from e

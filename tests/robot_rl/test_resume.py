@@ -135,3 +135,19 @@ def test_resume_with_a_changed_network_key_names_the_key_in_one_line(tmp_path):
     assert err.count("\n") == 1, err
     assert "changed since the run was saved: agent.critic_width (32 -> 64)" in err
     assert "size mismatch" not in err
+
+
+def test_resume_on_another_task_is_refused_in_one_line(tmp_path, capsys):
+    """Before: resume=<a reach run> env.spec=arm:push (same observation sizes) went on silently on push with the
+    reach run's agent and replay."""
+    from robot_rl.cli import main
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("env:\n  spec: arm:reach\n")
+    (run / "checkpoints" / "latest.pt").write_bytes(b"")
+    assert main(["train", f"resume={run}", "env.spec=arm:push"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run} is a run on arm:reach" in err, err
+    assert main(["train", f"resume={run}", "env.spec=arm:reach", "train.steps=0"]) != 0  # the same task passes
+    assert "is a run on" not in capsys.readouterr().err
