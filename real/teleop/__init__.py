@@ -1,7 +1,7 @@
 """Teleoperation devices for the hardware bridge: the ``Teleop`` interface, the frame transform, and devices.
 
 ``make_teleop(name, **kwargs)`` builds a device by name (``keyboard``, ``gamepad``, ``spacemouse``,
-``scripted``, ``replay``). Device modules are imported only when asked for, so ``import real.teleop`` never
+``scripted``, ``replay``, ``person``). Device modules are imported only when asked for, so ``import real.teleop`` never
 pulls in pygame, pyspacemouse, termios or torch; the device classes are also reachable as attributes
 (``robot_rl.real.teleop.KeyboardTeleop``), imported on first access.
 """
@@ -21,6 +21,7 @@ TELEOPS: dict[str, tuple[str, str]] = {
     "spacemouse": ("robot_rl.real.teleop.spacemouse", "SpaceMouseTeleop"),
     "scripted": ("robot_rl.real.teleop.scripted", "ScriptedTeleop"),
     "replay": ("robot_rl.real.teleop.replay", "ReplayTeleop"),
+    "person": ("robot_rl.real.teleop.person", "SimulatedPerson"),
 }
 _CLASSES = {cls: module for module, cls in TELEOPS.values()}
 
@@ -34,6 +35,7 @@ __all__ = [
     "KeyboardTeleop",
     "ReplayTeleop",
     "ScriptedTeleop",
+    "SimulatedPerson",
     "SpaceMouseTeleop",
     "Teleop",
     "TeleopCommand",
