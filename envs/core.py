@@ -27,6 +27,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from robot_rl.errors import UserError
+
 Obs = dict[str, torch.Tensor]
 StepResult = tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
@@ -85,7 +87,7 @@ class Reflection(NamedTuple):
         return out
 
 
-class UnknownEnvError(ValueError):
+class UnknownEnvError(UserError, ValueError):
     """Raised by ``robot_rl.envs.make`` for a spec no backend knows; the message names the valid choices."""
 
 

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from robot_rl.errors import UserError
+
 __all__ = [
     "ENCODERS", "POOLS", "BackboneWeightsError", "CameraFusion", "ConvEncoder", "PretrainedEncoder", "ResNetBackbone",
     "SpatialLearnedEmbeddings", "SpatialSoftmax",
@@ -176,7 +178,7 @@ class ResNetBackbone(nn.Module):
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 
 
-class BackboneWeightsError(ValueError):
+class BackboneWeightsError(UserError, ValueError):
     """A backbone weights file that is missing, unreadable or not the architecture asked for."""
 
 

@@ -33,6 +33,8 @@ from robot_rl.policies.composed import NoiseSteeredPolicy, ResidualPolicy
 from robot_rl.policies.diffusion import DiffusionPolicy
 from robot_rl.policies.flow import FlowPolicy
 
+from robot_rl.errors import UserError
+
 FORMAT = "robot_rl.policy"
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -45,7 +47,7 @@ POLICY_CLASSES: dict[str, type[SavedPolicy]] = {
 }
 
 
-class PolicyFormatError(ValueError):
+class PolicyFormatError(UserError, ValueError):
     """A saved policy is missing, damaged or of an unknown kind; the message names the path."""
 
 

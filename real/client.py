@@ -25,13 +25,15 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.errors import UserError
+
 from .guard import TOKEN_ENV
 from .images import FrameError, decode_frame
 from .proto import PROTOCOL, pb, pb_grpc
 from .robot import CameraSpec, CartesianLimits, RobotObservation, RobotSpec
 
 
-class BridgeError(RuntimeError):
+class BridgeError(UserError, RuntimeError):
     """A call to the robot server failed; ``code`` is the gRPC status code."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:

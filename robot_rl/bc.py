@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from robot_rl.device import choose_threads
+from robot_rl.errors import UserError
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricsLogger
 from robot_rl.plots import plot_loss_curve
@@ -45,7 +46,7 @@ from robot_rl.policies.normalize import MODES
 POLICIES = ("mlp", "diffusion", "flow")
 
 
-class BCError(ValueError):
+class BCError(UserError, ValueError):
     """A user mistake in a BC run (bad setting, mismatched env); one line naming it."""
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 import torch
 
+from robot_rl.errors import UserError
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint is missing, unreadable or from an incompatible run."""
 
 

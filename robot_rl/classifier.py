@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from robot_rl.errors import UserError
 from robot_rl.policies.encoders import ENCODERS, CameraFusion, ConvEncoder, camera_fusion
 
 __all__ = [
@@ -43,7 +44,7 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 
 
-class ClassifierError(ValueError):
+class ClassifierError(UserError, ValueError):
     """A classifier directory is missing, damaged, or does not fit the data or env it is used with; the message
     names the path."""
 

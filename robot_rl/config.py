@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from robot_rl.agents.calql import CalQLConfig
 from robot_rl.agents.iql import IQLConfig
 from robot_rl.agents.sac import SACConfig
+from robot_rl.errors import UserError
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import LOGGERS, WANDB_MODES, wandb_missing
 from robot_rl.replay import PRIOR_FRACTION_RANGE, prior_fraction_ok
@@ -238,7 +239,7 @@ def key_lines(rows: list[tuple[str, str, str]], max_width: int | None = None) ->
     return lines
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A user mistake in the configuration; its message is one line naming the key and the valid choices."""
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from robot_rl.errors import UserError
+
 __all__ = ["DeviceError", "bf16_cpu_hint", "bf16_cpu_warning", "check_torch_device", "choose_threads",
            "cpu_has_native_bf16", "fit_default_replay_capacity"]
 
 
-class DeviceError(ValueError):
+class DeviceError(UserError, ValueError):
     """`device=` names no torch device this process can use; the message says which to use instead."""
 
 

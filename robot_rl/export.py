@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl import checkpoint
+from robot_rl.errors import UserError
 from robot_rl.policies.io import CONFIG, SavedPolicy, load_policy, read_metadata, save_policy
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """A run that cannot be exported, or an output that must not be replaced; one line naming it."""
 
 

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from robot_rl.errors import UserError
+
 ObsSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 __all__ = ["PRIOR_FRACTION_RANGE", "Batch", "ObsSpec", "ReplayBuffer", "prior_fraction_ok", "sample_mixed"]
@@ -99,7 +101,7 @@ def _spec_to_plain(obs_spec: ObsSpec) -> dict[str, tuple[list[int], str]]:
     return {name: (list(shape), str(dtype)) for name, (shape, dtype) in obs_spec.items()}
 
 
-class ReplayMemoryError(ValueError):
+class ReplayMemoryError(UserError, ValueError):
     """The replay buffer would not fit in the device's memory; the message names the key and a size that fits."""
 
 

@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 from robot_rl import stats
+from robot_rl.errors import UserError
 
 MAX_JOBS = 16
 
 
-class SeedsError(ValueError):
+class SeedsError(UserError, ValueError):
     """A mistake in the seed list or jobs; one line."""
 
 

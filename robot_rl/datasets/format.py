@@ -62,6 +62,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robot_rl.errors import UserError
+
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNKS_SIZE = 1000
 DEFAULT_DATA_FILES_SIZE_IN_MB = 100
@@ -103,7 +105,7 @@ _STATS_KEYS = ("min", "max", "mean", "std", "count")
 MAX_STAT_FRAMES = 100  # image stats: at most this many frames per episode, like LeRobot's sampling
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset on disk is missing, damaged or incompatible; the message names the path and the remedy."""
 
 

@@ -3,6 +3,8 @@
 a denoising chain, `ppo`). `chunks` executes action chunks per env; `loop` is the run around a method
 (`robot-rl finetune method=...`), configured by `config`."""
 
+from robot_rl.errors import UserError
 
-class FinetuneError(ValueError):
+
+class FinetuneError(UserError, ValueError):
     """A base policy or dataset that does not fit the run; one line naming it."""
