@@ -17,6 +17,7 @@ without its replay buffer, plus `env_steps`, `eval_return` and `score`.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +36,10 @@ from robot_rl.evaluation import evaluate
 from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress, start_wandb
 from robot_rl.plots import plot_learning_curve
 from robot_rl.signals import Terminated, sigterm_as_interrupt
+
+#: The run directory's record of what wrote it: {"command": ..., "method": ...}. `finetune resume=` and `eval run=`
+#: read the method here rather than guessing it from which keys config.yaml has.
+RUN_RECORD = "run.json"
 
 __all__ = [
     "CHECKPOINT_FORMAT", "EVAL_SEED_OFFSET", "Method", "MethodDefaults", "RunSettings", "Runner", "Terminated",
@@ -156,6 +161,7 @@ class RunSettings:
     columns: list[str] | None = None  # of metrics.csv (default `robot_rl.logger.METRIC_COLUMNS`)
     means_on_host: bool = False  # see `MetricMean`
     resume_hint: str | None = None  # how to continue an interrupted run (default: `robot-rl <command> resume=<dir>`)
+    method: str | None = None  # the method's registered name (`robot-rl finetune method=`), kept in run.json
 
 
 def _mean_std(result: Mapping[str, float | None]) -> str:
@@ -186,6 +192,9 @@ class Runner:
         if resume:
             self._restore(checkpoint.load(self.ckpt_dir / "latest.pt"))
         OmegaConf.save(OmegaConf.structured(config), self.run_dir / "config.yaml")
+        if not (resume and (self.run_dir / RUN_RECORD).is_file()):  # a resumed run keeps what started it
+            record = {"command": settings.command, "method": settings.method}
+            (self.run_dir / RUN_RECORD).write_text(json.dumps(record) + "\n")
         self.backend = getattr(config, "logger", "tensorboard")
         self.wandb: Any = None
         if self.backend == "wandb":

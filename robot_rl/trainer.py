@@ -269,7 +269,8 @@ class OnlineSAC(MethodDefaults):
 class Trainer(Runner):
     """One training run (`robot-rl train`, and `robot-rl finetune` from data): `OnlineSAC` driven by a Runner."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False, command: str = "train",
+                 method_name: str = "sac") -> None:
         prepare(cfg)
         self.cfg = cfg
         env = make_env(cfg, cfg.env.num_envs, learned_reward=True)
@@ -280,7 +281,7 @@ class Trainer(Runner):
         t = cfg.train
         settings = RunSettings(
             steps=t.steps, eval_every=t.eval_every, checkpoint_every=t.checkpoint_every, seed=cfg.seed,
-            command="train", title=cfg.env.spec, quiet=cfg.quiet,
+            command=command, method=method_name, title=cfg.env.spec, quiet=cfg.quiet,
             columns=[*METRIC_COLUMNS, *LEARNED_REWARD_COLUMNS] if cfg.env.reward_classifier else None,
         )
         super().__init__(method, eval_env, run_dir, cfg, settings, resume=resume)

@@ -93,7 +93,7 @@ class Finetuner(Runner):
         except BCError as e:
             raise FinetuneError(f"base_policy {cfg.base_policy}: {e}") from None
         settings = RunSettings(
-            steps=cfg.steps, eval_every=cfg.eval_every, seed=cfg.seed, command="finetune",
+            steps=cfg.steps, eval_every=cfg.eval_every, seed=cfg.seed, command="finetune", method=cfg.method,
             title=f"{cfg.method} on {cfg.env.spec}", quiet=cfg.quiet, evaluate_first=True, score="success",
             columns=COLUMNS, means_on_host=True,
         )

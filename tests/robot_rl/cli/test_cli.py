@@ -92,7 +92,7 @@ def test_package_version_matches_pyproject():
 
     import robot_rl
 
-    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]
     assert robot_rl.__version__ == project["version"]
 
 
@@ -242,49 +242,11 @@ def test_usage_lists_eleven_commands_in_one_dialect(capsys):
     assert " --" not in out.replace("--help", "").replace("--version", ""), out  # no --flags left
 
 
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (["hil-train", "--run-dir", "x"], "'--run-dir' is now 'run_dir=<dir>'"),
-        (["hil-train", "--utd", "2"], "'--utd' is now 'updates_per_transition=<x>'"),
-        (["hil-train", "--agent", "hidden_dims=[32]"], "'--agent' is now 'agent.<field>=<value>'"),
-        (["hil-train", "--learner-device", "cuda"], "'--learner-device' is now 'device=<torch device>'"),
-        (["hil-train", "--no-record"], "'--no-record' is now 'record=false'"),
-        (["teleop", "--device", "keyboard"], "'--device' is now 'teleop=<keyboard|gamepad|spacemouse|scripted|replay>'"),
-        (["teleop", "--device-arg", "noise=0.3"], "'--device-arg' is now 'teleop_args.<name>=<value>'"),
-        (["teleop", "--task-text", "push"], "'--task-text' is now 'task=<text>'"),
-        (["deploy", "--record", "data/x"], "'--record' is now 'out=<dataset dir>'"),
-        (["deploy", "--checkpoint=x.pt"], "'--checkpoint' is now 'checkpoint=<file>'"),
-        (["serve-robot", "--run-for", "1"], "'--run-for' is now 'run_for=<seconds>'"),
-        (["serve-robot", "--driver-arg", "ip=10.0.0.2"], "'--driver-arg' is now 'driver_args.<name>=<value>'"),
-        (["serve-robot", "--token-file", "t"], "'--token-file' is now 'token_file=<file>'"),
-        (["serve-robot", "--device", "x"], "unknown option '--device'; settings are key=value (see robot-rl serve-robot"),
-    ],
-)
-def test_an_old_flag_names_its_new_spelling(capsys, args, expected):
-    code, out, err = _run(capsys, *args)
-    assert code == 2 and out == ""
-    assert err.startswith("robot-rl: error: ") and err.count("\n") == 1, err
-    assert expected in err, err
-
-
-def test_every_old_flag_has_a_command_that_knows_its_key(capsys):
-    from robot_rl.hil.cli import OLD_FLAGS
-
-    assert len(OLD_FLAGS) >= 40
-    for flag, new in OLD_FLAGS.items():
-        spelling = new.split(" (", 1)[0]
-        hits = []
-        for command in ["serve-robot", "teleop", "hil-train", "deploy"]:
-            code, _, err = _run(capsys, command, flag, "1")
-            assert code == 2
-            hits += [command] if f"is now '{spelling}'" in err else []
-        assert hits, flag
-
-
 def test_device_is_the_torch_device_and_teleop_the_operators():
-    from robot_rl.cli import _parse_args
-    from robot_rl.hil.cli import DeployArgs, TeleopArgs, hil_train_args
+    from robot_rl.cli.common import parse_args as _parse_args
+    from robot_rl.cli.deploy import DeployArgs
+    from robot_rl.cli.hil_train import hil_train_args
+    from robot_rl.cli.teleop import TeleopArgs
 
     a = _parse_args(hil_train_args(), ["teleop=gamepad", "device=cuda", "teleop_args.noise=0.3",
                                        "teleop_args.frame=beside", "agent.utd=2", "agent.hidden_dims=[32,32]"],
@@ -321,8 +283,9 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
         (["teleop", "episodes=0"], "episodes=0: must be > 0"),
         (["train", "device=gpu"], "device=gpu: not a torch device; use cpu, cuda, cuda:<index> or mps"),
         (["hil-train", "device=gpu"], "device=gpu: not a torch device"),
-        (["bc", "dataset=x", "eval_env=arm:push"], "'eval_env=arm:push': the environment of bc is env.spec=<spec>, "
-                                                   "e.g. env.spec=arm:push"),
+        (["bc", "dataset=x", "env=arm:push"], "'env=arm:push': the environment of bc is env.spec=<spec>, "
+                                              "e.g. env.spec=arm:push"),
+        (["hil-train", "--run-dir", "x"], "unknown option '--run-dir'; settings are key=value (see robot-rl hil-train"),
     ],
 )
 def test_one_line_errors_of_the_unified_keys(capsys, args, expected):
@@ -379,22 +342,22 @@ def test_robot_commands_without_the_bridge_extra_say_how_to_install_it(capsys, m
     assert code == 2 and "(grpcio 1.48.2 is older than 1.85)" in err, err
 
 
-def test_finetune_takes_train_steps_and_steps_in_both_recipes():
-    from robot_rl.cli import _finetune_steps
+def test_finetune_takes_train_steps_and_steps_with_every_method():
+    from robot_rl.cli.finetune import _loop_spelling
 
-    # fine-tuning a BC policy (FinetuneConfig: top-level steps) ...
-    assert _finetune_steps(["experiment=residual_push", "train.steps=7", "train.eval_every=3"]) == [
+    # the policy methods (FinetuneConfig: top-level steps) ...
+    assert _loop_spelling(["experiment=residual_push", "train.steps=7", "train.eval_every=3"], "") == [
         "experiment=residual_push", "steps=7", "eval_every=3"]
-    # ... and offline-to-online SAC (TrainConfig: train.steps)
-    assert _finetune_steps(["experiment=wsrl_push", "steps=7", "seed=0,1"]) == [
+    # ... and wsrl (TrainConfig: train.steps)
+    assert _loop_spelling(["experiment=wsrl_push", "steps=7", "seed=0,1"], "train.") == [
         "experiment=wsrl_push", "train.steps=7", "seed=0,1"]
 
 
 def test_text_keys_take_the_text_as_typed():
     """YAML would read a token 0123 as the octal number 83; a text key keeps what was typed."""
-    from robot_rl.cli import _parse_args
+    from robot_rl.cli.common import parse_args as _parse_args
+    from robot_rl.cli.deploy import DeployArgs
     from robot_rl.collect import CollectArgs
-    from robot_rl.hil.cli import DeployArgs
 
     a = _parse_args(DeployArgs, ["token=0123", "out=1e3", "episodes=3", "teleop=null"], "deploy")
     assert (a.token, a.out, a.episodes, a.teleop) == ("0123", "1e3", 3, None)
@@ -402,21 +365,40 @@ def test_text_keys_take_the_text_as_typed():
     assert (c.env.spec, c.task, c.noise) == ("arm:reach", "true", 0.5)
 
 
-def test_finetune_tells_the_two_schemas_apart_by_the_saved_config(tmp_path):
-    from robot_rl.cli import _fine_tunes_a_policy
+def test_finetune_takes_the_method_from_the_command_line_or_the_runs_record(tmp_path, capsys):
+    """No guessing from config.yaml's keys: method=, the preset's method, wsrl by default; on resume= the run's
+    run.json, and a run without one is one line saying what to pass."""
+    import json
 
-    policy_run, sac_run = tmp_path / "policy", tmp_path / "sac"
-    policy_run.mkdir(), sac_run.mkdir()
-    (policy_run / "config.yaml").write_text("method: dsrl\nsteps: 100\nenv:\n  spec: arm:push\n")
-    (sac_run / "config.yaml").write_text("seed: 0\n# method: in a comment\ntrain:\n  steps: 100\n")
-    assert _fine_tunes_a_policy([f"resume={policy_run}"]) and not _fine_tunes_a_policy([f"resume={sac_run}"])
-    assert _fine_tunes_a_policy([f"resume={policy_run}", "train.steps=200"])
+    from robot_rl.cli.finetune import choose_method
+
+    assert choose_method(["method=dsrl", "base_policy=x"]) == "dsrl"
+    assert choose_method(["experiment=reinflow_push"]) == "reinflow"
+    assert choose_method(["experiment=wsrl_push"]) == choose_method(["data.path=d", "offline.steps=5"]) == "wsrl"
+    policy_run, sac_run, old_run = tmp_path / "policy", tmp_path / "sac", tmp_path / "old"
+    for run, record in ((policy_run, {"command": "finetune", "method": "dsrl"}),
+                        (sac_run, {"command": "train", "method": "sac"}), (old_run, None)):
+        run.mkdir()
+        (run / "config.yaml").write_text("method: dsrl\nsteps: 100\n")
+        if record:
+            (run / "run.json").write_text(json.dumps(record))
+    assert choose_method([f"resume={policy_run}", "train.steps=200"]) == "dsrl"
+    assert choose_method([f"resume={old_run}", "method=dsrl"]) == "dsrl"
+    for args, expected in (
+        ([f"resume={old_run}"], f"{old_run} has no run.json saying which method wrote it: resume it with method=<wsrl|"),
+        ([f"resume={sac_run}"], f"{sac_run} is a train run: resume it with robot-rl train resume={sac_run}"),
+        ([f"resume={policy_run}", "method=residual"], "is a method=dsrl run; resume it without method=residual"),
+        (["method=ppo"], "method=ppo: choose one of wsrl, residual, dsrl, reinflow, dppo"),
+        (["base_policy=x", "env.spec=arm:push"], "base_policy= is read by method=<residual|dsrl|reinflow|dppo>"),
+    ):
+        code, _, err = _run(capsys, "finetune", *args)
+        assert code == 2 and err.count("\n") == 1 and expected in err, err
 
 
 def test_the_run_header_counts_one_critic_in_the_singular() -> None:
     """The default agent now runs one critic on Pendulum, `make train`'s task: its header said "1 critics"."""
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.cli import _describe_agent
+    from robot_rl.cli.train import _describe_agent
 
     one = _describe_agent(SACConfig(network="hyper", num_atoms=101, num_critics=1))
     assert "critic (101-atom): 1 critic, UTD" in one and "critics" not in one
@@ -426,7 +408,7 @@ def test_the_run_header_counts_one_critic_in_the_singular() -> None:
 def test_the_run_header_names_the_precision() -> None:
     """A compile + bf16 run and an fp32 one printed the same header, so a log did not say which was measured."""
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.cli import _describe_agent
+    from robot_rl.cli.train import _describe_agent
 
     assert _describe_agent(SACConfig(network="mlp")).endswith(", fp32")
     assert _describe_agent(SACConfig(network="mlp", bf16=True, compile=True)).endswith(", bf16, compiled")
