@@ -82,7 +82,7 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
     [
         (["method=dsrl", "base_policy=MLP"], "dsrl steers a diffusion or flow policy"),
         (["method=reinflow", "base_policy=MLP"], "reinflow fine-tunes a flow policy"),
-        (["method=ppo", "base_policy=MLP"], "method must be one of residual, dsrl, reinflow, dppo"),
+        (["method=ppo", "base_policy=MLP"], "method=ppo: choose one of wsrl, residual, dsrl, reinflow, dppo"),
         (["method=residual", "base_policy=nowhere"], "base_policy nowhere does not exist"),
         (["method=residual", "base_policy=ACTOR"], "is a ActorPolicy; fine-tuning starts from a behaviour-cloning"),
         (["method=residual", "base_policy=MLP", "residual.scal=0.1"], "residual.scal"),
