@@ -79,11 +79,13 @@ def setting(overrides: list[str], key: str) -> str | None:
 
 
 def slug(spec: str) -> str:
+    """A run directory name from an env spec (`dmc:cartpole-swingup` -> `cartpole-swingup`): no colons or slashes."""
     name = spec.split(":", 1)[-1].lower()
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
 def default_run_dir(name: str) -> Path:
+    """`runs/<date>_<name>`: dated, so runs started without `run_dir=` never collide."""
     return Path("runs") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{name}"
 
 
@@ -96,6 +98,7 @@ def new_run_dir(run_dir: str | None, name: str) -> Path:
 
 
 def resumable(run_dir: Path) -> None:
+    """A run can only be resumed from its latest.pt: say so before anything is built."""
     if not (run_dir / "checkpoints" / "latest.pt").is_file():
         raise UserError(f"{run_dir} has no checkpoints/latest.pt to resume from; start it again instead")
 
@@ -150,8 +153,9 @@ def parse_args(cls: type, args: list[str], command: str) -> Any:
     token or path such as 0123 stays 0123."""
     from omegaconf import OmegaConf
 
-    from robot_rl.config import _keys_under
+    from robot_rl.config import _keys_under, renamed_agent_overrides
 
+    args = renamed_agent_overrides(args)  # hil-train's agent.<old flat key>, as train's and finetune's
     check_overrides(args, command)
     text_keys = {}
     parsed = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,7 +194,8 @@ def _check_bridge(command: str) -> None:
                         f"pip install -c constraints.txt -e '.[robot]'  (or pip install 'robot-rl[robot]')")
 
 
-def robot_command(name: str, summary: str, what: str, keys: Any, run: Any, examples: list[str]) -> Command:
+def robot_command(name: str, summary: str, what: str, keys: Callable[[], type], run: Callable[[Any], int],
+                  examples: list[str]) -> Command:
     """The `Command` of a robot command: `keys()` is its dataclass, `run(parsed keys)` runs it."""
 
     def run_command(args: list[str]) -> int:

@@ -22,3 +22,12 @@ def test_every_command_has_a_help_page(capsys, name):
     assert out.startswith(f"usage: robot-rl {name}") and "Keys" in out
     for example in COMMANDS[name].examples[:1]:
         assert example.split("  #")[0].rstrip() in out, example
+
+
+def test_the_robot_commands_name_the_bridges_token_variable():
+    """cli/robot.py names it itself, so that `robot-rl --help` imports no gRPC; it must stay the bridge's."""
+    from robot_rl.real.guard import TOKEN_ENV as BRIDGE_TOKEN_ENV
+
+    from robot_rl.cli.robot import TOKEN_ENV
+
+    assert TOKEN_ENV == BRIDGE_TOKEN_ENV
