@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass
 from functools import cache
 
-from robot_rl.cli.robot import TELEOP_DEVICES, CommandError, RobotArgs, robot_command
+from robot_rl.cli.robot import TELEOP_DEVICES, RobotArgs, robot_command
 from robot_rl.fields import help_field as _help
 
 # The arm presets' SAC settings (configs/experiment/rlpd_push.yaml and friends) but their gamma of 0.95: on the
@@ -100,13 +100,14 @@ def hil_train_args() -> type:
 
 def hil_train(args: HilTrainArgs) -> int:
     """Human-in-the-loop RL (HIL-SERL): a learning policy, an operator who takes over, interventions into the
-    online and the prior buffer."""
-    from robot_rl.hil import cli
+    online and the prior buffer; the run is `robot_rl.hil.run.HilTrainer` (on Ctrl-C or SIGTERM it holds the robot,
+    saves and raises KeyboardInterrupt: exit 130, as for every robot command)."""
+    from robot_rl.hil.run import HilTrainer
 
-    try:  # until the run moves to robot_rl.hil.run
-        return cli.hil_train(args)
-    except cli.CommandError as e:
-        raise CommandError(str(e)) from None
+    trainer = HilTrainer(args)
+    print(trainer.header(), flush=True)
+    trainer.run()
+    return 0
 
 
 COMMAND = robot_command(

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field, make_dataclass
-from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -490,191 +487,14 @@ def teleop(args: TeleopArgs) -> int:
 # -- hil-train ------------------------------------------------------------------------------------------------
 def hil_train(args: HilTrainArgs) -> int:
     """Human-in-the-loop RL (HIL-SERL): a learning policy, an operator who takes over, interventions into the
-    online and the prior buffer."""
-    if args.device.split(":", 1)[0] in TELEOP_DEVICES:
-        raise CommandError(f"device= is the torch device of the learner (cpu, cuda); the operator's device is "
-                           f"teleop={args.device}")
-    import numpy as np
-    import torch
+    online and the prior buffer; the run is `robot_rl.hil.run.HilTrainer` (on Ctrl-C or SIGTERM it holds the robot,
+    saves and raises KeyboardInterrupt, exit 130 as for every robot command)."""
+    from robot_rl.hil.run import HilTrainer
 
-    from robot_rl.device import check_torch_device
-
-    check_torch_device(args.device)
-
-    from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, build_policy, load_acting_weights
-    from robot_rl.hil.session import Session
-
-    torch.set_num_threads(args.threads)
-    if not (math.isfinite(args.intervention_penalty) and args.intervention_penalty >= 0):
-        raise CommandError(f"intervention_penalty must be a finite number >= 0, got {args.intervention_penalty}")
-    client = _client(args)
-    spec = client.spec()
-    cameras = _learner_cameras(args.pixels, spec)
-    try:
-        reward = _learned_reward(args, spec)
-    except CommandError:
-        client.close()
-        raise
-    run_dir = Path(args.run_dir or f"runs/{datetime.now():%Y-%m-%d_%H-%M-%S}_hil_{spec.name.replace(':', '_')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sac = args.agent
-    capacity, prior_capacity = _CAPACITY[bool(cameras)]
-    mirror = args.mirror_demos or args.mirror_online
-    if mirror and not spec.mirror_state_sign:
-        key = "mirror_demos" if args.mirror_demos else "mirror_online"
-        client.close()
-        raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
-                           f"task=push or pick_place does): set {key}=false")
-    cfg = LearnerConfig(obs_dim=spec.state_dim, action_dim=spec.action_dim, sac=sac, utd=args.updates_per_transition,
-                        learning_starts=args.learning_starts, seed=args.seed, device=args.device,
-                        demo_path=args.demos, cameras=cameras, capacity=args.capacity or capacity,
-                        prior_capacity=args.prior_capacity or prior_capacity, mirror_demos=args.mirror_demos,
-                        mirror_online=args.mirror_online,
-                        mirror_state_sign=list(spec.mirror_state_sign) if mirror else [],
-                        mirror_action_sign=list(spec.mirror_action_sign) if mirror else [],
-                        mirror_cameras=[f"pixels/{name}" for name in spec.mirror_cameras] if mirror else [])
-    from robot_rl.policies.encoders import BackboneWeightsError, load_backbone
-
-    try:
-        sac.validate()
-        cfg.validate()
-        if cameras and sac.encoder == "pretrained":  # here, before a learner (maybe a Ray actor) tries to load it
-            load_backbone(sac.encoder_weights, sac.encoder_backbone)
-    except BackboneWeightsError as e:
-        raise CommandError(f"agent.encoder_weights: {e}") from None
-    except ValueError as e:
-        raise CommandError(str(e)) from None
-
-    torch.manual_seed(args.seed)
-    actor = build_policy(cfg)  # the actor, or from cameras actor + encoder (an ActorPolicy)
-
-    def policy(obs: Any) -> Any:
-        if cameras:  # the observation dict: state and every camera group the learner reads, uint8 frames
-            # np.array copies: decoded frames are read-only views, which torch will not wrap
-            batch = {k: torch.from_numpy(np.array(obs[k]))[None] for k in ("state", *cameras)}
-            batch["state"] = batch["state"].float()
-            return actor.act(batch)[0].numpy()
-        if isinstance(obs, dict):  # a robot with cameras, learning from the state only (pixels=false)
-            obs = obs["state"]
-        with torch.no_grad():
-            return actor(torch.as_tensor(obs, dtype=torch.float32)[None])[0][0].numpy()
-
-    def load(weights: dict[str, Any]) -> None:
-        load_acting_weights(actor, weights)  # after the first weights, all but a pretrained encoder's frozen backbone
-
-    from robot_rl import checkpoint
-    from robot_rl.hil.method import COLUMNS, HILMethod
-    from robot_rl.runner import Runner, RunSettings
-
-    resume = (run_dir / "checkpoints" / "latest.pt").is_file()
-    learner, handle = None, None
-    if args.distributed:
-        import ray
-
-        from robot_rl.hil.distributed import RayLink, connect_learner, start_learner
-
-        if args.ray_address is None:
-            # Ray runs its workers at niceness 15, so a learner started here got what CPU the robot loop and every
-            # other process left: 385 updates for 1,975 transitions beside two training runs on 2 cores, where the
-            # learner in this process made 1,720. A cluster joined by ray_address keeps its own setting.
-            os.environ.setdefault("RAY_worker_niceness", "0")
-        try:
-            ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False,
-                     ignore_reinit_error=True, namespace="robot-rl")
-        except Exception as e:  # Ray raises a bare Exception when its node does not come up
-            raise CommandError(f"could not start or join Ray ({args.ray_address or 'local'}): {e}") from None
-        # Keep this handle for the whole run: a non-detached Ray actor dies when its last handle goes away.
-        handle = start_learner(args.learner_name, cfg, run_dir / "learner", namespace="robot-rl")
-        # Wait for it to answer before the control loop starts: a learner takes seconds to come up, longer
-        # than the link's call deadline.
-        connect_learner(args.learner_name, "robot-rl", timeout_s=120.0)
-        link: Any = RayLink(args.learner_name, "robot-rl", handle=handle)
-        mode = f"learner on Ray ({args.learner_name}, {args.device})"
-    else:
-        from robot_rl.datasets import DatasetError
-        from robot_rl.replay import ReplayMemoryError
-
-        try:
-            learner = HILLearner(cfg)
-        except (ReplayMemoryError, DatasetError) as e:  # a buffer too big, a demo dataset that does not fit
-            raise CommandError(str(e)) from None
-        legacy = run_dir / "learner.pt"  # what hil-train saved before it ran in the Runner
-        if not resume and legacy.is_file():
-            learner.load_state_dict(checkpoint.load(legacy))
-            print(f"resumed the learner from {legacy} ({learner.transitions:,} transitions)")
-        link = LocalLink(learner)
-        mode = "learner in this process"
-    if cameras:
-        mode += "; from cameras " + ", ".join(f"{g} {h}x{w}" for g, (h, w, _) in cameras.items())
-    if reward is not None:
-        mode += f"; reward from the classifier {args.reward_classifier}"
-    device = _teleop(args, spec.name, {"mode": "takeover"})
-    writer = None if not args.record else _writer(str(run_dir / "episodes"), spec, True, spec.name, bool(cameras))
-    session = Session(client, policy=policy, policy_loader=load, teleop=device, link=link, writer=writer,
-                      rewind=args.rewind, metrics_path=run_dir / "hil_metrics.csv", task=spec.name,
-                      link_cameras=tuple(cameras), reward_model=reward,
-                      intervention_penalty=args.intervention_penalty)
-
-    def hold() -> None:
-        try:
-            client.step(None)
-        except Exception:  # the robot side holds by itself when commands stop (its watchdog)
-            pass
-
-    method = HILMethod(session, actor, cfg, learner, hold)
-    settings = RunSettings(
-        steps=args.steps, eval_every=args.log_every, seed=args.seed, command="hil-train", title=f"hil-train {spec.name}",
-        checkpoint_every=args.steps, checkpoint_every_s=args.checkpoint_every_s, score="autonomous_success",
-        score_tiebreak_lower="intervention_rate", means_on_host=True, columns=COLUMNS,
-        resume_hint=f"the same command with run_dir={run_dir}",
-    )
-    try:
-        runner = Runner(method, None, run_dir, args, settings, resume=resume)
-    except checkpoint.CheckpointError as e:
-        raise CommandError(f"{run_dir / 'checkpoints' / 'latest.pt'}: {e}") from None
-    session.log = runner.progress.message
-    print(f"hil-train on {spec.name} at {spec.control_hz:g} Hz for {args.steps:,} steps ({mode}; operator: "
-          f"{args.teleop or 'none'}); run directory {run_dir}", flush=True)
-    interrupted = False
-    try:
-        with sigterm_as_interrupt():
-            _connect(device)
-        runner.run()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runner held the robot and saved the run
-        interrupted = True
-    finally:
-        hold()
-        if device is not None:
-            device.disconnect()
-        if writer is not None:
-            writer.close()
-        if args.distributed:
-            _stop_ray_learner(link, handle)
-        client.close()
-    return 130 if interrupted else 0
-
-
-def _learner_cameras(pixels: bool | None, spec: Any) -> dict[str, list[int]]:
-    """The camera groups hil-train's learner reads (group -> [H, W, 3], at the sizes the robot serves): all of the
-    robot's unless pixels=false; pixels=true on a robot without cameras is one line saying what to do."""
-    if pixels is False:
-        return {}
-    if pixels and not spec.cameras:
-        raise CommandError(f"pixels=true: {spec.name} serves no cameras; serve them (simulated arm: serve-robot "
-                           "pixels=true pixel_size=[84,84]; other drivers: driver_args.cameras) or set pixels=false "
-                           "to learn from the state")
-    return {c.group: list(c.shape) for c in spec.cameras}
-
-
-def _stop_ray_learner(link: Any, handle: Any) -> None:
-    import ray
-
-    link.flush()
-    try:
-        ray.get(handle.stop.remote(save=True), timeout=60)
-    except Exception as e:  # the learner may already be gone; its last periodic checkpoint stands
-        print(f"warning: could not stop the learner cleanly: {e}", file=sys.stderr)
-    ray.shutdown()
+    trainer = HilTrainer(args)
+    print(trainer.header(), flush=True)
+    trainer.run()
+    return 0
 
 
 # -- deploy ---------------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ import contextlib
 import csv
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -278,23 +277,31 @@ def test_deploy_refuses_a_camera_policy_the_robot_cannot_feed_with_one_line(tmp_
         assert len(err.splitlines()) == 1
 
 
-def test_hil_train_picks_up_a_learner_saved_by_the_old_hil_train(robot_server, tmp_path, capsys):
-    """Before hil-train ran in the Runner it saved `<run_dir>/learner.pt` (the bare learner state); the same
-    command must still continue from such a run rather than start over."""
+def test_hil_trainer_resumes_at_the_checkpoints_step_and_releases_the_robot(robot_server, tmp_path, capsys):
+    """`HilTrainer` (robot_rl.hil.run), the run hil-train builds: a second one on the same run_dir continues from
+    the first's checkpoint (its step count, the learner's transitions, the best score) before it runs a step, runs
+    only the steps left, and logs on from there; each closes its channel when it ends."""
     from robot_rl import checkpoint
+    from robot_rl.cli.hil_train import hil_train_args
+    from robot_rl.hil.run import HilTrainer
 
     run = tmp_path / "hil"
-    args = ["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"run_dir={run}",
-            "learning_starts=20", "agent.batch_size=16", "agent.hidden_dims=[32,32]", "record=false"]
-    assert main([*args, "steps=40"]) == 0
+    keys = dict(robot=robot_server, token=TOKEN, step_timeout_s=5, run_dir=str(run), learning_starts=1000,
+                record=False, teleop_args={"patience": 3, "takeover_steps": 5})
+    first = HilTrainer(hil_train_args()(steps=30, **keys))
+    assert first.env_steps == 0 and first.run()["env_steps"] >= 30
     saved = checkpoint.load(run / "checkpoints" / "latest.pt")
-    checkpoint.atomic_save({**saved["learner"], **saved["replay"]}, run / "learner.pt")  # the old layout
-    shutil.rmtree(run / "checkpoints")
-    capsys.readouterr()
-    assert main([*args, "steps=20"]) == 0
-    transitions = saved["learner"]["counters"]["transitions"]
-    assert f"resumed the learner from {run / 'learner.pt'} ({transitions:,} transitions)" in capsys.readouterr().out
-    assert checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]["transitions"] > transitions
+    steps = saved["hil"]["env_steps"]
+    second = HilTrainer(hil_train_args()(steps=steps + 20, **keys))
+    assert second.env_steps == steps and second.method.learner.transitions == saved["learner"]["counters"]["transitions"]
+    assert second.best_score == saved["best_score"] and second.evals == 1
+    assert second.run()["env_steps"] >= steps + 20
+    assert f"resumed {run} at step {steps:,}" in capsys.readouterr().out
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert int(rows[0]["env_step"]) == steps and int(rows[1]["env_step"]) >= steps + 20
+    for trainer in (first, second):
+        with pytest.raises(ValueError):  # grpc's closed channel
+            trainer.client.step(None)
 
 
 def test_serve_robot_with_cameras_says_so_and_bad_keys_are_one_line(capsys, monkeypatch):
