@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import OptimiserConfig
 from robot_rl.device import cpu_has_native_bf16
 from robot_rl.trainer import Trainer
 
@@ -38,8 +38,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads, the same for both libraries")
     p.add_argument("--device", default="cpu", help="torch device of both libraries' learners (cpu, cuda)")
     p.add_argument("--out", type=Path, default=None, help="also write this part's figures to a JSON file")
-    p.add_argument("--compile", action="store_true", help="add rows for robot_rl with agent.compile=true")
-    p.add_argument("--bf16", action="store_true", help="add rows for robot_rl with agent.bf16=true")
+    p.add_argument("--compile", action="store_true", help="add rows for robot_rl with agent.optimiser.compile=true")
+    p.add_argument("--bf16", action="store_true", help="add rows for robot_rl with agent.optimiser.bf16=true")
     return p
 
 
@@ -324,9 +324,9 @@ def first_row_at(metrics_csv: Path, threshold: float) -> dict[str, str] | None:
 
 
 def variants(args: argparse.Namespace) -> tuple[dict[str, list[str]], list[str]]:
-    """robot_rl variants to measure: fp32 always, plus --compile / --bf16 where SACConfig has the switch.
+    """robot_rl variants to measure: fp32 always, plus --compile / --bf16 where the agent's optimiser group has the switch.
     Returns {name: extra overrides} and the names asked for but not available in this checkout."""
-    fields = {f.name for f in dataclasses.fields(SACConfig)}
+    fields = {f.name for f in dataclasses.fields(OptimiserConfig)}
     asked = [name for name in ("compile", "bf16") if getattr(args, name, False)]
-    found = {"fp32": []} | {name: [f"agent.{name}=true"] for name in asked if name in fields}
+    found = {"fp32": []} | {name: [f"agent.optimiser.{name}=true"] for name in asked if name in fields}
     return found, [name for name in asked if name not in fields]

@@ -1,7 +1,7 @@
 """What one HIL weight sync costs an actor's control loop, with a frozen pretrained backbone; one thread.
 
 Why: `hil-train` hands the actor new acting weights whenever the learner updated (in process: at nearly every
-control tick; over Ray: every `sync_every_s`). With `agent.encoder=pretrained` those weights held the frozen ResNet
+control tick; over Ray: every `sync_every_s`). With `agent.encoder.kind=pretrained` those weights held the frozen ResNet
 under every camera, although it never changes; copying and loading it took a large part of a 20 Hz tick. Since
 2026-11-27 the links send it to an actor once (`HILLearner.actor_state(frozen=False)` afterwards). This measures
 both, interleaved in rounds on the same learner: the bytes of one sync and the milliseconds of making it
@@ -20,7 +20,7 @@ import torch
 from robot_rl.policies.encoders import ResNetBackbone
 
 from bench import common
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import EncoderConfig, SACConfig
 from robot_rl.hil.learner import HILLearner, LearnerConfig, build_policy, load_acting_weights
 
 STATE, ACTIONS = 7, 4
@@ -33,7 +33,7 @@ def run(size: int, rounds: int, calls: int) -> dict[str, Any]:
         for arch in ("resnet10", "resnet18"):
             weights = Path(tmp) / f"{arch}.pt"
             torch.save(ResNetBackbone(arch).state_dict(), weights)  # random values: the cost does not depend on them
-            sac = SACConfig(encoder="pretrained", encoder_weights=str(weights), encoder_backbone=arch)
+            sac = SACConfig(encoder=EncoderConfig(kind="pretrained", weights=str(weights), backbone=arch))
             cfg = LearnerConfig(obs_dim=STATE, action_dim=ACTIONS, sac=sac, capacity=100, prior_capacity=100,
                                 cameras={c: [size, size, 3] for c in CAMERAS})
             learner, policy = HILLearner(cfg), build_policy(cfg)

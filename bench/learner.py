@@ -63,8 +63,8 @@ def random_replay(device: str) -> ReplayBuffer:
 
 def rlpd_overrides(extra: list[str]) -> list[str]:
     # The agent=rlpd preset, with the figures the benchmark is defined by spelled out.
-    return ["agent=rlpd", f"agent.utd={UTD}", f"agent.batch_size={BATCH}", "agent.num_critics=10",
-            "agent.critic_layer_norm=true", "agent.hidden_dims=[256,256]", *extra]
+    return ["agent=rlpd", f"agent.optimiser.utd={UTD}", f"agent.optimiser.batch_size={BATCH}", "agent.critic.num=10",
+            "agent.network.critic_layer_norm=true", "agent.network.hidden_dims=[256,256]", *extra]
 
 
 def bench_ours(device: str, extra: list[str], quick: bool, replay: Any) -> dict[str, Any]:

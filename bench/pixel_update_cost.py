@@ -6,9 +6,9 @@ it. The setting is `experiment=reach_pixels` (`arm:reach-pixels`: two cameras pl
 
 * `conv 3x16` (the preset's CPU-sized DrQ encoder), `conv 4x32` (DrQ's own size, 50 features), both trained by
   the critic loss with random shifts;
-* `pretrained resnet10`: HIL-SERL's frozen ResNet-10 under a learned pooling (`agent.encoder=pretrained`; random
+* `pretrained resnet10`: HIL-SERL's frozen ResNet-10 under a learned pooling (`agent.encoder.kind=pretrained`; random
   weights in a file made here, the cost does not depend on their values), with random shifts, and with
-  `agent.cache_embeddings=true` (no shifts; the replay holds the backbone's features, so updates skip it).
+  `agent.encoder.cache_embeddings=true` (no shifts; the replay holds the backbone's features, so updates skip it).
 
 The peer is SB3's SAC with `MultiInputPolicy` at its defaults (a NatureCNN per camera, separate feature extractors
 for actor and critic), given the same batch size and 48x48 frames; its replay stores each frame twice (obs and
@@ -39,10 +39,10 @@ STATE, ACTIONS, EPISODE = 7, 4, 50
 CAMERAS = ("pixels/front", "pixels/wrist")
 VARIANTS = {
     "conv 3x16 (reach_pixels)": [],
-    "conv 4x32 (DrQ size)": ["agent.encoder_channels=32", "agent.encoder_layers=4", "agent.encoder_feature_dim=50"],
-    "pretrained resnet10 (frozen)": ["agent.encoder=pretrained", "agent.encoder_weights={weights}"],
-    "pretrained resnet10, cached embeddings": ["agent.encoder=pretrained", "agent.encoder_weights={weights}",
-                                               "agent.image_shift=0", "agent.cache_embeddings=true"],
+    "conv 4x32 (DrQ size)": ["agent.encoder.channels=32", "agent.encoder.layers=4", "agent.encoder.feature_dim=50"],
+    "pretrained resnet10 (frozen)": ["agent.encoder.kind=pretrained", "agent.encoder.weights={weights}"],
+    "pretrained resnet10, cached embeddings": ["agent.encoder.kind=pretrained", "agent.encoder.weights={weights}",
+                                               "agent.encoder.image_shift=0", "agent.encoder.cache_embeddings=true"],
 }
 
 
@@ -87,7 +87,7 @@ def ours_update(overrides: list[str], size: int) -> tuple[Any, int, int]:
     agent = SAC(STATE, ACTIONS, cfg, cameras={k: (size, size, 3) for k in CAMERAS})
     replay = random_replay(agent, size)
     stored = bytes_per_transition(ObservationPipeline(agent).replay_spec(obs_spec(size)), ACTIONS, frames=CAMERAS, episode_steps=EPISODE)
-    return (lambda: agent.learn(replay)), cfg.batch_size, stored
+    return (lambda: agent.learn(replay)), cfg.optimiser.batch_size, stored
 
 
 def sb3_update(size: int, batch: int) -> tuple[Any, float]:

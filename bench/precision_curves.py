@@ -17,7 +17,7 @@ from typing import Any
 from bench import common
 from robot_rl.config import compose_train_config
 
-VARIANTS = {"fp32": [], "bf16": ["agent.bf16=true"], "compile": ["agent.compile=true"]}
+VARIANTS = {"fp32": [], "bf16": ["agent.optimiser.bf16=true"], "compile": ["agent.optimiser.compile=true"]}
 
 
 def run(variant: str, seed: int, steps: int, threads: int) -> dict[str, Any]:

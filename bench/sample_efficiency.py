@@ -25,7 +25,7 @@ subset a call ran. `--seeds N` runs seeds 0..N-1, `--seed-list 2,0,1` exactly th
 
     python -m bench.sample_efficiency --tasks hopper,walker2d --seeds 5 --jobs 2
     python -m bench.sample_efficiency --report --update-readme
-    python -m bench.sample_efficiency --tasks hopper --libs ours --ours "agent.compile=true agent.bf16=true" \
+    python -m bench.sample_efficiency --tasks hopper --libs ours --ours "agent.optimiser.compile=true agent.optimiser.bf16=true" \
         --out-dir bench/results/sample_efficiency_compile_bf16
 """
 
@@ -278,7 +278,7 @@ def is_default_out(out: Path) -> bool:
 
 def results_path(out: Path, day: datetime.date) -> Path:
     """The day's results file. The default agent's runs (`OUT_DIR`) give `<date>-sample-efficiency.json`; another
-    `--out-dir` (a variant, e.g. `--ours agent.compile=true`) gives `<date>-sample-efficiency-<dir name>.json`, so a
+    `--out-dir` (a variant, e.g. `--ours agent.optimiser.compile=true`) gives `<date>-sample-efficiency-<dir name>.json`, so a
     variant never overwrites the benchmark's file."""
     suffix = "" if is_default_out(out) else f"-{out.name}"
     return RESULTS_DIR / f"{day}-sample-efficiency{suffix}.json"

@@ -27,11 +27,11 @@ def ours_overrides(steps: int, seed: int, threads: int, device: str) -> list[str
     """robot_rl set, key by key, to SB3's SAC defaults (bench/sb3.py: SB3_SAC_DEFAULTS)."""
     return [
         f"env.spec=gym:{ENV_ID}", "env.num_envs=1", "env.num_eval_envs=1",
-        "agent.hidden_dims=[256,256]", "agent.num_critics=2", "agent.num_target_critics=2",
-        "agent.critic_layer_norm=false", "agent.actor_layer_norm=false", "agent.utd=1", "agent.batch_size=256",
-        "agent.gamma=0.99", "agent.n_step=1", "agent.tau=0.005", "agent.actor_lr=3e-4", "agent.critic_lr=3e-4",
-        "agent.temperature_lr=3e-4", "agent.init_temperature=1.0", "agent.target_entropy_scale=1.0",
-        "agent.backup_entropy=true", "agent.critic_weight_decay=0.0",
+        "agent.network.hidden_dims=[256,256]", "agent.critic.num=2", "agent.critic.num_target=2",
+        "agent.network.critic_layer_norm=false", "agent.network.actor_layer_norm=false", "agent.optimiser.utd=1", "agent.optimiser.batch_size=256",
+        "agent.critic.gamma=0.99", "agent.critic.n_step=1", "agent.critic.tau=0.005", "agent.optimiser.actor_lr=3e-4", "agent.optimiser.critic_lr=3e-4",
+        "agent.optimiser.temperature_lr=3e-4", "agent.exploration.init_temperature=1.0", "agent.exploration.target_entropy_scale=1.0",
+        "agent.critic.backup_entropy=true", "agent.optimiser.critic_weight_decay=0.0",
         f"train.learning_starts={LEARNING_STARTS}", "train.replay_capacity=1000000", f"train.steps={steps}",
         f"train.eval_every={common.NEVER}", f"train.checkpoint_every={common.NEVER}", "train.video=false",
         f"seed={seed}", f"threads={threads}", f"device={device}", "quiet=true",

@@ -8,10 +8,10 @@ two hyperspherical critics 128 wide with a 4x inverted bottleneck, 101 atoms, UT
 critics, UTD 1) the same call with one critic update; for SB3's SAC at its defaults (two 256x256 critics, one
 gradient step per env step) `model.train(gradient_steps=1, batch_size=256)`.
 
-Variants of the default agent: fp32 eager (what the benchmark ran), `agent.compile=true` (torch.compile of the
-two losses), `agent.bf16=true` (bfloat16 autocast of the networks), both, and one critic instead of two (SimbaV2's
+Variants of the default agent: fp32 eager (what the benchmark ran), `agent.optimiser.compile=true` (torch.compile of the
+two losses), `agent.optimiser.bf16=true` (bfloat16 autocast of the networks), both, and one critic instead of two (SimbaV2's
 critic on tasks without terminations, where it drops clipped double Q), in fp32 and with compile + bf16, one critic
-update per env step instead of two (`agent.utd=1`), and batches of 16 instead of 256, eager and compiled: there the
+update per env step instead of two (`agent.optimiser.utd=1`), and batches of 16 instead of 256, eager and compiled: there the
 matmuls cost next to nothing, so what remains is the part of the update that does not grow with the batch (op
 dispatch, optimiser steps, weight projections). `--variants` picks some by name. Batches are sampled from a replay of random
 data (the cost does not depend on what is stored). FLOPs are counted on each eager fp32 update
@@ -41,19 +41,19 @@ SIZES = {"hopper": ("Hopper-v5", 11, 3), "walker2d": ("Walker2d-v5", 17, 6), "ha
 BATCH = 256
 VARIANTS = {
     "default fp32": [],
-    "default compile": ["agent.compile=true"],
-    "default bf16": ["agent.bf16=true"],
-    "default compile+bf16": ["agent.compile=true", "agent.bf16=true"],
-    "default, 1 critic": ["agent.num_critics=1", "agent.num_target_critics=1"],
-    "default, 1 critic, compile+bf16": ["agent.num_critics=1", "agent.num_target_critics=1", "agent.compile=true",
-                                        "agent.bf16=true"],
+    "default compile": ["agent.optimiser.compile=true"],
+    "default bf16": ["agent.optimiser.bf16=true"],
+    "default compile+bf16": ["agent.optimiser.compile=true", "agent.optimiser.bf16=true"],
+    "default, 1 critic": ["agent.critic.num=1", "agent.critic.num_target=1"],
+    "default, 1 critic, compile+bf16": ["agent.critic.num=1", "agent.critic.num_target=1", "agent.optimiser.compile=true",
+                                        "agent.optimiser.bf16=true"],
     "agent=sac (UTD 1)": ["agent=sac"],
     # one critic update per env step instead of two (SimbaV2 reports UTD 1 too)
-    "default, UTD 1": ["agent.utd=1"],
+    "default, UTD 1": ["agent.optimiser.utd=1"],
     # at batch 16 the matmuls are nearly free: what is left is the work that does not grow with the batch (op
     # dispatch, optimiser steps, weight projections, target updates), eager and compiled
-    "default fp32, batch 16": ["agent.batch_size=16"],
-    "default compile, batch 16": ["agent.compile=true", "agent.batch_size=16"],
+    "default fp32, batch 16": ["agent.optimiser.batch_size=16"],
+    "default compile, batch 16": ["agent.optimiser.compile=true", "agent.optimiser.batch_size=16"],
 }
 
 
@@ -107,8 +107,8 @@ def run(task: str, rounds: int, calls: int, variants: dict[str, list[str]] | Non
     eager_flops: dict[tuple[str, ...], float] = {}  # compile and bf16 do their eager fp32 twin's matmuls
     for name, overrides in variants.items():
         steps[name], first_call_s[name], cfg = ours_step(overrides, obs_dim, act_dim, replay)
-        configs[name] = {"overrides": overrides, "utd": cfg.utd, "network": cfg.network}
-        eager = tuple(o for o in overrides if o not in ("agent.compile=true", "agent.bf16=true"))
+        configs[name] = {"overrides": overrides, "utd": cfg.optimiser.utd, "network": cfg.network.kind}
+        eager = tuple(o for o in overrides if o not in ("agent.optimiser.compile=true", "agent.optimiser.bf16=true"))
         if eager not in eager_flops:
             step = steps[name] if list(eager) == overrides else ours_step(list(eager), obs_dim, act_dim, replay)[0]
             eager_flops[eager] = count_flops(step)

@@ -71,7 +71,7 @@ def checkpoint_policy(path: Path, env: envs.BatchedEnv, device: str = "cpu") -> 
     else:
         (obs_dim,) = env.observation_spec["state"][0]
         groups = cameras(env.observation_spec)
-    agent = SAC(obs_dim, env.action_dim, SACConfig(**state["config"]["agent"]), device=device, cameras=groups)
+    agent = SAC(obs_dim, env.action_dim, SACConfig.from_dict(state["config"]["agent"]), device=device, cameras=groups)
     try:
         agent.load_state_dict(state["agent"])
     except RuntimeError as e:

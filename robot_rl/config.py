@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from omegaconf import OmegaConf
 
 from robot_rl.agents.calql import CalQLConfig
 from robot_rl.agents.iql import IQLConfig
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import FLAT_KEYS, SACConfig, nest_flat_keys
 from robot_rl.errors import UserError
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import LOGGERS, WANDB_MODES, wandb_missing
@@ -61,7 +62,7 @@ class LoopConfig:
     replay_capacity: int = _help(1_000_000, "replay buffer size in transitions")
     updates_per_step: int | None = _help(
         None,
-        "agent updates (each of agent.utd critic steps) per batched env step; default num_envs, i.e. one per "
+        "agent updates (each of agent.optimiser.utd critic steps) per batched env step; default num_envs, i.e. one per "
         "transition. With hundreds of envs (experiment=gpu_fast) a few large-batch updates per step instead",
     )
     critic_warmup_updates: int = _help(
@@ -71,8 +72,8 @@ class LoopConfig:
     mirror_online: bool = _help(
         False, "also store the mirror image of every online transition where the task declares a symmetry (as "
         "data.mirror does for the prior data): two replay transitions per env step, so the reflections take half of "
-        "train.replay_capacity; camera frames are flipped left to right (with agent.cache_embeddings before the backbone "
-        "sees them)"
+        "train.replay_capacity; camera frames are flipped left to right (with agent.encoder.cache_embeddings before "
+        "the backbone sees them)"
     )
     video: bool = _help(True, "record an MP4 of one evaluation episode at the end of training")
     video_size: list[int] = _help([240, 320], "video height and width")
@@ -102,11 +103,11 @@ class OfflineConfig:
     init: str | None = _help(
         None, "start from the agent of this checkpoint file (e.g. <run>/checkpoints/pretrained.pt) instead: its "
               "weights, optimiser moments and the temperature Cal-QL/CQL learned (after IQL, which learns none, "
-              "agent.init_temperature)"
+              "agent.exploration.init_temperature)"
     )
     freeze_statistics: bool = _help(
-        False, "a pretrained agent keeps its dataset's observation and return statistics online (agent.obs_norm, "
-        "agent.reward_scale), so the WSRL warm-up policy is exactly the pretrained one (experiment=wsrl_reach sets "
+        False, "a pretrained agent keeps its dataset's observation and return statistics online (agent.network.obs_norm, "
+        "agent.critic.reward_scale), so the WSRL warm-up policy is exactly the pretrained one (experiment=wsrl_reach sets "
         "it: with the temperature from 0.001 no dip on reach, bench/results/wsrl_reach_temperature)"
     )
     calql: CalQLConfig = field(default_factory=CalQLConfig)
@@ -262,6 +263,7 @@ def compose_config(config_name: str, schema: type, overrides: list[str]) -> Any:
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
 
+    overrides = renamed_agent_overrides(overrides)
     _check_added_keys(overrides, schema)
     ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
     GlobalHydra.instance().clear()
@@ -282,10 +284,13 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = (), schema: type
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml in it)")
+    overrides = renamed_agent_overrides(overrides)
     for o in overrides:
         if "=" not in o or o.split("=", 1)[0] in {"env", "agent", "experiment"} or o.startswith(("+", "~")):
             raise ConfigError(f"override '{o}' cannot be applied to a saved run; use key=value, e.g. train.steps=50000")
     saved = OmegaConf.load(path)
+    if OmegaConf.is_dict(saved) and OmegaConf.is_dict(saved.get("agent")):  # a run of the release before the groups
+        saved.agent = OmegaConf.create(renamed_agent_section(OmegaConf.to_container(saved.agent), str(path)))
     spec = OmegaConf.select(saved, "env.spec")
     for o in overrides:  # its agent and replay belong to its own task: another task resumed silently (issue 56)
         key, _, value = o.partition("=")
@@ -299,6 +304,44 @@ def load_run_config(run_dir: str | Path, overrides: list[str] = (), schema: type
         raise ConfigError(_one_line(e, schema)) from e
     _validate(obj)
     return obj
+
+
+_NOTED: set[str] = set()
+
+
+def _deprecation_note(text: str, names: str = "name") -> None:
+    """One line on stderr, once per process: a command composes a config more than once (`--help`, seeds)."""
+    if text not in _NOTED:
+        _NOTED.add(text)
+        print(f"robot-rl: note: {text} (the old {names} work{'s' if names == 'name' else ''} until the next "
+              "release)", file=sys.stderr, flush=True)
+
+
+def renamed_agent_overrides(overrides: list[str]) -> list[str]:
+    """`agent.<old flat key>=v` settings as their group keys (`agent.utd=2` -> `agent.optimiser.utd=2`), each with a
+    one-line notice: the old names work for one release, for train, finetune and hil-train alike."""
+    renamed = []
+    for o in overrides:
+        body = o.lstrip("+~")
+        key, eq, value = body.partition("=")
+        group, _, leaf = key.partition(".")
+        if group == "agent" and leaf in FLAT_KEYS:
+            new = f"agent.{FLAT_KEYS[leaf]}"
+            _deprecation_note(f"{key} is now {new}")
+            o = f"{o[: len(o) - len(body)]}{new}{eq}{value}"
+        renamed.append(o)
+    return renamed
+
+
+def renamed_agent_section(agent: dict[str, Any], where: str) -> dict[str, Any]:
+    """A saved or user-written `agent:` section with its old flat keys moved into their groups; one notice names
+    the file and the first old key."""
+    nested, old = nest_flat_keys(agent)
+    if old:
+        more = f" ({len(old) - 1} more flat agent keys there are read as their groups too)" if len(old) > 1 else ""
+        _deprecation_note(f"{where}: agent.{old[0]} is now agent.{FLAT_KEYS[old[0]]}{more}",
+                          "names" if len(old) > 1 else "name")
+    return nested
 
 
 def _check_added_keys(overrides: list[str], schema: type) -> None:

@@ -1,5 +1,5 @@
 """The torch device a run asks for (`device=`), checked before anything is built; and whether this CPU does
-bfloat16 in hardware, which `agent.bf16` needs to be faster rather than many times slower."""
+bfloat16 in hardware, which `agent.optimiser.bf16` needs to be faster rather than many times slower."""
 
 from __future__ import annotations
 
@@ -98,9 +98,9 @@ def bf16_cpu_warning(cpuinfo: str | None = None) -> str | None:
     None. A warning, not an error: the run is correct, only slow, and tests of bf16 must still run anywhere."""
     if cpu_has_native_bf16(cpuinfo) is not False:
         return None
-    return ("agent.bf16=true on a CPU without bfloat16 hardware (no avx512_bf16 or amx_bf16 flag in /proc/cpuinfo): "
+    return ("agent.optimiser.bf16=true on a CPU without bfloat16 hardware (no avx512_bf16 or amx_bf16 flag in /proc/cpuinfo): "
             "its bf16 matmuls are emulated and an update is many times slower than in fp32 (15x measured); set "
-            "agent.bf16=false (fp32), or use a CPU with AVX512-BF16/AMX or a GPU")
+            "agent.optimiser.bf16=false (fp32), or use a CPU with AVX512-BF16/AMX or a GPU")
 
 
 # Below this many env steps torch.compile's first-call compilation (about a minute) eats what bf16 saves.
@@ -115,7 +115,7 @@ def bf16_cpu_hint(device: str, bf16: bool, steps: int, cpuinfo: str | None = Non
     the presets' seeded figures were measured with."""
     if bf16 or steps < BF16_HINT_MIN_STEPS or not device.startswith("cpu") or not cpu_has_native_bf16(cpuinfo):
         return None
-    return ("hint: this CPU multiplies bfloat16 in hardware; agent.compile=true agent.bf16=true made long runs about "
+    return ("hint: this CPU multiplies bfloat16 in hardware; agent.optimiser.compile=true agent.optimiser.bf16=true made long runs about "
             "1.5x faster at the same returns (one critic, HalfCheetah and walker-walk: bench/README.md)")
 
 

@@ -79,7 +79,7 @@ def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[Sav
 
     if "agent" not in state or not ({"agent", "sac"} & config.keys()):
         raise checkpoint.CheckpointError(f"{path} is not a robot-rl training checkpoint or learner.pt")
-    sac = SACConfig(**config.get("agent", config.get("sac")))
+    sac = SACConfig.from_dict(config.get("agent", config.get("sac")))
     env = config.get("env") or {}
     spec = env.get("spec")
     pixels = "encoder" in state["agent"]
@@ -110,7 +110,7 @@ def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tupl
     meta = {"kind": method, "env_spec": (config.get("env") or {}).get("spec"), "base_policy": config["base_policy"]}
     base = load_policy(config["base_policy"], device="cpu")
     if method in ("residual", "dsrl"):
-        sac = SACConfig(**config["agent"])
+        sac = SACConfig.from_dict(config["agent"])
         if method == "residual":
             r = config["residual"]
             actor = actor_policy_kwargs(base.features_dim + base.action_dim, base.action_dim, sac)

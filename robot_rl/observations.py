@@ -3,7 +3,7 @@ steps, the HIL learner's chunks and demos, prior data) hands its transitions to 
 step exists once and a new augmentation is one more `Augmentation`, not a copy in every loop. It feeds the agent's
 running statistics from the transitions as collected (an augmented copy is no new experience; the statistics stay in
 the agent, whose checkpoints and deployed policies carry them), adds each augmentation's image (`Mirror`), then with
-`agent.cache_embeddings` stores each frame's frozen backbone features (`replay_spec`, `for_replay`): the backbone
+`agent.encoder.cache_embeddings` stores each frame's frozen backbone features (`replay_spec`, `for_replay`): the backbone
 runs once per frame, not in every update, and after the augmentations (a feature map cannot be flipped)."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ObservationPipeline:
         self.agent, self.groups = agent, tuple(groups)
         self.online, self.prior = tuple(online), tuple(prior)
         self.copies = 1 + len(self.online)  # replay columns per env: its own, then each augmentation's
-        self.caches = bool(agent.cfg.cache_embeddings) and agent.encoder is not None
+        self.caches = bool(agent.cfg.encoder.cache_embeddings) and agent.encoder is not None
         self._current: Obs | None = None  # with the cache: the stored columns of a vector env's current observations
 
     def replay_spec(self, spec: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict:
@@ -143,7 +143,7 @@ class ObservationPipeline:
         """Consecutive steps of one env (a HIL chunk) and each online augmentation's image of them, the statistics
         fed one step at a time (returns accumulate along them); `online=False`: demonstrations, the prior
         augmentations' images and no statistics."""
-        if online and (self.agent.cfg.obs_norm or self.agent.cfg.reward_scale):
+        if online and (self.agent.cfg.network.obs_norm or self.agent.cfg.critic.reward_scale):
             done = chunk.terminated | chunk.truncated
             for i in range(done.shape[0]):
                 self.agent.observe({"state": chunk.obs["state"][i : i + 1]}, chunk.reward[i : i + 1], done[i : i + 1])

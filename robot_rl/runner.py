@@ -393,7 +393,12 @@ class Runner:
         try:
             self.method.load_state_dict(state.get("method", state))  # "method": fine-tuning runs before the Runner
         except (KeyError, RuntimeError, ValueError) as e:
-            changed = checkpoint.config_changes(state.get("config") or {}, asdict(self.config))
+            saved = state.get("config") or {}
+            if isinstance(saved.get("agent"), dict):  # a checkpoint of the release before the agent's groups
+                from robot_rl.agents.sac import nest_flat_keys
+
+                saved = {**saved, "agent": nest_flat_keys(saved["agent"])[0]}
+            changed = checkpoint.config_changes(saved, asdict(self.config))
             if changed:
                 raise checkpoint.CheckpointError(
                     f"checkpoint does not fit this configuration, changed since the run was saved: {', '.join(changed)}; "

@@ -86,7 +86,7 @@ def build_agent(cfg: TrainConfig, env: envs.BatchedEnv) -> SAC:
     try:
         return SAC(obs_dim, env.action_dim, cfg.agent, device=cfg.device, cameras=camera_groups(env.observation_spec))
     except BackboneWeightsError as e:
-        raise ConfigError(f"agent.encoder_weights: {e}") from None
+        raise ConfigError(f"agent.encoder.weights: {e}") from None
 
 
 class OnlineSAC(MethodDefaults):
@@ -114,8 +114,8 @@ class OnlineSAC(MethodDefaults):
             replay_spec,
             env.action_dim,
             device=cfg.device,
-            gamma=cfg.agent.gamma,
-            n_step=cfg.agent.n_step,
+            gamma=cfg.agent.critic.gamma,
+            n_step=cfg.agent.critic.n_step,
             capacity_key="train.replay_capacity",
             frames=cameras,
             episode_steps=env.max_episode_steps,
@@ -123,14 +123,14 @@ class OnlineSAC(MethodDefaults):
         self.prior: OfflineData | None = None
         self.prior_replay: ReplayBuffer | None = None
         if cfg.data.path:
-            self.prior = OfflineData.load(cfg.data.path, cfg.agent.gamma, cfg.data.max_episodes, cfg.device,
+            self.prior = OfflineData.load(cfg.data.path, cfg.agent.critic.gamma, cfg.data.max_episodes, cfg.device,
                                           cameras=cameras, env_spec=cfg.env.spec)
             self.prior.check_fits(self.agent.obs_dim, self.agent.action_dim, f"dataset {cfg.data.path}",
                                   camera_groups(env.observation_spec))
             # data.mirror's reflections, the statistics, and with cached embeddings the frames as backbone features
             self.prior = self.pipeline.prior_data(self.prior)
             if cfg.data.mix_online:
-                self.prior_replay = self.prior.to_replay(cfg.agent.gamma, cfg.agent.n_step, cfg.device)
+                self.prior_replay = self.prior.to_replay(cfg.agent.critic.gamma, cfg.agent.critic.n_step, cfg.device)
         # A pretrained agent explores with its own policy before learning starts (WSRL warm-up), not uniformly.
         self.pretrained = cfg.offline.steps > 0 or cfg.offline.init is not None
         self.updates_per_step = env.num_envs if cfg.train.updates_per_step is None else cfg.train.updates_per_step
@@ -161,11 +161,11 @@ class OnlineSAC(MethodDefaults):
                 "agent settings as the run that wrote it"
             ) from e
         # IQL never trains the temperature, so an IQL checkpoint from before any online step holds only its run's
-        # agent.init_temperature: this run's applies (it was silently replaced). Cal-QL and CQL learn it as SAC
+        # agent.exploration.init_temperature: this run's applies (it was silently replaced). Cal-QL and CQL learn it as SAC
         # does, and fine-tuning continues from what they learned.
         if state.get("config", {}).get("offline", {}).get("algorithm") == "iql" and not state.get("env_steps"):
             with torch.no_grad():
-                self.agent.log_alpha.fill_(math.log(self.cfg.agent.init_temperature))
+                self.agent.log_alpha.fill_(math.log(self.cfg.agent.exploration.init_temperature))
 
     def start(self, seed: int) -> None:
         self._obs = self.env.reset(seed=seed)
@@ -213,7 +213,7 @@ class OnlineSAC(MethodDefaults):
                         "train_env_success_rate": Episodes(task.float(), done),
                         "train_reward_false_success": Episodes((learned & ~task).float(), done),
                         "train_reward_missed_success": Episodes((task & ~learned).float(), done)}
-        batch_size = cfg.agent.batch_size
+        batch_size = cfg.agent.optimiser.batch_size
         if self.env_steps >= cfg.train.learning_starts and len(self.replay) >= batch_size:
             agent.set_lr_progress(self.env_steps / cfg.train.steps)
             for _ in range(self.updates_per_step):

@@ -60,7 +60,7 @@ class CalQL:
         obs, next_obs, target_next_obs = sac.batch_features(batch)  # a pixel agent's encoder learns from this loss
         target = sac.td_target(batch.reward, batch.discount, next_obs, target_next_obs)
         td_loss, q_data = sac.critic_loss(obs, batch.action, *target)
-        # Q is in the agent's reward units (agent.reward_scale), so the Monte-Carlo bound is scaled the same way
+        # Q is in the agent's reward units (agent.critic.reward_scale), so the Monte-Carlo bound is scaled the same way
         gap, q_ood = self._conservative_gap(obs, next_obs, q_data, mc_return * sac.reward_scale())
         critic_loss = td_loss + self.cfg.cql_alpha * gap.sum()
         sac.step_critic(critic_loss)

@@ -49,9 +49,9 @@ class IQL:
     def __init__(self, sac: SAC, cfg: IQLConfig) -> None:
         cfg.validate()
         self.sac, self.cfg = sac, cfg
-        hidden, ln = sac.cfg.hidden_dims, sac.cfg.critic_layer_norm
+        hidden, ln = sac.cfg.network.hidden_dims, sac.cfg.network.critic_layer_norm
         self.value = mlp(sac.net_dim, 1, hidden, ln).to(sac.device)
-        self.value_opt = torch.optim.Adam(self.value.parameters(), lr=sac.cfg.critic_lr)
+        self.value_opt = torch.optim.Adam(self.value.parameters(), lr=sac.cfg.optimiser.critic_lr)
 
     def update(self, batch: Batch, mc_return: Tensor | None = None) -> dict[str, Tensor]:
         """Value, critic and actor steps on one batch [B]; `mc_return` is unused (same call as Cal-QL)."""

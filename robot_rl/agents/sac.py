@@ -1,43 +1,45 @@
 """Soft actor-critic with the RLPD recipe and the 2025 sample-efficiency recipe, in one agent.
 
-What the RLPD recipe (Ball et al. 2023; SERL, HIL-SERL, WSRL) adds to plain SAC, each a config field below:
-- an ensemble of `num_critics` Q-networks in one batched module; the TD target is the minimum over a random
-  subset of `num_target_critics` target critics (RLPD's "random ensemble distillation" of REDQ);
+What the RLPD recipe (Ball et al. 2023; SERL, HIL-SERL, WSRL) adds to plain SAC, each a config field below
+(`agent.<group>.<key>`: the groups `network` and `encoder` are the deployed policy, the rest belong to training):
+- an ensemble of `critic.num` Q-networks in one batched module; the TD target is the minimum over a random
+  subset of `critic.num_target` target critics (RLPD's "random ensemble distillation" of REDQ);
 - LayerNorm in the critics, so high update-to-data ratios do not blow Q-values up;
-- `utd` critic updates per environment transition, with one actor/temperature update per environment step;
-- a learned temperature with target entropy -|A| (scaled by `target_entropy_scale`);
+- `optimiser.utd` critic updates per environment transition, with one actor/temperature update per environment step;
+- a learned temperature with target entropy -|A| (scaled by `exploration.target_entropy_scale`);
 - n-step returns, computed by the replay buffer, which also hands back the bootstrap discount: 0 after a
   terminal state, gamma^n through time limits (truncation bootstraps).
 
 What the sample-efficient agents of 2025-26 share (SimbaV2, FlashSAC, CrossQ, BRO), each also a field, all on
 in `configs/agent/simba.yaml`, the default of `robot-rl train`:
-- `network=hyper`: residual networks whose features and weights live on the unit sphere (`robot_rl.policies.hyper`),
-  re-projected after every optimiser step, so parameter norms cannot drift at any update ratio;
-- `num_atoms > 1`: a distributional critic, categorical over `num_atoms` returns evenly spaced in
+- `network.kind=hyper`: residual networks whose features and weights live on the unit sphere
+  (`robot_rl.policies.hyper`), re-projected after every optimiser step, so parameter norms cannot drift at any
+  update ratio;
+- `critic.num_atoms > 1`: a distributional critic, categorical over `num_atoms` returns evenly spaced in
   [-v_max, v_max]; the TD target distribution (rewards plus the discounted support) is projected back onto
   the atoms and the critic is trained by cross-entropy (C51's projection; with min-reduction the target is
   the distribution of the target critic whose expected value is lowest);
-- `reward_scale`: rewards divided by a running scale of the discounted return (its standard deviation, but
+- `critic.reward_scale`: rewards divided by a running scale of the discounted return (its standard deviation, but
   at least max|G| / v_max), so returns fit the fixed support on any task;
-- `obs_norm`: running observation normalisation, part of the actor and critic modules (so saved with them);
-- `noise_repeat_max > 1`: time-correlated exploration, each Gaussian noise sample held for a random number
+- `network.obs_norm`: running observation normalisation, part of the actor and critic modules (so saved with them);
+- `exploration.noise_repeat_max > 1`: time-correlated exploration, each Gaussian noise sample held for a random number
   of steps (FlashSAC), which explores further than white noise at the same entropy.
 
 Cameras (DrQ, Kostrikov et al. 2020): given `cameras` (the observation's `pixels` / `pixels/<camera>` groups), SAC
 builds one `ConvEncoder` per camera (cameras see different things: a wrist view and a scene view share little
 at the pixel level, and two small encoders cost the same as one twice as wide), fused with the (normalised)
 proprioceptive `state` by `CameraFusion`; actor and critics then work on the fused features. Sampled frames are
-randomly shifted (`random_shift`, +-`image_shift` pixels) in every encoder pass of an update. Only the critic
+randomly shifted (`random_shift`, +-`encoder.image_shift` pixels) in every encoder pass of an update. Only the critic
 loss trains the encoder (it is in the critic optimiser); the actor sees the critic update's features detached, as
 in DrQ and SAC-AE, where actor gradients through the encoder made learning unstable. The target critics have
-their own encoder copy, Polyak-averaged with them (rate `tau`). State-only agents build none of this and run
-exactly the code they ran before. `encoder=pretrained` (HIL-SERL) swaps each `ConvEncoder` for a `PretrainedEncoder`:
-one frozen ResNet from the user's `encoder_weights` file, shared by the cameras and by the target encoder, under a
-learned spatial pooling and projection per camera, which are all the critic loss trains (with `encoder_readout`,
-a frozen linear readout from the same file in their place, and nothing in the encoder trains). With `cache_embeddings`
-(and no shifts) the replay keeps each frame's backbone features instead of the frame (`robot_rl.observations`).
+their own encoder copy, Polyak-averaged with them (rate `critic.tau`). State-only agents build none of this and run
+exactly the code they ran before. `encoder.kind=pretrained` (HIL-SERL) swaps each `ConvEncoder` for a
+`PretrainedEncoder`: one frozen ResNet from the user's `encoder.weights` file, shared by the cameras and by the
+target encoder, under a learned spatial pooling and projection per camera, which are all the critic loss trains
+(with `encoder.readout`, a frozen linear readout from the same file in their place, and nothing in the encoder
+trains). With `encoder.cache_embeddings` (and no shifts) the replay keeps each frame's backbone features instead of the frame (`robot_rl.observations`).
 
-`update` takes a batch with a leading `utd` dimension and returns metrics as tensors: nothing in it reads a
+`update` takes a batch with a leading `optimiser.utd` dimension and returns metrics as tensors: nothing in it reads a
 value back to the host, so the learner never waits on the device. `observe` is called once per environment
 step (by `robot_rl.observations.ObservationPipeline` where a replay stores the steps): it updates the running
 statistics of observations and returns.
@@ -49,7 +51,9 @@ import copy
 import dataclasses
 import math
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -68,129 +72,216 @@ NETWORKS = ("mlp", "hyper")
 REDUCTIONS = ("min", "mean")
 
 
+# The agent's keys come in groups. `network` and `encoder` are the deployed policy's part: what an exported actor
+# is rebuilt from (`actor_policy_kwargs` reads nothing else); `critic`, `optimiser` and `exploration` belong to
+# training only. A key that matters only with another key's value names that key in its help.
 @dataclass
-class SACConfig:
-    """SAC with the RLPD options and the sample-efficiency options. Defaults are plain SAC, LayerNorm critics."""
+class NetworkConfig:
+    """The actor's and critics' networks, observation normalisation included (it is a part of them)."""
 
-    network: str = _help("mlp", "mlp (hidden_dims, LayerNorm options) or hyper (hyperspherical residual nets)")
-    hidden_dims: list[int] = _help([256, 256], "network=mlp: hidden widths of actor and critics")
-    critic_width: int = _help(256, "network=hyper: critic width (its blocks are 4x wider inside)")
-    critic_blocks: int = _help(1, "network=hyper: residual blocks of each critic")
-    actor_width: int = _help(128, "network=hyper: actor width")
-    actor_blocks: int = _help(1, "network=hyper: residual blocks of the actor")
-    num_critics: int | None = _help(
-        None, "critics in the ensemble (RLPD: 10 for state observations); default (null): 2 (clipped double Q) "
-              "where episodes can terminate, 1 where they end only at a time limit (dm_control), as SimbaV2")
-    num_target_critics: int | None = _help(
-        None, "random subset of target critics the TD target reduces over; default (null): min(2, num_critics)")
-    target_reduce: str = _help("min", "how the TD target combines the subset: min (clipped double Q) or mean")
-    actor_q: str = _help("mean", "what the actor maximises over the ensemble: mean (RLPD) or min")
-    num_atoms: int = _help(1, "1: scalar critics (MSE); >1: categorical critics over this many atoms (network=hyper)")
-    v_max: float = _help(5.0, "categorical support [-v_max, v_max], in scaled-return units")
-    reward_scale: bool = _help(False, "divide rewards by a running scale of the discounted return")
+    kind: str = _help("mlp", "mlp (hidden_dims, LayerNorm options) or hyper (hyperspherical residual nets)")
+    hidden_dims: list[int] = _help([256, 256], "kind=mlp: hidden widths of actor and critics")
+    actor_layer_norm: bool = _help(False, "kind=mlp: LayerNorm after each hidden layer of the actor")
+    critic_layer_norm: bool = _help(True, "kind=mlp: LayerNorm after each hidden layer of the critics")
+    actor_width: int = _help(128, "kind=hyper: actor width")
+    actor_blocks: int = _help(1, "kind=hyper: residual blocks of the actor")
+    critic_width: int = _help(256, "kind=hyper: critic width (its blocks are 4x wider inside)")
+    critic_blocks: int = _help(1, "kind=hyper: residual blocks of each critic")
     obs_norm: bool = _help(False, "normalise observations with running statistics (saved with the networks)")
     obs_norm_preserve: bool = _help(
-        False, "with obs_norm, network=mlp and no cameras: when online statistics move, rewrite the first layer of "
+        False, "with obs_norm, kind=mlp and no cameras: when online statistics move, rewrite the first layer of "
                "the actor and critics so their outputs stay the same (RunningNorm.update_preserving): a pretrained "
                "policy changes only with its updates (WSRL's warm-up then holds it exactly)"
     )
-    critic_layer_norm: bool = _help(True, "network=mlp: LayerNorm after each hidden layer of the critics")
-    actor_layer_norm: bool = _help(False, "network=mlp: LayerNorm after each hidden layer of the actor")
-    utd: int = _help(1, "update-to-data ratio: critic updates per environment transition")
-    batch_size: int = _help(256, "transitions per gradient update")
+
+
+@dataclass
+class EncoderConfig:
+    """Camera tasks only: how each camera's frames become features (state-only agents build none of this)."""
+
+    kind: str = _help("conv", "conv (DrQ's, trained end to end) or pretrained (a frozen ResNet from weights with "
+                              "learned pooling, as HIL-SERL)")
+    feature_dim: int = _help(50, "features per camera from its encoder (DrQ: 50)")
+    channels: int = _help(32, "kind=conv: channels of every conv layer (DrQ: 32)")
+    layers: int = _help(4, "kind=conv: 3x3 conv layers, the first with stride 2 (DrQ: 4)")
+    image_shift: int = _help(4, "random-shift augmentation of sampled frames, in pixels (0: none)")
+    weights: str | None = _help(None, "kind=pretrained: the backbone's local weights file (a torchvision state "
+                                      "dict, .pth or .safetensors; nothing is downloaded)")
+    backbone: str = _help("resnet10", "kind=pretrained: resnet10 (HIL-SERL's) or resnet18")
+    spatial_features: int = _help(8, "kind=pretrained: learned poolings per feature-map channel")
+    readout: bool = _help(False, "kind=pretrained: each camera's features are the frozen linear readout stored in "
+                                 "weights (readout.<camera>.weight/.bias: a perception head trained with the "
+                                 "backbone, e.g. a pose estimator), not a learned pooling; feature_dim = its outputs")
+    cache_embeddings: bool = _help(False, "kind=pretrained, image_shift=0: the replay stores each frame's frozen "
+                                          "backbone features instead of the frame, so updates never run the backbone")
+
+
+@dataclass
+class CriticConfig:
+    """The critic ensemble and the TD target it learns: ensemble, reduction, support, returns."""
+
+    num: int | None = _help(
+        None, "critics in the ensemble (RLPD: 10 for state observations); default (null): 2 (clipped double Q) "
+              "where episodes can terminate, 1 where they end only at a time limit (dm_control), as SimbaV2")
+    num_target: int | None = _help(
+        None, "random subset of target critics the TD target reduces over; default (null): min(2, num)")
+    target_reduce: str = _help("min", "how the TD target combines the subset: min (clipped double Q) or mean")
+    actor_q: str = _help("mean", "what the actor maximises over the ensemble: mean (RLPD) or min")
+    num_atoms: int = _help(1, "1: scalar critics (MSE); >1: categorical critics over this many atoms (network.kind=hyper)")
+    v_max: float = _help(5.0, "num_atoms > 1: categorical support [-v_max, v_max], in scaled-return units")
     gamma: float = _help(0.99, "discount factor")
     n_step: int = _help(1, "n-step returns (RLPD/SERL use 1, 3 or 5)")
-    tau: float = _help(0.005, "Polyak rate of the target critics")
+    tau: float = _help(0.005, "Polyak rate of the target critics (and a pixel agent's target encoder)")
+    reward_scale: bool = _help(False, "divide rewards by a running scale of the discounted return")
+    backup_entropy: bool = _help(True, "include the entropy bonus in the TD target")
+
+
+@dataclass
+class OptimiserConfig:
+    """How the updates run: learning rates and their schedule, regularisers, batch, update ratio, precision."""
+
     actor_lr: float = _help(3e-4, "actor learning rate")
     critic_lr: float = _help(3e-4, "critic learning rate")
     temperature_lr: float = _help(3e-4, "temperature learning rate")
     lr_end_fraction: float = _help(
         1.0, "learning rates fall linearly over the run (robot-rl train: over train.steps) to this fraction of "
              "actor_lr, critic_lr and temperature_lr (SimbaV2: 1e-4 to 3e-5, 0.3); 1: constant")
-    init_temperature: float = _help(1.0, "initial entropy temperature alpha (RLPD uses 0.01-0.1)")
-    target_entropy_scale: float = _help(1.0, "target entropy = -scale * action_dim")
-    backup_entropy: bool = _help(True, "include the entropy bonus in the TD target")
     critic_weight_decay: float = _help(0.0, "AdamW weight decay of the critics")
     bc_weight: float = _help(
         0.0, "with prior data: the actor loss adds bc_weight x mean|Q| x the squared distance between its "
              "deterministic action and the prior data's action, on each batch's prior rows (TD3+BC's scaling; "
              "0: pure RLPD)"
     )
-    noise_repeat_max: int = _help(
-        1, "1: fresh exploration noise every step; >1: hold each noise sample for 1..this many steps (FlashSAC)"
-    )
-    noise_repeat_exponent: float = _help(2.0, "P(hold k steps) ~ k^-exponent for k = 1..noise_repeat_max")
+    batch_size: int = _help(256, "transitions per gradient update")
+    utd: int = _help(1, "update-to-data ratio: critic updates per environment transition")
     compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
     bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32); on a CPU only with "
                        "AVX512-BF16/AMX (elsewhere its matmuls are emulated, tens of times slower: a warning says so)")
-    encoder: str = _help("conv", "camera tasks: conv (DrQ's, trained end to end) or pretrained (a frozen ResNet "
-                                 "from encoder_weights with learned pooling, as HIL-SERL)")
-    encoder_weights: str | None = _help(None, "encoder=pretrained: the backbone's local weights file (a torchvision "
-                                              "state dict, .pth or .safetensors; nothing is downloaded)")
-    encoder_backbone: str = _help("resnet10", "encoder=pretrained: resnet10 (HIL-SERL's) or resnet18")
-    encoder_spatial_features: int = _help(8, "encoder=pretrained: learned poolings per feature-map channel")
-    encoder_readout: bool = _help(False, "encoder=pretrained: each camera's features are the frozen linear readout "
-                                         "stored in encoder_weights (readout.<camera>.weight/.bias: a perception "
-                                         "head trained with the backbone, e.g. a pose estimator), not a learned "
-                                         "pooling; encoder_feature_dim = its outputs")
-    cache_embeddings: bool = _help(False, "encoder=pretrained, image_shift=0: the replay stores each frame's frozen "
-                                          "backbone features instead of the frame, so updates never run the backbone")
-    encoder_feature_dim: int = _help(50, "camera tasks: features per camera from its encoder (DrQ: 50)")
-    encoder_channels: int = _help(32, "camera tasks: channels of every conv layer (DrQ: 32)")
-    encoder_layers: int = _help(4, "camera tasks: 3x3 conv layers, the first with stride 2 (DrQ: 4)")
-    image_shift: int = _help(4, "camera tasks: random-shift augmentation of sampled frames, in pixels (0: none)")
+
+
+@dataclass
+class ExplorationConfig:
+    """The entropy temperature and the exploration noise."""
+
+    init_temperature: float = _help(1.0, "initial entropy temperature alpha (RLPD uses 0.01-0.1)")
+    target_entropy_scale: float = _help(1.0, "target entropy = -scale * action_dim")
+    noise_repeat_max: int = _help(
+        1, "1: fresh exploration noise every step; >1: hold each noise sample for 1..this many steps (FlashSAC)"
+    )
+    noise_repeat_exponent: float = _help(2.0, "noise_repeat_max > 1: P(hold k steps) ~ k^-exponent for k = 1..max")
+
+
+@dataclass
+class SACConfig:
+    """SAC with the RLPD options and the sample-efficiency options. Defaults are plain SAC, LayerNorm critics.
+
+    `network` and `encoder`: the deployed policy; `critic`, `optimiser`, `exploration`: training only."""
+
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    optimiser: OptimiserConfig = field(default_factory=OptimiserConfig)
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
 
     def validate(self) -> None:
-        """Raise ValueError naming the first bad field."""
+        """Raise ValueError naming the first bad field by its full key (`agent.critic.num`)."""
+        net, enc, critic, opt, exp = self.network, self.encoder, self.critic, self.optimiser, self.exploration
         checks = [
-            (self.network in NETWORKS, f"agent.network must be one of {', '.join(NETWORKS)}"),
-            (self.num_critics is None or 1 <= self.num_critics <= 20, "agent.num_critics must be between 1 and 20"),
-            (self.num_target_critics is None or 1 <= self.num_target_critics <= (self.num_critics or 20),
-             "agent.num_target_critics must be between 1 and agent.num_critics"),
-            (self.target_reduce in REDUCTIONS, f"agent.target_reduce must be one of {', '.join(REDUCTIONS)}"),
-            (self.actor_q in REDUCTIONS, f"agent.actor_q must be one of {', '.join(REDUCTIONS)}"),
-            (self.num_atoms == 1 or 3 <= self.num_atoms <= 1001, "agent.num_atoms must be 1 or in [3, 1001]"),
-            (self.num_atoms == 1 or self.network == "hyper", "agent.num_atoms > 1 needs agent.network=hyper"),
-            (self.v_max > 0, "agent.v_max must be > 0"),
-            (min(self.critic_width, self.actor_width) >= 8, "agent.critic_width and agent.actor_width must be >= 8"),
-            (min(self.critic_blocks, self.actor_blocks) >= 1, "agent.critic_blocks and agent.actor_blocks must be >= 1"),
-            (self.utd >= 1, "agent.utd must be >= 1"),
-            (self.bc_weight >= 0.0, "agent.bc_weight must be >= 0"),
-            (self.batch_size >= 1, "agent.batch_size must be >= 1"),
-            (0.0 < self.gamma <= 1.0, "agent.gamma must be in (0, 1]"),
-            (self.n_step >= 1, "agent.n_step must be >= 1"),
-            (0.0 < self.tau <= 1.0, "agent.tau must be in (0, 1]"),
-            (self.init_temperature > 0, "agent.init_temperature must be > 0"),
-            (0.0 < self.lr_end_fraction <= 1.0, "agent.lr_end_fraction must be in (0, 1]"),
-            (len(self.hidden_dims) >= 1 and all(h > 0 for h in self.hidden_dims),
-             "agent.hidden_dims must be a non-empty list of positive widths"),
-            (self.noise_repeat_max >= 1, "agent.noise_repeat_max must be >= 1"),
-            (self.noise_repeat_exponent > 0, "agent.noise_repeat_exponent must be > 0"),
-            (self.encoder in ENCODERS, f"agent.encoder must be one of {', '.join(ENCODERS)}"),
-            (self.encoder != "pretrained" or bool(self.encoder_weights),
-             "agent.encoder=pretrained needs agent.encoder_weights=<local backbone weights file>"),
-            (self.encoder_backbone in RESNET_BLOCKS, f"agent.encoder_backbone must be one of {', '.join(RESNET_BLOCKS)}"),
-            (self.encoder_spatial_features >= 1, "agent.encoder_spatial_features must be >= 1"),
-            (not self.encoder_readout or self.encoder == "pretrained",
-             "agent.encoder_readout=true needs agent.encoder=pretrained (the readout lives in encoder_weights)"),
-            (not self.cache_embeddings or (self.encoder == "pretrained" and self.image_shift == 0),
-             "agent.cache_embeddings=true needs agent.encoder=pretrained and agent.image_shift=0 (a shifted frame's "
-             "features differ from the cached ones)"),
-            (self.encoder_feature_dim >= 1, "agent.encoder_feature_dim must be >= 1"),
-            (self.encoder_channels >= 1, "agent.encoder_channels must be >= 1"),
-            (self.encoder_layers >= 1, "agent.encoder_layers must be >= 1"),
-            (self.image_shift >= 0, "agent.image_shift must be >= 0"),
-            (not self.obs_norm_preserve or (self.obs_norm and self.network == "mlp"),
-             "agent.obs_norm_preserve=true needs agent.obs_norm=true and agent.network=mlp (the first layer it "
-             "rewrites is a plain linear one)"),
+            (net.kind in NETWORKS, f"agent.network.kind must be one of {', '.join(NETWORKS)}"),
+            (len(net.hidden_dims) >= 1 and all(h > 0 for h in net.hidden_dims),
+             "agent.network.hidden_dims must be a non-empty list of positive widths"),
+            (min(net.critic_width, net.actor_width) >= 8,
+             "agent.network.critic_width and agent.network.actor_width must be >= 8"),
+            (min(net.critic_blocks, net.actor_blocks) >= 1,
+             "agent.network.critic_blocks and agent.network.actor_blocks must be >= 1"),
+            (not net.obs_norm_preserve or (net.obs_norm and net.kind == "mlp"),
+             "agent.network.obs_norm_preserve=true needs agent.network.obs_norm=true and agent.network.kind=mlp (the "
+             "first layer it rewrites is a plain linear one)"),
+            (critic.num is None or 1 <= critic.num <= 20, "agent.critic.num must be between 1 and 20"),
+            (critic.num_target is None or 1 <= critic.num_target <= (critic.num or 20),
+             "agent.critic.num_target must be between 1 and agent.critic.num"),
+            (critic.target_reduce in REDUCTIONS, f"agent.critic.target_reduce must be one of {', '.join(REDUCTIONS)}"),
+            (critic.actor_q in REDUCTIONS, f"agent.critic.actor_q must be one of {', '.join(REDUCTIONS)}"),
+            (critic.num_atoms == 1 or 3 <= critic.num_atoms <= 1001, "agent.critic.num_atoms must be 1 or in [3, 1001]"),
+            (critic.num_atoms == 1 or net.kind == "hyper",
+             "agent.critic.num_atoms > 1 needs agent.network.kind=hyper"),
+            (critic.v_max > 0, "agent.critic.v_max must be > 0"),
+            (0.0 < critic.gamma <= 1.0, "agent.critic.gamma must be in (0, 1]"),
+            (critic.n_step >= 1, "agent.critic.n_step must be >= 1"),
+            (0.0 < critic.tau <= 1.0, "agent.critic.tau must be in (0, 1]"),
+            (opt.utd >= 1, "agent.optimiser.utd must be >= 1"),
+            (opt.bc_weight >= 0.0, "agent.optimiser.bc_weight must be >= 0"),
+            (opt.batch_size >= 1, "agent.optimiser.batch_size must be >= 1"),
+            (0.0 < opt.lr_end_fraction <= 1.0, "agent.optimiser.lr_end_fraction must be in (0, 1]"),
+            (exp.init_temperature > 0, "agent.exploration.init_temperature must be > 0"),
+            (exp.noise_repeat_max >= 1, "agent.exploration.noise_repeat_max must be >= 1"),
+            (exp.noise_repeat_exponent > 0, "agent.exploration.noise_repeat_exponent must be > 0"),
+            (enc.kind in ENCODERS, f"agent.encoder.kind must be one of {', '.join(ENCODERS)}"),
+            (enc.kind != "pretrained" or bool(enc.weights),
+             "agent.encoder.kind=pretrained needs agent.encoder.weights=<local backbone weights file>"),
+            (enc.backbone in RESNET_BLOCKS, f"agent.encoder.backbone must be one of {', '.join(RESNET_BLOCKS)}"),
+            (enc.spatial_features >= 1, "agent.encoder.spatial_features must be >= 1"),
+            (not enc.readout or enc.kind == "pretrained",
+             "agent.encoder.readout=true needs agent.encoder.kind=pretrained (the readout lives in encoder.weights)"),
+            (not enc.cache_embeddings or (enc.kind == "pretrained" and enc.image_shift == 0),
+             "agent.encoder.cache_embeddings=true needs agent.encoder.kind=pretrained and agent.encoder.image_shift=0 "
+             "(a shifted frame's features differ from the cached ones)"),
+            (enc.feature_dim >= 1, "agent.encoder.feature_dim must be >= 1"),
+            (enc.channels >= 1, "agent.encoder.channels must be >= 1"),
+            (enc.layers >= 1, "agent.encoder.layers must be >= 1"),
+            (enc.image_shift >= 0, "agent.encoder.image_shift must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
 
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> SACConfig:
+        """The config of a saved `agent` section (a checkpoint's, a config.yaml's, a preset's), grouped or with the
+        flat keys of the release before the groups: checkpoints written then must still load."""
+        defaults = cls()
+        return cls(**{group: dataclasses.replace(getattr(defaults, group), **keys)
+                      for group, keys in nest_flat_keys(values)[0].items()})
+
+
+# The flat keys of the release before the groups -> their keys in the groups. They work until the next release
+# (`robot_rl.config` maps them with a one-line notice); then this table and `nest_flat_keys` go.
+FLAT_KEYS = {
+    "network": "network.kind", "hidden_dims": "network.hidden_dims", "actor_layer_norm": "network.actor_layer_norm",
+    "critic_layer_norm": "network.critic_layer_norm", "actor_width": "network.actor_width",
+    "actor_blocks": "network.actor_blocks", "critic_width": "network.critic_width",
+    "critic_blocks": "network.critic_blocks", "obs_norm": "network.obs_norm",
+    "obs_norm_preserve": "network.obs_norm_preserve", "encoder": "encoder.kind",
+    "encoder_feature_dim": "encoder.feature_dim", "encoder_channels": "encoder.channels",
+    "encoder_layers": "encoder.layers", "image_shift": "encoder.image_shift", "encoder_weights": "encoder.weights",
+    "encoder_backbone": "encoder.backbone", "encoder_spatial_features": "encoder.spatial_features",
+    "encoder_readout": "encoder.readout", "cache_embeddings": "encoder.cache_embeddings", "num_critics": "critic.num",
+    "num_target_critics": "critic.num_target", "target_reduce": "critic.target_reduce", "actor_q": "critic.actor_q",
+    "num_atoms": "critic.num_atoms", "v_max": "critic.v_max", "gamma": "critic.gamma", "n_step": "critic.n_step",
+    "tau": "critic.tau", "reward_scale": "critic.reward_scale", "backup_entropy": "critic.backup_entropy",
+    "actor_lr": "optimiser.actor_lr", "critic_lr": "optimiser.critic_lr", "temperature_lr": "optimiser.temperature_lr",
+    "lr_end_fraction": "optimiser.lr_end_fraction", "critic_weight_decay": "optimiser.critic_weight_decay",
+    "bc_weight": "optimiser.bc_weight", "batch_size": "optimiser.batch_size", "utd": "optimiser.utd",
+    "compile": "optimiser.compile", "bf16": "optimiser.bf16", "init_temperature": "exploration.init_temperature",
+    "target_entropy_scale": "exploration.target_entropy_scale", "noise_repeat_max": "exploration.noise_repeat_max",
+    "noise_repeat_exponent": "exploration.noise_repeat_exponent",
+}
+
+
+def nest_flat_keys(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """An `agent` section with its old flat keys moved into their groups, and the old keys it had. `network` and
+    `encoder` are old keys only with a text value (the mlp/hyper and conv/pretrained choice)."""
+    nested = {k: dict(v) if isinstance(v, Mapping) else v for k, v in values.items()}
+    old = [k for k in nested if k in FLAT_KEYS and not isinstance(nested[k], Mapping)]
+    moves = [(k, nested.pop(k)) for k in old]  # all out first: `network: hyper` leaves room for its group
+    for key, value in moves:
+        group, leaf = FLAT_KEYS[key].split(".")
+        nested.setdefault(group, {})[leaf] = value
+    return nested, old
+
 
 def resolve_critics(cfg: SACConfig, can_terminate: bool = True) -> SACConfig:
-    """`cfg` with `num_critics` and `num_target_critics` filled in where they are null (the default).
+    """`cfg` with `critic.num` and `critic.num_target` filled in where they are null (the default).
 
     SimbaV2's rule: two critics with clipped double Q (the TD target's minimum over both) on tasks whose episodes
     can terminate, one critic without it where episodes end only at a time limit (its DMC runs). Measured here on
@@ -198,15 +289,15 @@ def resolve_critics(cfg: SACConfig, can_terminate: bool = True) -> SACConfig:
     double Q's pessimism slowed learning there, and one critic also halves the critics' cost; on Hopper, which
     terminates, one critic overestimated and learned a third as much (2 seeds). `can_terminate` is
     the env's (`BatchedEnv.can_terminate`; True where the backend cannot tell). Raises ValueError when an explicit
-    `num_target_critics` exceeds the critics it resolves to.
+    `critic.num_target` exceeds the critics it resolves to.
     """
-    num = cfg.num_critics if cfg.num_critics is not None else (2 if can_terminate else 1)
-    target = cfg.num_target_critics if cfg.num_target_critics is not None else min(2, num)
+    num = cfg.critic.num if cfg.critic.num is not None else (2 if can_terminate else 1)
+    target = cfg.critic.num_target if cfg.critic.num_target is not None else min(2, num)
     if target > num:
-        source = "agent.num_critics" if cfg.num_critics is not None else f"agent.num_critics resolves to {num}"
-        raise ValueError(f"agent.num_target_critics={target} exceeds the {num} critic(s) of this task ({source}); "
-                         "set agent.num_critics too")
-    return dataclasses.replace(cfg, num_critics=num, num_target_critics=target)
+        source = "agent.critic.num" if cfg.critic.num is not None else f"agent.critic.num resolves to {num}"
+        raise ValueError(f"agent.critic.num_target={target} exceeds the {num} critic(s) of this task ({source}); "
+                         "set agent.critic.num too")
+    return dataclasses.replace(cfg, critic=dataclasses.replace(cfg.critic, num=num, num_target=target))
 
 
 def random_subset(num: int, k: int, device: torch.device) -> Tensor:
@@ -298,33 +389,34 @@ def build_actor(
     """The actor `cfg` describes, untrained: the one constructor for the learner and for every process that only
     acts (robot actors, `deploy`), so an actor's weights always load into the network they came from.
 
-    With `cfg.obs_norm` and no `obs_norm` given, the actor gets its own (empty) normaliser, whose statistics
-    then come with the weights.
+    With `cfg.network.obs_norm` and no `obs_norm` given, the actor gets its own (empty) normaliser, whose
+    statistics then come with the weights.
     """
-    if obs_norm is None and cfg.obs_norm:
+    net = cfg.network
+    if obs_norm is None and net.obs_norm:
         obs_norm = RunningNorm(obs_dim)
-    return make_actor(obs_dim, action_dim, cfg.network, cfg.hidden_dims, cfg.actor_layer_norm, cfg.actor_width,
-                      cfg.actor_blocks, obs_norm)
+    return make_actor(obs_dim, action_dim, net.kind, net.hidden_dims, net.actor_layer_norm, net.actor_width,
+                      net.actor_blocks, obs_norm)
 
 
 def actor_policy_kwargs(obs_dim: int, action_dim: int, cfg: SACConfig, action_repeat: int = 1,
                         cameras: dict[str, tuple[int, ...]] | None = None) -> dict:
     """`robot_rl.policies.actor_policy.ActorPolicy` keyword arguments of the actor `cfg` describes: what an
-    exported policy directory stores so that `build_actor`'s network is rebuilt without this config. With
-    `cameras` (a pixel agent's, group -> (H, W, C)) also the agent's encoder, as `SAC.__init__` builds it."""
+    exported policy directory stores so that `build_actor`'s network is rebuilt without this config: the deployed
+    groups only (`network`, and with `cameras`, a pixel agent's group -> (H, W, C), the `encoder` as `SAC.__init__`
+    builds it)."""
+    net, enc = cfg.network, cfg.encoder
     kwargs = {
-        "obs_dim": obs_dim, "action_dim": action_dim, "network": cfg.network, "hidden": list(cfg.hidden_dims),
-        "layer_norm": cfg.actor_layer_norm, "width": cfg.actor_width, "blocks": cfg.actor_blocks,
-        "obs_norm": cfg.obs_norm, "action_repeat": action_repeat,
+        "obs_dim": obs_dim, "action_dim": action_dim, "network": net.kind, "hidden": list(net.hidden_dims),
+        "layer_norm": net.actor_layer_norm, "width": net.actor_width, "blocks": net.actor_blocks,
+        "obs_norm": net.obs_norm, "action_repeat": action_repeat,
     }
     if cameras:
         kwargs.update(cameras={k: list(shape) for k, shape in cameras.items()},
-                      encoder_feature_dim=cfg.encoder_feature_dim, encoder_channels=cfg.encoder_channels,
-                      encoder_layers=cfg.encoder_layers)
-        if cfg.encoder != "conv":  # conv policies keep the config they had before pretrained encoders
-            kwargs.update(encoder=cfg.encoder, encoder_backbone=cfg.encoder_backbone,
-                          encoder_spatial_features=cfg.encoder_spatial_features)
-            if cfg.encoder_readout:
+                      encoder_feature_dim=enc.feature_dim, encoder_channels=enc.channels, encoder_layers=enc.layers)
+        if enc.kind != "conv":  # conv policies keep the config they had before pretrained encoders
+            kwargs.update(encoder=enc.kind, encoder_backbone=enc.backbone, encoder_spatial_features=enc.spatial_features)
+            if enc.readout:
                 kwargs.update(encoder_readout=True)
     return kwargs
 
@@ -357,17 +449,17 @@ class SAC:
         cfg = resolve_critics(cfg)  # where the caller has not (`trainer.build_agent` does, from the env)
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.device = torch.device(device)
-        if cfg.bf16 and self.device.type == "cpu" and (message := bf16_cpu_warning()):
+        net, enc, critic, opt = cfg.network, cfg.encoder, cfg.critic, cfg.optimiser
+        if opt.bf16 and self.device.type == "cpu" and (message := bf16_cpu_warning()):
             warnings.warn(message, stacklevel=2)
-        self.obs_norm = RunningNorm(obs_dim).to(self.device) if cfg.obs_norm else None
+        self.obs_norm = RunningNorm(obs_dim).to(self.device) if net.obs_norm else None
         self.encoder: CameraFusion | None = None
         net_dim, net_norm = obs_dim, self.obs_norm
         if cameras:
             self.encoder = camera_fusion(
-                cameras, obs_dim, encoder=cfg.encoder, feature_dim=cfg.encoder_feature_dim,
-                channels=cfg.encoder_channels, layers=cfg.encoder_layers, shift_pad=cfg.image_shift,
-                backbone=cfg.encoder_backbone, spatial_features=cfg.encoder_spatial_features,
-                weights=cfg.encoder_weights, readout=cfg.encoder_readout,
+                cameras, obs_dim, encoder=enc.kind, feature_dim=enc.feature_dim, channels=enc.channels,
+                layers=enc.layers, shift_pad=enc.image_shift, backbone=enc.backbone,
+                spatial_features=enc.spatial_features, weights=enc.weights, readout=enc.readout,
             ).to(self.device)
             frozen = {id(m): m for m in self.encoder.modules() if isinstance(m, ResNetBackbone)}
             self.encoder_target = copy.deepcopy(self.encoder, memo=frozen).requires_grad_(False)
@@ -375,43 +467,45 @@ class SAC:
             net_dim, net_norm = self.encoder.out_dim, None
         self.net_dim = net_dim  # width of what the actor and critics read (`features`)
         # A pixel agent's actor gets no normaliser of its own: `features` has normalised the state already.
-        actor_cfg = cfg if self.encoder is None else dataclasses.replace(cfg, obs_norm=False)
+        actor_cfg = cfg if self.encoder is None else dataclasses.replace(
+            cfg, network=dataclasses.replace(net, obs_norm=False))
         self.actor = build_actor(net_dim, action_dim, actor_cfg, obs_norm=net_norm)
-        if cfg.network == "hyper":
+        if net.kind == "hyper":
             self.critic = HyperQEnsemble(
-                net_dim, action_dim, cfg.num_critics, cfg.critic_width, cfg.critic_blocks, cfg.num_atoms, cfg.v_max,
+                net_dim, action_dim, critic.num, net.critic_width, net.critic_blocks, critic.num_atoms, critic.v_max,
                 obs_norm=net_norm,
             )
         else:
             self.critic = QEnsemble(
-                net_dim, action_dim, cfg.num_critics, cfg.hidden_dims, cfg.critic_layer_norm, obs_norm=net_norm
+                net_dim, action_dim, critic.num, net.hidden_dims, net.critic_layer_norm, obs_norm=net_norm
             )
         self.actor.to(self.device)
         self.critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         if net_norm is not None:
             self.critic_target.obs_norm = self.obs_norm  # one set of statistics for every network
-        # agent.obs_norm_preserve: the layers that read the normalised state first, rewritten when it moves
+        # agent.network.obs_norm_preserve: the layers that read the normalised state first, rewritten when it moves
         self._preserved_layers: list[torch.nn.Module] = []
-        if cfg.obs_norm_preserve:
+        if net.obs_norm_preserve:
             if self.encoder is not None:
-                raise ValueError("agent.obs_norm_preserve=true works on state agents only: set it to false with "
-                                 "cameras")
+                raise ValueError("agent.network.obs_norm_preserve=true works on state agents only: set it to false "
+                                 "with cameras")
             self._preserved_layers = [self.actor.trunk[0], self.critic.net.net[0], self.critic_target.net.net[0]]
-        self.return_scale = ReturnScale(cfg.gamma, cfg.v_max).to(self.device) if cfg.reward_scale else None
-        self._hyper = cfg.network == "hyper"
-        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
-        self.target_entropy = -cfg.target_entropy_scale * action_dim
+        self.return_scale = ReturnScale(critic.gamma, critic.v_max).to(self.device) if critic.reward_scale else None
+        self._hyper = net.kind == "hyper"
+        self.log_alpha = torch.tensor(math.log(cfg.exploration.init_temperature), device=self.device,
+                                      requires_grad=True)
+        self.target_entropy = -cfg.exploration.target_entropy_scale * action_dim
 
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=opt.actor_lr, fused=True)
         # A pixel agent's encoder learns from the critic loss alone: it is in the critic optimiser only.
         critic_params = list(self.critic.parameters())
         if self.encoder is not None:
             critic_params += [p for p in self.encoder.parameters() if p.requires_grad]
         self.critic_opt = torch.optim.AdamW(
-            critic_params, lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay, fused=True
+            critic_params, lr=opt.critic_lr, weight_decay=opt.critic_weight_decay, fused=True
         )
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=opt.temperature_lr, fused=True)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
         if self.encoder is not None:  # the target encoder follows the encoder at the target critics' rate
@@ -424,16 +518,16 @@ class SAC:
         # time-correlated exploration: the held noise and the steps left to hold it, per env (sized on first use)
         self._held_noise: Tensor | None = None
         self._hold_left: Tensor | None = None
-        k = torch.arange(1, cfg.noise_repeat_max + 1, dtype=torch.float32, device=self.device)
-        self._hold_probs = k.pow(-cfg.noise_repeat_exponent)
+        k = torch.arange(1, cfg.exploration.noise_repeat_max + 1, dtype=torch.float32, device=self.device)
+        self._hold_probs = k.pow(-cfg.exploration.noise_repeat_exponent)
         # torch.compile fuses the elementwise work around the matmuls of the two losses; backward and the
         # (fused) optimiser steps stay eager. Compilation costs tens of seconds once, so it is opt-in. On CUDA
         # "reduce-overhead" also replays the losses as CUDA graphs; a graph's outputs live in memory that the
         # next replay overwrites, so `update` clones what it returns (see test_sac's CUDA-graph test).
-        self._cuda_graphs = cfg.compile and self.device.type == "cuda"
+        self._cuda_graphs = opt.compile and self.device.type == "cuda"
         mode = "reduce-overhead" if self._cuda_graphs else None
-        self._critic_loss_fn = torch.compile(self._critic_loss, mode=mode) if cfg.compile else self._critic_loss
-        self._actor_loss_fn = torch.compile(self._actor_loss, mode=mode) if cfg.compile else self._actor_loss
+        self._critic_loss_fn = torch.compile(self._critic_loss, mode=mode) if opt.compile else self._critic_loss
+        self._actor_loss_fn = torch.compile(self._actor_loss, mode=mode) if opt.compile else self._actor_loss
 
     # -- data statistics ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -444,7 +538,7 @@ class SAC:
 
         `obs` is the observation the step started from; `done` = terminated | truncated. Loops whose steps cover
         a subset of their envs (one macro step per finished action chunk) pass `env_ids` and `num_envs`. A
-        no-op unless `obs_norm` or `reward_scale` is on.
+        no-op unless `network.obs_norm` or `critic.reward_scale` is on.
         """
         if self.obs_norm is not None:
             if self._preserved_layers:
@@ -484,7 +578,7 @@ class SAC:
         """Actions in [-1, 1] for a batch of observations (dict of named groups; SAC reads `state` and, for a
         pixel agent, the camera groups)."""
         state = self.features(obs)
-        if deterministic or self.cfg.noise_repeat_max == 1:
+        if deterministic or self.cfg.exploration.noise_repeat_max == 1:
             return self.actor(state, deterministic)[0]
         mean, log_std = self.actor.distribution_params(state)
         return torch.tanh(mean + log_std.exp() * self._correlated_noise(mean))
@@ -516,13 +610,14 @@ class SAC:
                generator: torch.Generator | None = None) -> Batch:
         """One `update`'s data, as this agent's config asks: `utd` minibatches of `batch_size` ([utd, batch_size]),
         each mixing `prior` rows at `prior_fraction` when a prior buffer is given (RLPD; `replay.sample_mixed`)."""
-        return sample_mixed(online, prior, self.cfg.batch_size, self.cfg.utd, prior_fraction, generator)
+        opt = self.cfg.optimiser
+        return sample_mixed(online, prior, opt.batch_size, opt.utd, prior_fraction, generator)
 
     def learn(self, online: ReplayBuffer, prior: ReplayBuffer | None = None, prior_fraction: float = 0.0,
               actor: bool = True, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """`update` on `sample(...)`: the agent owns its update-to-data ratio and batch size."""
         return self.update(self.sample(online, prior, prior_fraction, generator), actor=actor,
-                           prior_rows=prior_rows(prior, self.cfg.batch_size, prior_fraction))
+                           prior_rows=prior_rows(prior, self.cfg.optimiser.batch_size, prior_fraction))
 
     def update(self, batch: Batch, actor: bool = True, prior_rows: int = 0) -> dict[str, Tensor]:
         """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update.
@@ -543,7 +638,7 @@ class SAC:
         # the encoder (module docstring).
         last = batch.index(-1)
         actor_obs = last.obs["state"] if self.encoder is None else self._actor_features
-        bc_action = last.action[:prior_rows] if self.cfg.bc_weight > 0 and prior_rows > 0 else None
+        bc_action = last.action[:prior_rows] if self.cfg.optimiser.bc_weight > 0 and prior_rows > 0 else None
         actor_metrics = self._update_actor_and_temperature(actor_obs, bc_action)
         metrics = {**critic_metrics, **actor_metrics}
         return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
@@ -559,7 +654,7 @@ class SAC:
         categorical critics the support shifted and scaled by the Bellman backup, with the target critic's
         probabilities, which `critic_loss` projects back onto the support.
         """
-        cfg = self.cfg
+        cfg = self.cfg.critic
         reward = reward * self.reward_scale()
         target_obs = next_obs if target_next_obs is None else target_next_obs
         with self._autocast():
@@ -570,7 +665,7 @@ class SAC:
                 else self.critic_target(target_obs, next_action)
             ).float()  # [E, B]
         entropy_bonus = -self.log_alpha.exp() * next_log_prob.float() if cfg.backup_entropy else 0.0
-        subset = random_subset(target_q_all.shape[0], cfg.num_target_critics, target_q_all.device)
+        subset = random_subset(target_q_all.shape[0], cfg.num_target, target_q_all.device)
         if target_out is None:
             q_sub = target_q_all[subset]
             next_v = q_sub.min(dim=0).values if cfg.target_reduce == "min" else q_sub.mean(dim=0)
@@ -592,8 +687,8 @@ class SAC:
         MSE for scalar critics, cross-entropy against the projected target for categorical ones. Summed over
         critics, averaged over the batch. Returns (loss, Q [E, B])."""
         with self._autocast():
-            out = self.critic.logits(obs, action) if self.cfg.num_atoms > 1 else self.critic(obs, action)
-        if self.cfg.num_atoms == 1:
+            out = self.critic.logits(obs, action) if self.cfg.critic.num_atoms > 1 else self.critic(obs, action)
+        if self.cfg.critic.num_atoms == 1:
             q = out.float()
             return F.mse_loss(q, target[:, 0].unsqueeze(0).expand_as(q), reduction="none").mean(dim=1).sum(), q
         target_dist = categorical_projection(target, target_probs, self.critic.support)
@@ -612,17 +707,17 @@ class SAC:
             action, log_prob = self.actor(obs)
             q_all = self.critic(obs, action).float()
         # the actor follows the ensemble mean (RLPD) or its minimum (clipped double Q)
-        q = q_all.mean(dim=0) if self.cfg.actor_q == "mean" else q_all.min(dim=0).values
+        q = q_all.mean(dim=0) if self.cfg.critic.actor_q == "mean" else q_all.min(dim=0).values
         log_prob = log_prob.float()
         loss = (alpha * log_prob - q).mean()
         if bc_action is not None:  # the first rows are prior data; scaled by |Q| so the weight does not depend on
             with self._autocast():  # the reward scale (TD3+BC)
                 mode = self.actor(obs[: bc_action.shape[0]], deterministic=True)[0].float()
-            loss = loss + self.cfg.bc_weight * q.abs().mean().detach() * (mode - bc_action).pow(2).sum(-1).mean()
+            loss = loss + self.cfg.optimiser.bc_weight * q.abs().mean().detach() * (mode - bc_action).pow(2).sum(-1).mean()
         return loss, log_prob.detach()
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.optimiser.bf16)
 
     def batch_features(self, b: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
         """(obs, next_obs, target_next_obs) as a critic update reads them: a state agent's states (and None); a pixel
@@ -650,7 +745,7 @@ class SAC:
         if self._hyper:
             project_(self.critic)
         with torch.no_grad():
-            torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
+            torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.critic.tau)
 
     def step_actor(self, actor_loss: Tensor) -> None:
         """One optimiser step of the actor on `actor_loss` (weights re-projected for hyperspherical nets)."""
@@ -690,7 +785,7 @@ class SAC:
         gait, and SimbaV2 decays its rates for that reason. A no-op at `lr_end_fraction=1`; plain floats, so it
         costs no device sync. The caller knows the run's length (`OnlineSAC.advance`); a resumed run calls it
         again before its first update, so the checkpoint's rates never linger."""
-        cfg = self.cfg
+        cfg = self.cfg.optimiser
         if cfg.lr_end_fraction == 1.0:
             return
         scale = 1.0 - (1.0 - cfg.lr_end_fraction) * min(max(fraction, 0.0), 1.0)
@@ -729,8 +824,8 @@ class SAC:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
         # A loaded optimiser state brings the learning rates it was saved with; this agent's config decides them
-        # (fine-tuning from offline.init with agent.actor_lr=1e-4 otherwise went on at the pretraining's 3e-4).
-        cfg = self.cfg
+        # (fine-tuning from offline.init with agent.optimiser.actor_lr=1e-4 otherwise went on at the pretraining's 3e-4).
+        cfg = self.cfg.optimiser
         for opt, lr in ((self.actor_opt, cfg.actor_lr), (self.critic_opt, cfg.critic_lr),
                         (self.alpha_opt, cfg.temperature_lr)):
             for group in opt.param_groups:
@@ -739,7 +834,7 @@ class SAC:
             group["weight_decay"] = cfg.critic_weight_decay
         if self.return_scale is not None:
             if "return_scale" not in state:
-                raise KeyError("return_scale (the checkpoint was written without agent.reward_scale)")
+                raise KeyError("return_scale (the checkpoint was written without agent.critic.reward_scale)")
             self.return_scale.load_state_dict(state["return_scale"])
         if self.encoder is not None:
             if "encoder" not in state:

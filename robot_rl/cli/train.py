@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 EXAMPLES = [
     "robot-rl train                                          # SAC on Pendulum-v1, a few minutes",
     "robot-rl train experiment=cartpole_swingup agent=rlpd",
-    "robot-rl train env.spec=dmc:cartpole-swingup agent.utd=4 train.steps=100000 seed=3",
+    "robot-rl train env.spec=dmc:cartpole-swingup agent.optimiser.utd=4 train.steps=100000 seed=3",
     "robot-rl train experiment=rlpd_push                     # SAC + 20 demos (data/push_demos), sparse push",
     "robot-rl train resume=runs/<run dir> [train.steps=...]   # continue from the latest checkpoint",
 ]
@@ -70,7 +70,7 @@ def _train(overrides: list[str], command: str, method: str) -> int:
             f"({_describe_agent(cfg.agent)}, {cfg.env.num_envs} env(s), {cfg.device})",
             flush=True,
         )
-        if hint := bf16_cpu_hint(cfg.device, cfg.agent.bf16, cfg.train.steps):
+        if hint := bf16_cpu_hint(cfg.device, cfg.agent.optimiser.bf16, cfg.train.steps):
             print(hint, flush=True)
     summary = trainer.run()
     best = summary["best_eval_return"]
@@ -86,14 +86,15 @@ def _train(overrides: list[str], command: str, method: str) -> int:
 
 def _describe_agent(agent: SACConfig) -> str:
     """One phrase for the run header: which networks and critic, how many critics and updates per step."""
-    if agent.network == "hyper":
-        critic = f"{agent.num_atoms}-atom" if agent.num_atoms > 1 else "scalar"
-        nets = f"SAC, hyperspherical {agent.critic_width}-wide critic ({critic})"
+    net, critic, opt = agent.network, agent.critic, agent.optimiser
+    if net.kind == "hyper":
+        support = f"{critic.num_atoms}-atom" if critic.num_atoms > 1 else "scalar"
+        nets = f"SAC, hyperspherical {net.critic_width}-wide critic ({support})"
     else:
-        nets = f"SAC, MLP {'x'.join(map(str, agent.hidden_dims))} critic"
-    count = "1 critic" if agent.num_critics == 1 else f"{agent.num_critics} critics"
-    precision = "bf16" if agent.bf16 else "fp32"
-    return f"{nets}: {count}, UTD {agent.utd}, {precision}{', compiled' if agent.compile else ''}"
+        nets = f"SAC, MLP {'x'.join(map(str, net.hidden_dims))} critic"
+    count = "1 critic" if critic.num == 1 else f"{critic.num} critics"
+    precision = "bf16" if opt.bf16 else "fp32"
+    return f"{nets}: {count}, UTD {opt.utd}, {precision}{', compiled' if opt.compile else ''}"
 
 
 def _resolved_train_config(settings: list[str]) -> tuple[Any, str]:
@@ -115,7 +116,7 @@ def _resolved_train_config(settings: list[str]) -> tuple[Any, str]:
         finally:
             env.close()
     except Exception as e:  # noqa: BLE001 - an env that cannot be built here still gets its help
-        return cfg, f"(agent.num_critics=null resolves from the env, which could not be built here: {e})"
+        return cfg, f"(agent.critic.num=null resolves from the env, which could not be built here: {e})"
     return cfg, ""
 
 

@@ -78,8 +78,8 @@ class DSRL(MethodDefaults):
         device: str | torch.device = "cpu",
     ) -> None:
         cfg.validate()
-        if sac.n_step != 1:
-            raise ValueError("DSRL stores one transition per chunk; set agent.n_step=1")
+        if sac.critic.n_step != 1:
+            raise ValueError("DSRL stores one transition per chunk; set agent.critic.n_step=1")
         sac = resolve_critics(sac, env.can_terminate)  # the same for a resumed run: it depends on the env alone
         self.cfg, self.sac_cfg, self.env = cfg, sac, env
         self.base = base.to(device).eval().requires_grad_(False)
@@ -88,21 +88,21 @@ class DSRL(MethodDefaults):
         dim = base.features_dim
         self.agent = SAC(dim, self.noise_dim, sac, device)
         self.agent.zero_actor_mean()  # the deterministic steering starts at zero noise: the BC policy's mean path
-        self.runner = ChunkRunner(env, base.execute, sac.gamma, features=self.base.features)
+        self.runner = ChunkRunner(env, base.execute, sac.critic.gamma, features=self.base.features)
         # The replay's action: the noise w (DSRL), or the executed actions, flattened (DSRL-NA).
         self.executed_dim = base.execute * base.action_dim
         self.replay = ReplayBuffer(
             capacity, 1, {"state": ((dim,), torch.float32)},
-            self.executed_dim if cfg.aliased else self.noise_dim, device, gamma=sac.gamma**base.execute,
+            self.executed_dim if cfg.aliased else self.noise_dim, device, gamma=sac.critic.gamma**base.execute,
             capacity_key="replay_capacity",
         )
         if cfg.aliased:
             self.action_critic = QEnsemble(
-                dim, self.executed_dim, sac.num_critics, sac.hidden_dims, sac.critic_layer_norm
+                dim, self.executed_dim, sac.critic.num, sac.network.hidden_dims, sac.network.critic_layer_norm
             ).to(device)
             self.action_critic_target = copy.deepcopy(self.action_critic).requires_grad_(False)
             self.action_critic_opt = torch.optim.AdamW(
-                self.action_critic.parameters(), lr=sac.critic_lr, weight_decay=sac.critic_weight_decay
+                self.action_critic.parameters(), lr=sac.optimiser.critic_lr, weight_decay=sac.optimiser.critic_weight_decay
             )
             self._polyak_pairs = (list(self.action_critic_target.parameters()), list(self.action_critic.parameters()))
         self.updates = 0
@@ -146,7 +146,7 @@ class DSRL(MethodDefaults):
                 {"state": macro.obs}, macro.payload["action"], macro.reward, {"state": macro.next_obs},
                 macro.terminated, macro.truncated,
             )
-            if self.env_steps >= self.cfg.learning_starts and len(self.replay) >= self.sac_cfg.batch_size:
+            if self.env_steps >= self.cfg.learning_starts and len(self.replay) >= self.sac_cfg.optimiser.batch_size:
                 update = self.update_aliased if self.cfg.aliased else self.agent.update
                 for _ in range(macro.env_ids.numel()):  # one update per new transition
                     metrics = update(self.agent.sample(self.replay))
@@ -163,19 +163,19 @@ class DSRL(MethodDefaults):
             with torch.no_grad():
                 next_w, _ = self.agent.actor(next_state)
                 next_q = self.action_critic_target(next_state, self.executed(next_state, next_w))
-                target = b.reward + b.discount * min_of_random_subset(next_q, cfg.num_target_critics)
+                target = b.reward + b.discount * min_of_random_subset(next_q, cfg.critic.num_target)
             q = self.action_critic(state, b.action)
             action_loss = F.mse_loss(q, target.expand_as(q), reduction="none").mean(1).sum()
             self.action_critic_opt.zero_grad(set_to_none=True)
             action_loss.backward()
             self.action_critic_opt.step()
             with torch.no_grad():
-                torch._foreach_lerp_(*self._polyak_pairs, cfg.tau)
+                torch._foreach_lerp_(*self._polyak_pairs, cfg.critic.tau)
                 # Noises that were never executed: half where the actor samples, half anywhere in the box.
                 half = state.shape[0] // 2
                 anywhere = torch.rand(state.shape[0] - half, self.noise_dim, device=state.device) * 2 - 1
                 w = torch.cat([self.agent.actor(state[:half])[0], anywhere])
-                # Q^A is in reward units; Q^W in the agent's (agent.reward_scale)
+                # Q^A is in reward units; Q^W in the agent's (agent.critic.reward_scale)
                 distil_target = self.action_critic(state, self.executed(state, w)).mean(0) * self.agent.reward_scale()
             noise_loss, _ = self.agent.critic_loss(state, w, distil_target.unsqueeze(-1))
             self.agent.step_critic(noise_loss)  # (also moves Q^W's target network, which DSRL-NA never reads)

@@ -36,7 +36,7 @@ def build_method(cfg: FinetuneConfig, base: ChunkPolicy, env: envs.BatchedEnv) -
 
         demos = None
         if cfg.data:
-            demos = OfflineData.load(cfg.data, cfg.agent.gamma, device=cfg.device, cameras=tuple(base.cameras),
+            demos = OfflineData.load(cfg.data, cfg.agent.critic.gamma, device=cfg.device, cameras=tuple(base.cameras),
                                       env_spec=cfg.env.spec)
             demos.check_fits(base.obs_dim, base.action_dim, f"dataset {cfg.data}", base.cameras)
         return ResidualRL(cfg.residual, cfg.agent, base, env, cfg.replay_capacity, cfg.device, demos)

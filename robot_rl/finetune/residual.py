@@ -11,7 +11,7 @@ What makes this work, each a line below:
   training starts at the base policy (`SAC.zero_actor_mean`); exploration noise is scale * tanh(std * eps);
 - the first `learning_starts` executed steps only collect (the base with that small noise), then
   `critic_warmup_updates` critic-only updates fit Q to the base policy before the actor may move;
-- n-step returns (`agent.n_step`, 3 in the presets) carry the sparse success reward back faster;
+- n-step returns (`agent.critic.n_step`, 3 in the presets) carry the sparse success reward back faster;
 - the critic and actor see (features, a_base), where the features are `base.features(obs)`: the state for a
   state base, and for a base that reads cameras its own frozen conditioning (normalised state fused with its
   camera features), so no second image encoder is trained and the replay holds no frames. `next_obs` holds the
@@ -134,7 +134,7 @@ def demo_replay(
     dim = obs.shape[1] + base_flat.shape[1]
     buffer = ReplayBuffer(
         max(capacity, len(order)), 1, {"state": ((dim,), torch.float32)}, base_flat.shape[1], device,
-        sac.gamma, sac.n_step,
+        sac.critic.gamma, sac.critic.n_step,
     )
     buffer.extend(
         {"state": torch.cat([obs, base_flat], 1)}, residual, data.reward[order],
@@ -165,8 +165,8 @@ class ResidualRL(MethodDefaults):
         self.agent = SAC(dim, self.action_dim, sac, device)
         self.agent.zero_actor_mean()
         spec = {"state": ((dim,), torch.float32)}
-        self.replay = ReplayBuffer(capacity, env.num_envs, spec, self.action_dim, device, sac.gamma, sac.n_step,
-                                   capacity_key="replay_capacity")
+        self.replay = ReplayBuffer(capacity, env.num_envs, spec, self.action_dim, device, sac.critic.gamma,
+                                   sac.critic.n_step, capacity_key="replay_capacity")
         self.prior = (
             None if demos is None
             else demo_replay(self.base, demo_features(self.base, demos), cfg.scale, cfg.base_deterministic, capacity,
@@ -211,7 +211,7 @@ class ResidualRL(MethodDefaults):
         self.env_steps += env.num_envs
 
         metrics: dict[str, Tensor] = {}
-        if self.env_steps >= cfg.learning_starts and len(self.replay) >= self.sac_cfg.batch_size:
+        if self.env_steps >= cfg.learning_starts and len(self.replay) >= self.sac_cfg.optimiser.batch_size:
             for _ in range(env.num_envs):
                 metrics = self.agent.learn(self.replay, self.prior, self.cfg.prior_fraction,
                                            actor=self.updates >= cfg.critic_warmup_updates)

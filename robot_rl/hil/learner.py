@@ -10,7 +10,7 @@ single-env replay buffers:
 
 Training is paid for in transitions: ``LearnerConfig.utd`` agent updates per received transition once the online
 buffer holds ``learning_starts`` of them (the same rule as ``robot_rl.trainer``), each update doing
-``sac.utd`` critic steps and one actor/temperature step. ``HILLearner.add`` accrues that credit and
+``sac.optimiser.utd`` critic steps and one actor/temperature step. ``HILLearner.add`` accrues that credit and
 ``train_due`` spends it, so a synchronous link (``LocalLink``) and a background training thread
 (``robot_rl.hil.distributed``) follow the same schedule.
 
@@ -194,7 +194,7 @@ class LearnerConfig:
     learning_starts: int = _help(100, "online transitions received before the first update")
     utd: float = _help(
         1.0,
-        "agent updates per received transition (each does sac.utd critic steps); may be fractional, e.g. 0.5",
+        "agent updates per received transition (each does sac.optimiser.utd critic steps); may be fractional, e.g. 0.5",
     )
     seed: int = _help(0, "seeds network initialisation and minibatch sampling")
     device: str = _help("cpu", "torch device of the networks and replay buffers, e.g. 'cuda'")
@@ -295,14 +295,14 @@ class HILLearner:
         self.pipeline = ObservationPipeline(self.agent, ("state", *self.cameras), mirror if cfg.mirror_online else (),
                                             mirror if cfg.mirror_demos else ())
         spec = {"state": ((cfg.obs_dim,), torch.float32), **{g: (s, torch.uint8) for g, s in self.cameras.items()}}
-        spec = self.pipeline.replay_spec(spec)  # frames, or with sac.cache_embeddings their backbone features
+        spec = self.pipeline.replay_spec(spec)  # frames, or with sac.encoder.cache_embeddings their backbone features
 
         def buffer(capacity: int, key: str) -> ReplayBuffer:
             # episode_steps=None: truncations (early failures, lost steps, gaps between chunks and intervention
             # runs) may come at any rate, so the side ring of last frames must be able to hold one per row.
             return ReplayBuffer(
-                capacity, 1, spec, cfg.action_dim, device=self.device, gamma=sac.gamma, n_step=sac.n_step,
-                capacity_key=key, frames=tuple(self.cameras), episode_steps=None,
+                capacity, 1, spec, cfg.action_dim, device=self.device, gamma=sac.critic.gamma,
+                n_step=sac.critic.n_step, capacity_key=key, frames=tuple(self.cameras), episode_steps=None,
             )
 
         self.online = buffer(cfg.capacity, "capacity")
@@ -328,7 +328,7 @@ class HILLearner:
         many."""
         from robot_rl.prior_data import OfflineData
 
-        data = OfflineData.load(path, self.cfg.sac.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
+        data = OfflineData.load(path, self.cfg.sac.critic.gamma, max_episodes, self.device, cameras=tuple(self.cameras))
         data.check_fits(self.cfg.obs_dim, self.cfg.action_dim, f"demo dataset {path}", self.cameras or None)
         if (count := len(data) * (1 + len(self.pipeline.prior))) > self.prior.capacity:
             raise ValueError(
@@ -348,7 +348,7 @@ class HILLearner:
         terminates): the buffers are single-env, so without that an n-step window could run from the end of this
         chunk into the next chunk (another actor's, or after a gap) or across the autonomous steps between two
         interventions. Truncation makes the window stop there and bootstrap from that row's own ``next_obs``,
-        which is always correct; with ``sac.n_step == 1`` it changes nothing. A pixel learner's frame buffers
+        which is always correct; with ``sac.critic.n_step == 1`` it changes nothing. A pixel learner's frame buffers
         instead close such a run when the next row stored does not follow it (module docstring).
         """
         n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
@@ -420,7 +420,7 @@ class HILLearner:
         return int(self._credit + 1e-9)  # 0.1 * 10 must give 1, not 0
 
     def sample(self) -> Batch:
-        """One update's batch, [sac.utd, batch_size]; with prior data each minibatch mixes both buffers (RLPD)."""
+        """One update's batch, [sac.optimiser.utd, batch_size]; with prior data each minibatch mixes both buffers (RLPD)."""
         return self.agent.sample(self.online, self.prior, self.cfg.prior_fraction, self._gen)
 
     def train(self, num_updates: int) -> dict[str, float]:
@@ -432,7 +432,7 @@ class HILLearner:
             return {}
         means = MetricMean()
         for _ in range(num_updates):
-            # `SAC.learn` = `update(sample)` with the batch's prior-row count (agent.bc_weight reads it)
+            # `SAC.learn` = `update(sample)` with the batch's prior-row count (agent.optimiser.bc_weight reads it)
             metrics = self.agent.learn(self.online, self.prior, self.cfg.prior_fraction, generator=self._gen)
             means.add({k: v.detach().float() for k, v in metrics.items()})
             self.updates += 1

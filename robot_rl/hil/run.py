@@ -118,10 +118,10 @@ class HilTrainer(Runner):
         try:
             sac.validate()
             cfg.validate()
-            if self.cameras and sac.encoder == "pretrained":
-                load_backbone(sac.encoder_weights, sac.encoder_backbone)
+            if self.cameras and sac.encoder.kind == "pretrained":
+                load_backbone(sac.encoder.weights, sac.encoder.backbone)
         except BackboneWeightsError as e:
-            raise CommandError(f"agent.encoder_weights: {e}") from None
+            raise CommandError(f"agent.encoder.weights: {e}") from None
         except ValueError as e:
             raise CommandError(str(e)) from None
         return cfg

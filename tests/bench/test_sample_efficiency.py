@@ -54,7 +54,7 @@ def test_a_variant_writes_its_own_results_file_and_not_the_readme_table(tmp_path
         sb.main(["--report", "--update-readme", "--out-dir", str(variant)])
     assert "--update-readme writes the default agent's table" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # a variant's runs would mix with the default agent's
-        sb.main(["--tasks", "hopper", "--ours", "agent.bf16=true"])
+        sb.main(["--tasks", "hopper", "--ours", "agent.optimiser.bf16=true"])
     assert "give them their own --out-dir" in capsys.readouterr().err
 
 

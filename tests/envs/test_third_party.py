@@ -118,7 +118,7 @@ def test_robot_rl_train_runs_on_a_third_party_env(lab_envs, tmp_path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "robot_rl", "train", "env.spec=gym:lab_envs:SlideEnv-v0", "train.steps=300",
          "train.learning_starts=100", "train.eval_every=300", "env.num_eval_envs=2", "train.video=false",
-         "agent.hidden_dims=[32,32]", "quiet=true", "threads=1", f"run_dir={run}"],
+         "agent.network.hidden_dims=[32,32]", "quiet=true", "threads=1", f"run_dir={run}"],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert out.returncode == 0, out.stderr

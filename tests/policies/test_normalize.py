@@ -100,10 +100,10 @@ def test_update_preserving_keeps_every_layer_output_while_the_statistics_move():
 
 
 def test_sac_obs_norm_preserve_holds_the_policy_and_critics_through_online_statistics():
-    from robot_rl.agents.sac import SAC, SACConfig
+    from robot_rl.agents.sac import SAC, NetworkConfig, SACConfig
 
     torch.manual_seed(0)
-    cfg = SACConfig(hidden_dims=[32, 32], obs_norm=True, obs_norm_preserve=True, actor_layer_norm=True)
+    cfg = SACConfig(network=NetworkConfig(hidden_dims=[32, 32], obs_norm=True, obs_norm_preserve=True, actor_layer_norm=True))
     agent = SAC(4, 2, cfg)
     agent.observe_dataset(torch.randn(300, 4), torch.zeros(300))
     obs, action = torch.randn(16, 4), torch.rand(16, 2) * 2 - 1
@@ -115,7 +115,7 @@ def test_sac_obs_norm_preserve_holds_the_policy_and_critics_through_online_stati
     assert float(agent.obs_norm.mean.mean()) > 1.0
     for a, b in zip(before, after, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-    with pytest.raises(ValueError, match="obs_norm_preserve=true needs agent.obs_norm=true"):
-        SACConfig(obs_norm_preserve=True).validate()
-    with pytest.raises(ValueError, match="needs agent.obs_norm=true and agent.network=mlp"):
-        SACConfig(obs_norm=True, obs_norm_preserve=True, network="hyper").validate()
+    with pytest.raises(ValueError, match="obs_norm_preserve=true needs agent.network.obs_norm=true"):
+        SACConfig(network=NetworkConfig(obs_norm_preserve=True)).validate()
+    with pytest.raises(ValueError, match="needs agent.network.obs_norm=true and agent.network.kind=mlp"):
+        SACConfig(network=NetworkConfig(obs_norm=True, obs_norm_preserve=True, kind="hyper")).validate()

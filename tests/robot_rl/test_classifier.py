@@ -434,9 +434,9 @@ def test_train_learns_from_the_classifier_reward_end_to_end(tmp_path: Path, trai
         gym.register("robot_rl_test/Marker-v0", entry_point=MarkerEnv, max_episode_steps=len(PATTERN) - 1)
     run = tmp_path / "run"
     assert main(["train", "env.spec=gym:robot_rl_test/Marker-v0", f"env.reward_classifier={trained[2]}",
-                 "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.hidden_dims=[16,16]",
-                 "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
-                 "agent.encoder_feature_dim=8", "env.num_eval_envs=1", "train.eval_every=40",
+                 "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.network.hidden_dims=[16,16]",
+                 "agent.optimiser.batch_size=8", "agent.encoder.channels=4", "agent.encoder.layers=1",
+                 "agent.encoder.feature_dim=8", "env.num_eval_envs=1", "train.eval_every=40",
                  "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     state = checkpoint.load(run / "checkpoints" / "latest.pt")
     replay = state["method"]["replay"] if "method" in state else state["replay"]
@@ -513,7 +513,7 @@ def test_a_state_arm_task_renders_the_classifiers_frames_and_the_learner_reads_t
         assert reflection.cameras == () and torch.equal(reflection.state, own.state)
     run = tmp_path / "run"
     assert main(["train", "env.spec=arm:push-sparse", f"env.reward_classifier={clf}", "train.steps=30",
-                 "train.learning_starts=20", "agent=sac", "agent.hidden_dims=[16,16]", "agent.batch_size=8",
+                 "train.learning_starts=20", "agent=sac", "agent.network.hidden_dims=[16,16]", "agent.optimiser.batch_size=8",
                  "train.mirror_online=true", "env.num_eval_envs=1", "train.eval_every=30", "train.replay_capacity=100",
                  "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     state = checkpoint.load(run / "checkpoints" / "latest.pt")

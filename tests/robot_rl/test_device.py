@@ -4,7 +4,7 @@ import warnings
 import pytest
 
 from robot_rl import device
-from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.agents.sac import SAC, NetworkConfig, OptimiserConfig, SACConfig
 
 AVX2_EPYC = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
 SAPPHIRE_RAPIDS = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -19,7 +19,7 @@ def test_native_bf16_is_read_from_the_cpu_flags():
 
 def test_the_warning_names_the_key_and_what_to_do():
     message = device.bf16_cpu_warning(AVX2_EPYC)
-    assert "agent.bf16=true" in message and "agent.bf16=false" in message
+    assert "agent.optimiser.bf16=true" in message and "agent.optimiser.bf16=false" in message
     assert device.bf16_cpu_warning(SAPPHIRE_RAPIDS) is None
     assert device.bf16_cpu_warning(ARM) is None
 
@@ -30,15 +30,15 @@ def test_a_bf16_agent_on_a_cpu_warns_only_without_bf16_hardware(monkeypatch, nat
     monkeypatch.setattr(device, "cpu_has_native_bf16", lambda cpuinfo=None: native)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        SAC(4, 2, SACConfig(hidden_dims=[16], bf16=True))
-        SAC(4, 2, SACConfig(hidden_dims=[16]))  # fp32: never
-    messages = [str(w.message) for w in caught if "agent.bf16" in str(w.message)]
+        SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]), optimiser=OptimiserConfig(bf16=True)))
+        SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16])))  # fp32: never
+    messages = [str(w.message) for w in caught if "agent.optimiser.bf16" in str(w.message)]
     assert len(messages) == (0 if native else 1)
 
 
 def test_a_long_fp32_run_on_a_bf16_cpu_is_told_of_the_faster_switch():
     hint = device.bf16_cpu_hint("cpu", bf16=False, steps=100_000, cpuinfo=SAPPHIRE_RAPIDS)
-    assert "agent.compile=true agent.bf16=true" in hint
+    assert "agent.optimiser.compile=true agent.optimiser.bf16=true" in hint
     # not where bf16 is emulated or unknown, already on, on a GPU, or for a run too short to repay compilation
     assert device.bf16_cpu_hint("cpu", bf16=False, steps=100_000, cpuinfo=AVX2_EPYC) is None
     assert device.bf16_cpu_hint("cpu", bf16=False, steps=100_000, cpuinfo=ARM) is None
@@ -68,8 +68,8 @@ def test_a_default_replay_too_big_for_memory_is_fitted_with_a_notice(tmp_path, c
 
     monkeypatch.setattr("robot_rl.replay.available_memory", lambda device: 200_000_000)  # 0.2 GB
     small = ["env.spec=arm:reach", "train.steps=20", "train.learning_starts=10", "train.eval_every=20",
-             "env.num_eval_envs=1", "env.max_episode_steps=10", "train.video=false", "agent.hidden_dims=[16,16]",
-             "agent.critic_width=16", "agent.actor_width=16", "threads=1"]
+             "env.num_eval_envs=1", "env.max_episode_steps=10", "train.video=false", "agent.network.hidden_dims=[16,16]",
+             "agent.network.critic_width=16", "agent.network.actor_width=16", "threads=1"]
     assert main(["train", *small, f"run_dir={tmp_path / 'run'}"]) == 0
     out = capsys.readouterr().out
     notice = next(line for line in out.splitlines() if line.startswith("train.replay_capacity: the default"))

@@ -23,7 +23,7 @@ from robot_rl.policies.io import CONFIG, load_policy, read_metadata, save_policy
 from robot_rl.policies.onnx import ONNX_FILE
 
 from robot_rl import checkpoint
-from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.agents.sac import SAC, CriticConfig, EncoderConfig, NetworkConfig, OptimiserConfig, SACConfig
 from robot_rl.api import Agent
 from robot_rl.cli import main
 from robot_rl.config import compose_train_config
@@ -34,7 +34,9 @@ from tests.policies.briefly_trained import briefly_trained
 from tests.robot_rl.finetune.scripted_env import ScriptedEnv
 
 OBS, A, H = 3, 2, 4  # the scripted env's sizes
-SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=8, n_step=1, obs_norm=True)
+SAC_CFG = SACConfig(network=NetworkConfig(hidden_dims=[32, 32], obs_norm=True),
+                    critic=CriticConfig(n_step=1),
+                    optimiser=OptimiserConfig(batch_size=8))
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,7 +80,7 @@ def onnx_session(out: Path) -> ort.InferenceSession:
 # -- SAC: plain and the default agent --------------------------------------------------------------------------
 @pytest.mark.parametrize("agent", ["simba", "sac"])
 def test_sac_run_exports_its_deterministic_actor_with_observation_statistics(tmp_path, capsys, agent):
-    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", f"agent={agent}", "agent.obs_norm=true"])
+    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", f"agent={agent}", "agent.network.obs_norm=true"])
     torch.manual_seed(0)
     sac = SAC(3, 1, cfg.agent)
     sac.observe({"state": torch.randn(64, 3) * 4 + 2}, torch.zeros(64), torch.zeros(64, dtype=torch.bool))
@@ -280,7 +282,7 @@ def test_export_mistakes_are_one_line(tmp_path, capsys, monkeypatch):
 def test_checkpoints_that_do_not_fit_are_one_line(tmp_path, capsys):
     cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent=sac"])
     sac = SAC(3, 1, cfg.agent)
-    cfg.agent.hidden_dims = [8]  # the checkpoint's config no longer describes its weights
+    cfg.agent.network.hidden_dims = [8]  # the checkpoint's config no longer describes its weights
     run = write_run(tmp_path / "run", cfg, {"agent": sac.state_dict()})
     assert "weights do not fit the run's config" in _error(capsys, [f"run={run}", f"out={tmp_path / 'o'}"])
     run = write_run(tmp_path / "other", cfg, {"something": 1})
@@ -328,8 +330,8 @@ def pixel_run(tmp_path_factory) -> Path:
     before = torch.get_num_threads()
     try:
         assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[24,24]", "agent=sac",
-                     "agent.obs_norm=true", "agent.hidden_dims=[32,32]", "agent.batch_size=16",
-                     "agent.encoder_channels=4", "agent.encoder_layers=2", "agent.encoder_feature_dim=8",
+                     "agent.network.obs_norm=true", "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=16",
+                     "agent.encoder.channels=4", "agent.encoder.layers=2", "agent.encoder.feature_dim=8",
                      "train.steps=120", "train.learning_starts=100", "train.eval_every=120", "env.num_eval_envs=1",
                      "train.replay_capacity=500", "train.video=false", "quiet=true", "threads=1",
                      f"run_dir={run}"]) == 0
@@ -402,7 +404,8 @@ def _error_of(capsys, args: list[str]) -> str:
 
 def test_a_pixel_learner_checkpoint_without_image_sizes_is_one_line(tmp_path, capsys):
     """hil-train's learner.pt names state sizes only; a camera encoder in it cannot be rebuilt from it."""
-    cfg = SACConfig(hidden_dims=[16], encoder_feature_dim=8, encoder_channels=4, encoder_layers=1)
+    cfg = SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                    encoder=EncoderConfig(feature_dim=8, channels=4, layers=1))
     agent = SAC(7, 4, cfg, cameras={"pixels/front": (16, 16, 3)})
     path = tmp_path / "learner.pt"
     checkpoint.atomic_save({"format": 1, "config": {"sac": asdict(cfg), "obs_dim": 7, "action_dim": 4},

@@ -14,7 +14,7 @@ from robot_rl.datasets import DatasetError, read_dataset
 from robot_rl.prior_data import OfflineData
 from robot_rl.trainer import Trainer
 
-TINY = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
+TINY = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -65,8 +65,8 @@ def test_collect_errors_are_one_line(tmp_path: Path, capsys) -> None:
 
 
 def test_rlpd_batches_mix_prior_and_online_data(reach_data: Path, tmp_path: Path) -> None:
-    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"data.path={reach_data}", "agent.utd=2",
-                                "agent.batch_size=8", "data.prior_fraction=0.25", *TINY])
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"data.path={reach_data}", "agent.optimiser.utd=2",
+                                "agent.optimiser.batch_size=8", "data.prior_fraction=0.25", *TINY])
     trainer = Trainer(cfg, tmp_path / "run")
     prior = trainer.prior
     assert prior is not None and trainer.prior_replay is not None and len(trainer.prior_replay) == len(prior)
@@ -88,7 +88,7 @@ def test_wsrl_pretrains_warms_up_without_updates_then_learns_online(reach_data: 
     run = tmp_path / "wsrl"
     code = main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=40",
                  "offline.eval_every=20", "data.mix_online=false", "train.learning_starts=100", "train.steps=200",
-                 "train.eval_every=100", "agent.batch_size=32", f"run_dir={run}", "seed=3", *TINY])
+                 "train.eval_every=100", "agent.optimiser.batch_size=32", f"run_dir={run}", "seed=3", *TINY])
     assert code == 0
     assert (run / "checkpoints" / "pretrained.pt").is_file()
     offline = _rows(run / "offline_metrics.csv")
@@ -104,7 +104,7 @@ def test_wsrl_pretrains_warms_up_without_updates_then_learns_online(reach_data: 
     naive = tmp_path / "naive"
     code = main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}",
                  f"offline.init={run / 'checkpoints' / 'pretrained.pt'}", "data.mix_online=false",
-                 "train.learning_starts=0", "train.steps=100", "train.eval_every=100", "agent.batch_size=32",
+                 "train.learning_starts=0", "train.steps=100", "train.eval_every=100", "agent.optimiser.batch_size=32",
                  f"run_dir={naive}", *TINY])
     assert code == 0
     rows = _rows(naive / "metrics.csv")
@@ -116,7 +116,7 @@ def test_wsrl_pretrains_warms_up_without_updates_then_learns_online(reach_data: 
 def test_other_offline_algorithms_run(reach_data: Path, tmp_path: Path, algorithm: str) -> None:
     code = main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=10",
                  "offline.eval_every=10", f"offline.algorithm={algorithm}", "train.steps=20", "train.eval_every=20",
-                 "train.learning_starts=10", "agent.batch_size=16", f"run_dir={tmp_path / algorithm}", *TINY])
+                 "train.learning_starts=10", "agent.optimiser.batch_size=16", f"run_dir={tmp_path / algorithm}", *TINY])
     assert code == 0
 
 
@@ -150,7 +150,7 @@ def test_interrupted_offline_pretraining_resumes_without_duplicate_rows(reach_da
 
     cfg = compose_train_config(["env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=40",
                                 "offline.eval_every=10", "train.steps=20", "train.eval_every=20",
-                                "train.learning_starts=10", "agent.batch_size=16", *TINY])
+                                "train.learning_starts=10", "agent.optimiser.batch_size=16", *TINY])
     run = tmp_path / "run"
     update, calls = CalQL.update, [0]
 
@@ -212,7 +212,7 @@ def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path,
     columns the reflections of the first (so a column stays one episode's stream for n-step returns); updates run
     on it; a task without a symmetry stops with one line."""
     cfg = compose_train_config(["env.spec=arm:push-sparse", "train.mirror_online=true", "env.num_envs=2",
-                                "agent.n_step=3", "train.learning_starts=20", "agent.batch_size=8", *TINY])
+                                "agent.critic.n_step=3", "train.learning_starts=20", "agent.optimiser.batch_size=8", *TINY])
     trainer = Trainer(cfg, tmp_path / "run")
     sign = trainer.env.reflection()
     trainer.method.start(0)
@@ -244,8 +244,8 @@ def test_wsrl_warm_up_keeps_the_pretrained_policy(reach_data: Path, tmp_path: Pa
     (false, the default) changes what the same networks do before any update (measured on reach: 70% -> 55%)."""
     run = tmp_path / "wsrl"
     code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
-                 "offline.eval_every=30", "data.mix_online=false", "agent.obs_norm=true",
-                 "train.learning_starts=200", "train.steps=150", "train.eval_every=75", "agent.batch_size=32",
+                 "offline.eval_every=30", "data.mix_online=false", "agent.network.obs_norm=true",
+                 "train.learning_starts=200", "train.steps=150", "train.eval_every=75", "agent.optimiser.batch_size=32",
                  f"run_dir={run}", "seed=3",
                  f"offline.freeze_statistics={str(freeze).lower()}", *TINY])
     assert code == 0
@@ -263,7 +263,7 @@ def test_critic_warmup_updates_leave_the_actor_alone(reach_data: Path, tmp_path:
     code = main(["finetune", "env.spec=arm:reach", f"data.path={reach_data}", "offline.steps=30",
                  "offline.eval_every=30", "data.mix_online=false", "train.learning_starts=50",
                  "train.critic_warmup_updates=100", "offline.freeze_statistics=true", "train.steps=250",
-                 "train.eval_every=125", "agent.batch_size=32",
+                 "train.eval_every=125", "agent.optimiser.batch_size=32",
                  f"run_dir={run}", "seed=3", *TINY])
     assert code == 0
     rows = _rows(run / "metrics.csv")
@@ -280,17 +280,17 @@ def test_critic_warmup_updates_leave_the_actor_alone(reach_data: Path, tmp_path:
 def test_offline_init_keeps_a_learned_temperature_and_takes_this_runs_where_none_was_learned(
     reach_data: Path, tmp_path: Path, algorithm: str, kept: bool
 ) -> None:
-    """IQL never trains the temperature, so its checkpoint holds only the pretraining's agent.init_temperature, and
-    that silently replaced the fine-tuning run's own (measured: WSRL runs on reach with agent.init_temperature=0.001
+    """IQL never trains the temperature, so its checkpoint holds only the pretraining's agent.exploration.init_temperature, and
+    that silently replaced the fine-tuning run's own (measured: WSRL runs on reach with agent.exploration.init_temperature=0.001
     and 0.05 identical to the last digit). Cal-QL learns it as SAC does: fine-tuning continues from it."""
     pre = tmp_path / f"pre_{algorithm}"
     assert main(["finetune", "env.spec=arm:reach-sparse", f"data.path={reach_data}", "offline.steps=10",
-                 "offline.eval_every=10", f"offline.algorithm={algorithm}", "agent.init_temperature=0.05",
-                 "train.steps=1", "agent.batch_size=16", f"run_dir={pre}", *TINY]) == 0
+                 "offline.eval_every=10", f"offline.algorithm={algorithm}", "agent.exploration.init_temperature=0.05",
+                 "train.steps=1", "agent.optimiser.batch_size=16", f"run_dir={pre}", *TINY]) == 0
     ckpt = pre / "checkpoints" / "pretrained.pt"
     learned = torch.load(ckpt, weights_only=False)["agent"]["log_alpha"].exp().item()
-    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"offline.init={ckpt}", "agent.init_temperature=0.001",
-                                "agent.batch_size=16", *TINY])
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"offline.init={ckpt}", "agent.exploration.init_temperature=0.001",
+                                "agent.optimiser.batch_size=16", *TINY])
     temperature = Trainer(cfg, tmp_path / "online").agent.log_alpha.exp().item()
     if kept:
         assert learned != pytest.approx(0.05) and temperature == pytest.approx(learned)

@@ -13,7 +13,7 @@ from robot_rl.envs.core import Reflection
 from robot_rl.policies.encoders import IMAGENET_MEAN, IMAGENET_STD, ResNetBackbone
 
 from robot_rl import observations
-from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.agents.sac import SAC, NetworkConfig, OptimiserConfig, SACConfig
 from robot_rl.observations import Mirror, ObservationPipeline, Transitions
 from robot_rl.prior_data import OfflineData
 from robot_rl.replay import ReplayBuffer
@@ -39,10 +39,13 @@ def _data(m: int, truncated: list[bool], **kw) -> OfflineData:
                        torch.zeros(m, dtype=torch.bool), torch.tensor(truncated), torch.randn(m) * 4, 1, None, **kw)
 
 
-def _agent(cameras: bool = True, **cfg) -> SAC:
+def _agent(cameras: bool = True, **groups: dict) -> SAC:
+    """A small agent, some keys of its groups changed (`network=dict(obs_norm=True)`)."""
     torch.manual_seed(0)
-    base = dict(hidden_dims=[16, 16], batch_size=4, encoder_feature_dim=4, encoder_channels=4, encoder_layers=1)
-    return SAC(D, A, SACConfig(**(base | cfg)), cameras={c: (SIZE, SIZE, 3) for c in CAMS} if cameras else None)
+    base = {"network": {"hidden_dims": [16, 16]}, "optimiser": {"batch_size": 4},
+            "encoder": {"feature_dim": 4, "channels": 4, "layers": 1}}
+    cfg = SACConfig.from_dict({g: base.get(g, {}) | groups.get(g, {}) for g in base.keys() | groups.keys()})
+    return SAC(D, A, cfg, cameras={c: (SIZE, SIZE, 3) for c in CAMS} if cameras else None)
 
 
 def _run(pipeline: ObservationPipeline, replay: ReplayBuffer, steps: int, g: torch.Generator,
@@ -120,8 +123,8 @@ def resnet10(tmp_path_factory) -> Path:
 def test_the_cache_stores_the_backbones_features_of_the_frames(resnet10: Path) -> None:
     """With cached embeddings every stored frame (online, its mirror image, a dataset's) is the frozen backbone's
     float16 features of that frame, computed here directly from the weights file."""
-    agent = _agent(encoder="pretrained", encoder_weights=str(resnet10), encoder_spatial_features=2, image_shift=0,
-                   cache_embeddings=True)
+    agent = _agent(encoder=dict(kind="pretrained", weights=str(resnet10), spatial_features=2, image_shift=0,
+                                cache_embeddings=True))
     backbone = ResNetBackbone("resnet10").eval()
     backbone.load_state_dict(torch.load(resnet10))
     mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
@@ -168,7 +171,7 @@ def test_statistics_are_those_of_the_collected_transitions() -> None:
     """Observation and return statistics fed by the pipeline equal the agent's own `observe` of the same steps
     (what the loops called before) and a direct computation; augmented copies add nothing online, a dataset's
     reflection is part of the prior data (as with data.mirror before)."""
-    cfg = dict(obs_norm=True, reward_scale=True)
+    cfg = {"network": {"obs_norm": True}, "critic": {"reward_scale": True}}
     agent, before = _agent(cameras=False, **cfg), _agent(cameras=False, **cfg)
     pipeline = ObservationPipeline(agent, online=[Mirror(SIGNS)])
     replay = ReplayBuffer(50, 2 * N, {"state": SPEC["state"]}, A)
@@ -183,7 +186,7 @@ def test_statistics_are_those_of_the_collected_transitions() -> None:
     torch.testing.assert_close(agent.obs_norm.mean, states.mean(0))
     torch.testing.assert_close(agent.obs_norm.var, states.var(0, unbiased=False))
     returns = _discounted(torch.stack([s.reward for s in steps]),
-                          torch.stack([s.terminated | s.truncated for s in steps]), agent.cfg.gamma).flatten()
+                          torch.stack([s.terminated | s.truncated for s in steps]), agent.cfg.critic.gamma).flatten()
     torch.testing.assert_close(agent.return_scale.returns.mean, returns.mean().view(1))
     torch.testing.assert_close(agent.return_scale.abs_max, returns.abs().max())
 
@@ -196,7 +199,7 @@ def test_statistics_are_those_of_the_collected_transitions() -> None:
                         torch.zeros(7, dtype=torch.bool))
     pipeline.chunk(chunk)
     torch.testing.assert_close(agent.obs_norm.mean, chunk.obs["state"].mean(0))
-    returns = _discounted(rewards.view(7, 1), done.view(7, 1), agent.cfg.gamma).flatten()
+    returns = _discounted(rewards.view(7, 1), done.view(7, 1), agent.cfg.critic.gamma).flatten()
     torch.testing.assert_close(agent.return_scale.returns.mean, returns.mean().view(1))
     pipeline.chunk(chunk, online=False)  # demonstrations received as chunks feed nothing
     torch.testing.assert_close(agent.obs_norm.mean, chunk.obs["state"].mean(0))
@@ -236,7 +239,7 @@ def test_the_trainer_and_prior_data_store_through_the_pipeline(tmp_path: Path, m
     _Counting.rows = []
     cfg = compose_train_config([
         "env.spec=arm:push-sparse", f"data.path={out}", "data.mirror=true", "train.mirror_online=true",
-        "env.num_envs=2", "agent=sac", "agent.hidden_dims=[16,16]", "agent.batch_size=8", "train.learning_starts=100",
+        "env.num_envs=2", "agent=sac", "agent.network.hidden_dims=[16,16]", "agent.optimiser.batch_size=8", "train.learning_starts=100",
         "env.num_eval_envs=1", "train.video=false", "quiet=true", "threads=1"])
     trainer = trainer_module.Trainer(cfg, tmp_path / "run")
     assert isinstance(trainer.method.pipeline.online[0], _Counting)
@@ -257,7 +260,8 @@ def test_the_hil_learner_stores_through_the_pipeline(monkeypatch) -> None:
     monkeypatch.setattr(learner_module, "Mirror", _Counting)
     _Counting.rows = []
     cfg = learner_module.LearnerConfig(
-        obs_dim=D, action_dim=A, sac=SACConfig(hidden_dims=[16, 16], batch_size=4), capacity=100, prior_capacity=100,
+        obs_dim=D, action_dim=A, capacity=100, prior_capacity=100,
+        sac=SACConfig(network=NetworkConfig(hidden_dims=[16, 16]), optimiser=OptimiserConfig(batch_size=4)),
         mirror_state_sign=SIGNS.state.tolist(), mirror_action_sign=SIGNS.action.tolist(), mirror_online=True,
         mirror_demos=True)
     learner = learner_module.HILLearner(cfg)

@@ -15,9 +15,9 @@ from robot_rl.replay import Batch, ReplayBuffer
 OBS, ACT, B = 5, 2, 16
 
 
-def _agent(seed: int = 0, **kw) -> SAC:
+def _agent(seed: int = 0, **groups: dict) -> SAC:
     torch.manual_seed(seed)
-    return SAC(OBS, ACT, SACConfig(hidden_dims=[32, 32], **kw))
+    return SAC(OBS, ACT, SACConfig.from_dict({"network": {"hidden_dims": [32, 32]}, **groups}))
 
 
 def _batch(seed: int = 1) -> Batch:
@@ -33,7 +33,7 @@ def _batch(seed: int = 1) -> Batch:
 
 @pytest.mark.parametrize("calibrated", [True, False])
 def test_conservative_gap_matches_per_sample_reference(calibrated: bool) -> None:
-    sac = _agent(num_critics=3)
+    sac = _agent(critic=dict(num=3))
     cfg = CalQLConfig(num_action_samples=3, cql_temperature=0.7)
     learner = CalQL(sac, cfg, calibrated=calibrated)
     batch = _batch()
@@ -72,7 +72,7 @@ def test_conservative_gap_matches_per_sample_reference(calibrated: bool) -> None
 
 def test_calibration_only_raises_the_gap() -> None:
     """Clamping policy Q-values from below can only increase the soft maximum, so Cal-QL's gap >= CQL's."""
-    sac = _agent(num_critics=2)
+    sac = _agent(critic=dict(num=2))
     batch = _batch()
     obs, next_obs = batch.obs["state"], batch.next_obs["state"]
     with torch.no_grad():
@@ -88,7 +88,7 @@ def test_calibration_only_raises_the_gap() -> None:
 
 def test_cql_pushes_dataset_actions_above_other_actions() -> None:
     """On a fixed batch, the conservative term makes Q(s, a_data) exceed Q at random actions."""
-    sac = _agent(num_critics=2, critic_lr=1e-3)
+    sac = _agent(critic=dict(num=2), optimiser=dict(critic_lr=1e-3))
     learner = CalQL(sac, CalQLConfig(cql_alpha=5.0), calibrated=False)
     batch = _batch()
     batch.reward.zero_()
@@ -108,7 +108,7 @@ def test_cql_pushes_dataset_actions_above_other_actions() -> None:
 
 
 def test_iql_expectile_value_and_weighted_regression() -> None:
-    sac = _agent(num_critics=2, critic_lr=1e-3, actor_lr=1e-3)
+    sac = _agent(critic=dict(num=2), optimiser=dict(critic_lr=1e-3, actor_lr=1e-3))
     learner = IQL(sac, IQLConfig(expectile=0.9))
     batch = _batch()
     torch.manual_seed(0)

@@ -139,8 +139,8 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
 
     cfg = compose_train_config([
         f"env.spec={SPEC}", f"data.path={demos}", "train.steps=40", "train.learning_starts=32", "agent=sac",
-        "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
-        "agent.encoder_feature_dim=8", "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}",
+        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.channels=4", "agent.encoder.layers=1",
+        "agent.encoder.feature_dim=8", "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}",
         "env.num_eval_envs=1", "train.eval_every=40", "train.replay_capacity=200", "train.video=false",
         "quiet=true", "threads=1"])
     trainer = Trainer(cfg, tmp_path / "run")
@@ -167,8 +167,8 @@ def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
     from robot_rl.trainer import Trainer
 
     args = [f"env.spec={SPEC}", f"data.path={demos}", "data.mirror=true", "train.mirror_online=true",
-            "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.hidden_dims=[32,32]",
-            "agent.batch_size=8", "agent.encoder_channels=4", "agent.encoder_layers=1", "agent.encoder_feature_dim=8",
+            "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.network.hidden_dims=[32,32]",
+            "agent.optimiser.batch_size=8", "agent.encoder.channels=4", "agent.encoder.layers=1", "agent.encoder.feature_dim=8",
             "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=40",
             "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1"]
     trainer = Trainer(compose_train_config(args), tmp_path / "run")
@@ -200,8 +200,8 @@ def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
     weights = tmp_path / "resnet10.pt"
     torch.save(ResNetBackbone("resnet10").state_dict(), weights)
     cached = [a for a in args if not a.startswith("agent.encoder_")] + [
-        "agent.encoder=pretrained", f"agent.encoder_weights={weights}", "agent.cache_embeddings=true",
-        "agent.image_shift=0", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
+        "agent.encoder.kind=pretrained", f"agent.encoder.weights={weights}", "agent.encoder.cache_embeddings=true",
+        "agent.encoder.image_shift=0", "agent.encoder.feature_dim=8", "agent.encoder.spatial_features=2",
         f"run_dir={tmp_path / 'c'}"]
     trainer = Trainer(compose_train_config(cached), tmp_path / "c")
     fusion = trainer.method.agent.encoder
@@ -240,8 +240,8 @@ def test_offline_pretraining_from_pixel_demos_trains_the_encoder_then_goes_onlin
     cfg = compose_train_config([
         f"env.spec={SPEC}", f"data.path={demos}", "offline.steps=6", "offline.eval_every=6",
         f"offline.algorithm={algorithm}", "data.mix_online=false", "train.steps=8", "train.learning_starts=4",
-        "agent=sac", "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder_channels=4",
-        "agent.encoder_layers=1", "agent.encoder_feature_dim=8", "env.pixel_size=[32,32]",
+        "agent=sac", "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.channels=4",
+        "agent.encoder.layers=1", "agent.encoder.feature_dim=8", "env.pixel_size=[32,32]",
         f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=8", "train.replay_capacity=200",
         "train.video=false", "quiet=true", "threads=1"])
     trainer = Trainer(cfg, tmp_path / "run")
@@ -255,7 +255,7 @@ def test_offline_pretraining_from_pixel_demos_trains_the_encoder_then_goes_onlin
 
 
 def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp_path) -> None:
-    """A frozen pretrained encoder with `agent.cache_embeddings=true`: both replays hold the backbone's float16
+    """A frozen pretrained encoder with `agent.encoder.cache_embeddings=true`: both replays hold the backbone's float16
     features in place of frames (the demos' go through the backbone once at load), and training runs on them."""
     from robot_rl.policies.encoders import ResNetBackbone
 
@@ -266,9 +266,9 @@ def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp
     torch.save(ResNetBackbone("resnet10").state_dict(), weights)
     cfg = compose_train_config([
         f"env.spec={SPEC}", f"data.path={demos}", "train.steps=40", "train.learning_starts=32", "agent=sac",
-        "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder=pretrained",
-        f"agent.encoder_weights={weights}", "agent.image_shift=0", "agent.cache_embeddings=true",
-        "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2", "env.pixel_size=[32,32]",
+        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.kind=pretrained",
+        f"agent.encoder.weights={weights}", "agent.encoder.image_shift=0", "agent.encoder.cache_embeddings=true",
+        "agent.encoder.feature_dim=8", "agent.encoder.spatial_features=2", "env.pixel_size=[32,32]",
         f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=40", "train.replay_capacity=200",
         "train.video=false", "quiet=true", "threads=1"])
     trainer = Trainer(cfg, tmp_path / "run")
@@ -292,9 +292,9 @@ def test_cached_embeddings_run_the_backbone_once_per_camera_and_step(tmp_path) -
     weights = tmp_path / "resnet10.pt"
     torch.save(ResNetBackbone("resnet10").state_dict(), weights)
     cfg = compose_train_config([
-        f"env.spec={SPEC}", "train.steps=20", "train.learning_starts=0", "agent=sac", "agent.hidden_dims=[32,32]",
-        "agent.batch_size=64", "agent.encoder=pretrained", f"agent.encoder_weights={weights}", "agent.image_shift=0",
-        "agent.cache_embeddings=true", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
+        f"env.spec={SPEC}", "train.steps=20", "train.learning_starts=0", "agent=sac", "agent.network.hidden_dims=[32,32]",
+        "agent.optimiser.batch_size=64", "agent.encoder.kind=pretrained", f"agent.encoder.weights={weights}", "agent.encoder.image_shift=0",
+        "agent.encoder.cache_embeddings=true", "agent.encoder.feature_dim=8", "agent.encoder.spatial_features=2",
         "env.pixel_size=[32,32]", "env.max_episode_steps=4", "env.num_envs=2", "env.num_eval_envs=1",
         "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1"])
     method = Trainer(cfg, tmp_path / "run").method
@@ -327,7 +327,7 @@ def test_a_state_policy_records_in_its_camera_variant_acting_on_the_full_state(t
 
     cfg = compose_train_config([
         "env.spec=arm:push-sparse", "train.steps=20", "train.learning_starts=10", "agent=sac",
-        "agent.hidden_dims=[32,32]", "agent.batch_size=8", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1",
+        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1",
         "train.eval_every=20", "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1"])
     Trainer(cfg, tmp_path / "run").run()
     calls, make = [], envs.make
@@ -351,7 +351,7 @@ def test_a_state_policy_records_in_its_camera_variant_acting_on_the_full_state(t
     assert full_dim > len(PROPRIO_INDEX)
     # another state task's policy is refused, naming what it was trained on
     cfg = compose_train_config(["env.spec=arm:reach", "train.steps=2", "train.learning_starts=1", "agent=sac",
-                                "agent.hidden_dims=[32,32]", "env.num_eval_envs=1", "train.eval_every=2",
+                                "agent.network.hidden_dims=[32,32]", "env.num_eval_envs=1", "train.eval_every=2",
                                 "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1"])
     Trainer(cfg, tmp_path / "reach").run()
     args.policy, args.out = str(tmp_path / "reach/checkpoints/latest.pt"), str(tmp_path / "reach_data")

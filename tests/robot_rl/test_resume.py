@@ -11,7 +11,7 @@ import torch
 
 from robot_rl.checkpoint import load
 
-SMALL_AGENT = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32"]
+SMALL_AGENT = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32"]
 ARGS = [
     *SMALL_AGENT,
     "train.steps=3000",
@@ -129,11 +129,11 @@ def test_resume_with_a_changed_network_key_names_the_key_in_one_line(tmp_path):
     proc = _cli(f"run_dir={run}", *ARGS, "train.steps=200", "train.eval_every=200", "threads=1")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    proc = _cli(f"resume={run}", "agent.critic_width=64", "threads=1")
+    proc = _cli(f"resume={run}", "agent.network.critic_width=64", "threads=1")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     assert err.count("\n") == 1, err
-    assert "changed since the run was saved: agent.critic_width (32 -> 64)" in err
+    assert "changed since the run was saved: agent.network.critic_width (32 -> 64)" in err
     assert "size mismatch" not in err
 
 

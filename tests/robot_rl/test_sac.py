@@ -3,7 +3,14 @@ import copy
 import pytest
 import torch
 
-from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.agents.sac import (
+    SAC,
+    CriticConfig,
+    ExplorationConfig,
+    NetworkConfig,
+    OptimiserConfig,
+    SACConfig,
+)
 from robot_rl.replay import Batch
 
 
@@ -30,8 +37,9 @@ def _critic_loss(agent: SAC, b: Batch) -> float:
 @pytest.mark.parametrize("num_critics", [1, 2, 10])
 def test_update_lowers_critic_loss_on_fixed_batch(num_critics):
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(num_critics=num_critics, num_target_critics=min(2, num_critics), hidden_dims=[64, 64],
-                                utd=4))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[64, 64]),
+                                critic=CriticConfig(num=num_critics, num_target=min(2, num_critics)),
+                                optimiser=OptimiserConfig(utd=4)))
     b = _batch(256)
     before = _critic_loss(agent, b)
     for _ in range(50):
@@ -44,7 +52,7 @@ def test_update_lowers_critic_loss_on_fixed_batch(num_critics):
 
 def test_utd_runs_that_many_critic_updates_and_one_actor_update():
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[16], utd=3))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]), optimiser=OptimiserConfig(utd=3)))
     steps = {"critic": 0, "actor": 0}
     agent.critic_opt.register_step_post_hook(lambda *_: steps.__setitem__("critic", steps["critic"] + 1))
     agent.actor_opt.register_step_post_hook(lambda *_: steps.__setitem__("actor", steps["actor"] + 1))
@@ -55,7 +63,8 @@ def test_utd_runs_that_many_critic_updates_and_one_actor_update():
 def test_terminal_discount_zero_removes_bootstrap():
     """With discount 0 the TD target is the reward alone: the critic regresses onto it exactly."""
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[64, 64], critic_lr=3e-3))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[64, 64]),
+                                optimiser=OptimiserConfig(critic_lr=3e-3)))
     b = _batch(64)
     b.discount.zero_()
     for _ in range(300):
@@ -66,7 +75,7 @@ def test_terminal_discount_zero_removes_bootstrap():
 
 def test_target_critics_track_critics_with_polyak():
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[16], tau=0.5))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]), critic=CriticConfig(tau=0.5)))
     old_target = copy.deepcopy(agent.critic_target.state_dict())
     agent._update_critic(_batch(32))
     for name, p in agent.critic.state_dict().items():
@@ -76,7 +85,9 @@ def test_target_critics_track_critics_with_polyak():
 
 def test_temperature_moves_toward_target_entropy():
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[16], temperature_lr=1e-2, target_entropy_scale=10.0))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                                optimiser=OptimiserConfig(temperature_lr=1e-2),
+                                exploration=ExplorationConfig(target_entropy_scale=10.0)))
     # target entropy -20 is far below the initial policy's entropy: alpha must shrink
     alpha0 = agent.log_alpha.exp().item()
     for _ in range(20):
@@ -86,10 +97,10 @@ def test_temperature_moves_toward_target_entropy():
 
 def test_state_dict_round_trip_restores_behaviour():
     torch.manual_seed(0)
-    a = SAC(4, 2, SACConfig(hidden_dims=[16], num_critics=3))
+    a = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]), critic=CriticConfig(num=3)))
     for _ in range(3):
         a.update(_batch(32).reshape(1, 32))
-    b = SAC(4, 2, SACConfig(hidden_dims=[16], num_critics=3))
+    b = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]), critic=CriticConfig(num=3)))
     b.load_state_dict(a.state_dict())
     obs = {"state": torch.randn(5, 4)}
     torch.testing.assert_close(a.act(obs, deterministic=True), b.act(obs, deterministic=True))
@@ -101,12 +112,12 @@ def test_state_dict_round_trip_restores_behaviour():
 
 
 def test_loaded_optimiser_state_takes_this_configs_learning_rates():
-    """offline.init loads a pretrained agent with its optimisers: the fine-tuning run's agent.actor_lr (etc.) must
+    """offline.init loads a pretrained agent with its optimisers: the fine-tuning run's agent.optimiser.actor_lr (etc.) must
     still apply (they were silently the pretraining's; measured: a WSRL run with actor_lr=1e-4 identical to 3e-4)."""
-    a = SAC(4, 2, SACConfig(hidden_dims=[16]))
+    a = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16])))
     a.update(_batch(32).reshape(1, 32))
-    b = SAC(4, 2, SACConfig(hidden_dims=[16], actor_lr=1e-4, critic_lr=2e-4, temperature_lr=5e-5,
-                            critic_weight_decay=0.01))
+    b = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                            optimiser=OptimiserConfig(actor_lr=1e-4, critic_lr=2e-4, temperature_lr=5e-5, critic_weight_decay=0.01)))
     b.load_state_dict(a.state_dict())
     assert [g["lr"] for g in b.actor_opt.param_groups] == [1e-4]
     assert [(g["lr"], g["weight_decay"]) for g in b.critic_opt.param_groups] == [(2e-4, 0.01)]
@@ -117,21 +128,21 @@ def test_loaded_optimiser_state_takes_this_configs_learning_rates():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"num_critics": 0}, "num_critics"),
-        ({"num_target_critics": 5, "num_critics": 2}, "num_target_critics"),
-        ({"utd": 0}, "utd"),
-        ({"gamma": 1.5}, "gamma"),
-        ({"bc_weight": -1.0}, "bc_weight"),
+        ({"critic": {"num": 0}}, "^agent.critic.num must be between 1 and 20$"),
+        ({"critic": {"num_target": 5, "num": 2}}, "^agent.critic.num_target must be"),
+        ({"optimiser": {"utd": 0}}, "^agent.optimiser.utd must be >= 1$"),
+        ({"critic": {"gamma": 1.5}}, "^agent.critic.gamma must be"),
+        ({"optimiser": {"bc_weight": -1.0}}, "^agent.optimiser.bc_weight must be"),
     ],
 )
-def test_bad_config_names_the_field(bad, message):
+def test_bad_config_names_the_field_by_its_full_dotted_key(bad, message):
     with pytest.raises(ValueError, match=message):
-        SAC(4, 2, SACConfig(**bad))
+        SAC(4, 2, SACConfig.from_dict(bad))
 
 
 def test_bf16_autocast_update_learns_and_keeps_fp32_weights():
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[64, 64], bf16=True))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[64, 64]), optimiser=OptimiserConfig(bf16=True)))
     b = _batch(256)
     before = _critic_loss(agent, b)
     for _ in range(50):
@@ -152,7 +163,9 @@ def test_compiled_update_matches_eager(monkeypatch):
     results = []
     for compile_ in (False, True):
         torch.manual_seed(0)
-        agent = SAC(4, 2, SACConfig(hidden_dims=[32, 32], num_critics=4, compile=compile_))
+        agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[32, 32]),
+                                    critic=CriticConfig(num=4),
+                                    optimiser=OptimiserConfig(compile=compile_)))
         losses = []
         for i in range(5):
             torch.manual_seed(100 + i)
@@ -165,7 +178,8 @@ def test_compiled_update_matches_eager(monkeypatch):
 def test_cuda_graph_update_outputs_survive_the_next_replay():
     """CUDA-graph replay reuses output memory: metrics returned by one update must not change after the next."""
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(hidden_dims=[32, 32], compile=True), device="cuda")
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[32, 32]),
+                                optimiser=OptimiserConfig(compile=True)), device="cuda")
     first = None
     for i in range(4):
         m = agent.update(_batch(64, seed=i).to("cuda").reshape(1, 64))
@@ -179,8 +193,14 @@ def test_cuda_graph_update_outputs_survive_the_next_replay():
 # -- the sample-efficient options (agent=simba) ---------------------------------------------------------------
 from robot_rl.agents.sac import ReturnScale, categorical_projection  # noqa: E402
 
-SIMBA = dict(network="hyper", critic_width=32, actor_width=16, num_atoms=21, obs_norm=True, reward_scale=True,
-             init_temperature=0.01, target_entropy_scale=0.5)
+SIMBA = {"network": {"kind": "hyper", "critic_width": 32, "actor_width": 16, "obs_norm": True},
+         "critic": {"num_atoms": 21, "reward_scale": True},
+         "exploration": {"init_temperature": 0.01, "target_entropy_scale": 0.5}}
+
+
+def _simba(**changes: dict) -> SACConfig:
+    """SIMBA with some keys of its groups changed (`critic={"num": 1}`)."""
+    return SACConfig.from_dict({g: SIMBA.get(g, {}) | changes.get(g, {}) for g in SIMBA.keys() | changes.keys()})
 
 
 def _projection_reference(atoms, probs, support):
@@ -232,7 +252,7 @@ def test_two_hot_of_a_scalar_target_has_that_mean():
 def test_categorical_critic_learns_the_reward_of_terminal_transitions():
     """discount 0: every critic's expected value converges on the (scaled) reward."""
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(**{**SIMBA, "reward_scale": False, "critic_lr": 3e-3}))
+    agent = SAC(4, 2, _simba(critic={"reward_scale": False}, optimiser={"critic_lr": 3e-3}))
     b = _batch(64)
     b.discount.zero_()
     b.reward.clamp_(-2, 2)
@@ -261,8 +281,7 @@ def test_simba_update_keeps_weights_on_the_sphere_and_lowers_the_loss(num_critic
     from robot_rl.policies.hyper import HyperLinear
 
     torch.manual_seed(0)
-    agent = SAC(4, 2, SACConfig(**{**SIMBA, "critic_lr": 1e-3, "num_critics": num_critics,
-                                   "num_target_critics": num_critics}))
+    agent = SAC(4, 2, _simba(optimiser={"critic_lr": 1e-3}, critic={"num": num_critics, "num_target": num_critics}))
     b = _batch(256)
     agent.observe(b.obs, b.reward, torch.zeros(256, dtype=torch.bool))
     first = agent.update(b.reshape(1, 256))["critic_loss"]
@@ -277,12 +296,12 @@ def test_simba_update_keeps_weights_on_the_sphere_and_lowers_the_loss(num_critic
 
 def test_simba_state_dict_round_trip_carries_observation_and_return_statistics():
     torch.manual_seed(0)
-    a = SAC(4, 2, SACConfig(**SIMBA))
+    a = SAC(4, 2, _simba())
     for i in range(5):
         b = _batch(32, seed=i)
         a.observe(b.obs, b.reward * 10, torch.zeros(32, dtype=torch.bool))
         a.update(b.reshape(1, 32))
-    c = SAC(4, 2, SACConfig(**SIMBA))
+    c = SAC(4, 2, _simba())
     c.load_state_dict(a.state_dict())
     assert a.obs_norm is not None and c.obs_norm is not None
     torch.testing.assert_close(c.obs_norm.mean, a.obs_norm.mean)
@@ -300,19 +319,19 @@ def test_simba_state_dict_round_trip_carries_observation_and_return_statistics()
 
 
 def test_simba_zero_actor_mean_starts_at_zero_action():
-    agent = SAC(6, 3, SACConfig(**SIMBA))
+    agent = SAC(6, 3, _simba())
     agent.zero_actor_mean()
     assert torch.equal(agent.act({"state": torch.randn(4, 6)}, deterministic=True), torch.zeros(4, 3))
 
 
 def test_correlated_noise_holds_each_sample_for_several_steps():
     torch.manual_seed(0)
-    agent = SAC(3, 2, SACConfig(**{**SIMBA, "noise_repeat_max": 8}))
+    agent = SAC(3, 2, _simba(exploration={"noise_repeat_max": 8}))
     obs = {"state": torch.zeros(64, 3)}
     actions = torch.stack([agent.act(obs) for _ in range(40)])  # [T, N, A]; same obs, so only noise varies
     repeats = (actions[1:] == actions[:-1]).all(-1).float().mean().item()
     assert 0.3 < repeats < 0.95, repeats  # held for a while, and redrawn often enough
-    white = SAC(3, 2, SACConfig(**SIMBA))
+    white = SAC(3, 2, _simba())
     w = torch.stack([white.act(obs) for _ in range(10)])
     assert (w[1:] == w[:-1]).all(-1).float().mean().item() == 0.0
 
@@ -323,7 +342,7 @@ def test_simba_offline_learners_run_on_categorical_critics():
 
     torch.manual_seed(0)
     for make in (lambda s: CalQL(s, CalQLConfig()), lambda s: IQL(s, IQLConfig())):
-        agent = SAC(4, 2, SACConfig(**SIMBA))
+        agent = SAC(4, 2, _simba())
         b = _batch(32)
         agent.observe_dataset(b.obs["state"], b.reward * 20)
         metrics = make(agent).update(b, torch.randn(32))
@@ -332,7 +351,7 @@ def test_simba_offline_learners_run_on_categorical_critics():
 
 def test_num_atoms_needs_the_hyper_network():
     with pytest.raises(ValueError, match="num_atoms"):
-        SAC(4, 2, SACConfig(num_atoms=51))
+        SAC(4, 2, SACConfig(critic=CriticConfig(num_atoms=51)))
 
 
 def test_build_actor_rebuilds_a_simba_actor_with_its_observation_statistics():
@@ -340,7 +359,7 @@ def test_build_actor_rebuilds_a_simba_actor_with_its_observation_statistics():
     agent, normaliser included, must load into it and act the same (they did not: it built an MLP actor)."""
     from robot_rl.agents.sac import build_actor
 
-    cfg = SACConfig(**SIMBA)
+    cfg = _simba()
     agent = SAC(4, 2, cfg)
     agent.observe({"state": torch.randn(64, 4) * 5 + 3}, torch.randn(64), torch.zeros(64, dtype=torch.bool))
     actor = build_actor(4, 2, cfg)
@@ -359,9 +378,12 @@ def test_bc_weight_pulls_the_actor_to_the_prior_rows_actions_only(network):
 
     def train(bc_weight: float, rows: int) -> float:
         torch.manual_seed(0)
-        extra = {"num_atoms": 21, "reward_scale": True, "critic_width": 32, "actor_width": 32} if network == "hyper" \
-            else {}
-        agent = SAC(4, 2, SACConfig(network=network, hidden_dims=[32], bc_weight=bc_weight, actor_lr=1e-3, **extra))
+        hyper = network == "hyper"
+        agent = SAC(4, 2, SACConfig(
+            network=NetworkConfig(kind=network, hidden_dims=[32], **({"critic_width": 32, "actor_width": 32} if hyper
+                                                                     else {})),
+            critic=CriticConfig(**({"num_atoms": 21, "reward_scale": True} if hyper else {})),
+            optimiser=OptimiserConfig(bc_weight=bc_weight, actor_lr=1e-3)))
         b = _batch(128)
         b.action[:64] = target  # prior rows first, as sample_mixed lays them out
         b.action[64:] = -target
@@ -398,17 +420,17 @@ def test_critics_left_at_default_are_two_where_episodes_can_terminate_and_one_wh
     resolves to is refused with the keys named."""
     from robot_rl.agents.sac import resolve_critics
 
-    default = SACConfig(**SIMBA)
-    assert default.num_critics is None and default.num_target_critics is None
+    default = _simba()
+    assert default.critic.num is None and default.critic.num_target is None
     two, one = resolve_critics(default, can_terminate=True), resolve_critics(default, can_terminate=False)
-    assert (two.num_critics, two.num_target_critics) == (2, 2)
-    assert (one.num_critics, one.num_target_critics) == (1, 1)
-    rlpd = resolve_critics(SACConfig(num_critics=10, num_target_critics=2), can_terminate=False)
-    assert (rlpd.num_critics, rlpd.num_target_critics) == (10, 2)
-    kept = resolve_critics(SACConfig(num_critics=2), can_terminate=False)
-    assert (kept.num_critics, kept.num_target_critics) == (2, 2)
-    with pytest.raises(ValueError, match=r"agent.num_target_critics=2 exceeds the 1 critic.*set agent.num_critics"):
-        resolve_critics(SACConfig(num_target_critics=2), can_terminate=False)
+    assert (two.critic.num, two.critic.num_target) == (2, 2)
+    assert (one.critic.num, one.critic.num_target) == (1, 1)
+    rlpd = resolve_critics(SACConfig(critic=CriticConfig(num=10, num_target=2)), can_terminate=False)
+    assert (rlpd.critic.num, rlpd.critic.num_target) == (10, 2)
+    kept = resolve_critics(SACConfig(critic=CriticConfig(num=2)), can_terminate=False)
+    assert (kept.critic.num, kept.critic.num_target) == (2, 2)
+    with pytest.raises(ValueError, match=r"agent.critic.num_target=2 exceeds the 1 critic.*set agent.critic.num"):
+        resolve_critics(SACConfig(critic=CriticConfig(num_target=2)), can_terminate=False)
     assert SAC(4, 2, default).critic.num_critics == 2  # built without an env: the terminating case
 
 
@@ -419,15 +441,15 @@ def test_train_on_a_dm_control_task_builds_one_critic_and_resumes_with_it(tmp_pa
     from robot_rl.config import compose_train_config, load_run_config
     from robot_rl.trainer import Trainer
 
-    args = ["env.spec=dmc:cartpole-swingup", "agent.critic_width=16", "agent.actor_width=16", "train.steps=60",
+    args = ["env.spec=dmc:cartpole-swingup", "agent.network.critic_width=16", "agent.network.actor_width=16", "train.steps=60",
             "train.learning_starts=20", "train.eval_every=60", "env.num_eval_envs=0", "env.max_episode_steps=30",
             "train.video=false", "quiet=true", "threads=1"]
     run = tmp_path / "run"
     trainer = Trainer(compose_train_config(args), run)
-    assert trainer.agent.critic.num_critics == 1 and trainer.agent.cfg.num_target_critics == 1
+    assert trainer.agent.critic.num_critics == 1 and trainer.agent.cfg.critic.num_target == 1
     trainer.run()
     saved = OmegaConf.load(run / "config.yaml").agent
-    assert (saved.num_critics, saved.num_target_critics) == (1, 1)
+    assert (saved.critic.num, saved.critic.num_target) == (1, 1)
     resumed = Trainer(load_run_config(run, ["train.steps=80"]), run, resume=True)  # as `train resume=<run>`
     assert resumed.agent.critic.num_critics == 1
     assert resumed.method.env_steps == 60
@@ -438,8 +460,8 @@ def _lrs(agent: SAC) -> tuple[float, float, float]:
 
 
 def test_learning_rates_fall_linearly_to_their_end_fraction_and_stay_there():
-    agent = SAC(4, 2, SACConfig(hidden_dims=[16], actor_lr=1e-4, critic_lr=2e-4, temperature_lr=4e-4,
-                                lr_end_fraction=0.3))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                                optimiser=OptimiserConfig(actor_lr=1e-4, critic_lr=2e-4, temperature_lr=4e-4, lr_end_fraction=0.3)))
     assert _lrs(agent) == (1e-4, 2e-4, 4e-4)
     agent.set_lr_progress(0.5)
     assert _lrs(agent) == pytest.approx((0.65e-4, 1.3e-4, 2.6e-4))
@@ -450,14 +472,14 @@ def test_learning_rates_fall_linearly_to_their_end_fraction_and_stay_there():
 
 
 def test_constant_learning_rates_are_untouched_by_progress():
-    agent = SAC(4, 2, SACConfig(hidden_dims=[16], actor_lr=1e-4))
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]), optimiser=OptimiserConfig(actor_lr=1e-4)))
     agent.set_lr_progress(0.9)
     assert _lrs(agent) == (1e-4, 3e-4, 3e-4)
 
 
 def test_lr_end_fraction_out_of_range_names_the_key():
-    with pytest.raises(ValueError, match="agent.lr_end_fraction"):
-        SAC(4, 2, SACConfig(lr_end_fraction=0.0))
+    with pytest.raises(ValueError, match="agent.optimiser.lr_end_fraction"):
+        SAC(4, 2, SACConfig(optimiser=OptimiserConfig(lr_end_fraction=0.0)))
 
 
 def test_train_decays_learning_rates_over_train_steps_and_a_resumed_run_keeps_the_schedule(tmp_path):
@@ -466,8 +488,8 @@ def test_train_decays_learning_rates_over_train_steps_and_a_resumed_run_keeps_th
     from robot_rl.config import compose_train_config, load_run_config
     from robot_rl.trainer import Trainer
 
-    args = ["env.spec=gym:Pendulum-v1", "agent.critic_width=16", "agent.actor_width=16", "agent.utd=1",
-            "agent.batch_size=16", "agent.lr_end_fraction=0.5", "agent.critic_lr=1e-3", "train.steps=40",
+    args = ["env.spec=gym:Pendulum-v1", "agent.network.critic_width=16", "agent.network.actor_width=16", "agent.optimiser.utd=1",
+            "agent.optimiser.batch_size=16", "agent.optimiser.lr_end_fraction=0.5", "agent.optimiser.critic_lr=1e-3", "train.steps=40",
             "train.learning_starts=20", "train.eval_every=40", "env.num_eval_envs=0", "train.video=false",
             "quiet=true", "threads=1"]
     run = tmp_path / "run"

@@ -9,20 +9,22 @@ import pytest
 import torch
 from robot_rl.policies.encoders import ResNetBackbone
 
-from robot_rl.agents.sac import SAC, SACConfig, camera_groups
+from robot_rl.agents.sac import SAC, EncoderConfig, SACConfig, camera_groups
 from robot_rl.cli import main
 from robot_rl.observations import ObservationPipeline
 from robot_rl.replay import ReplayBuffer
 
 SPEC = {"state": ((7,), torch.float32), "pixels/front": ((24, 24, 3), torch.uint8),
         "pixels/wrist": ((24, 24, 3), torch.uint8)}
-TINY = dict(hidden_dims=[32, 32], batch_size=8, encoder_feature_dim=6, encoder_channels=4, encoder_layers=2,
-            image_shift=2)
+TINY = {"network": {"hidden_dims": [32, 32]}, "optimiser": {"batch_size": 8},
+        "encoder": {"feature_dim": 6, "channels": 4, "layers": 2, "image_shift": 2}}
 
 
-def _agent(**overrides) -> SAC:
+def _agent(**groups: dict) -> SAC:
+    """A tiny pixel agent, some keys of its groups changed (`encoder=dict(kind="pretrained", ...)`)."""
     torch.manual_seed(0)
-    return SAC(7, 4, SACConfig(**(TINY | overrides)), cameras=camera_groups(SPEC))
+    cfg = SACConfig.from_dict({g: TINY.get(g, {}) | groups.get(g, {}) for g in TINY.keys() | groups.keys()})
+    return SAC(7, 4, cfg, cameras=camera_groups(SPEC))
 
 
 def _replay(steps: int = 30) -> ReplayBuffer:
@@ -54,7 +56,7 @@ def test_pixel_agent_builds_an_encoder_per_camera() -> None:
     assert camera_groups({"state": ((3,), torch.float32)}) == {}
     obs = {k: v[:3] for k, v in _replay().sample(3).obs.items()}
     assert agent.act(obs).shape == (3, 4) and agent.act(obs, deterministic=True).abs().max() <= 1
-    state_only = SAC(7, 4, SACConfig(**TINY))
+    state_only = SAC(7, 4, SACConfig.from_dict(TINY))
     assert state_only.encoder is None and state_only.features(obs) is obs["state"]
 
 
@@ -89,7 +91,7 @@ def test_update_trains_the_encoder_and_its_target_follows() -> None:
     new = _params(agent.encoder)
     assert not all(torch.equal(a, b) for a, b in zip(encoder, new, strict=True))
     for old_t, new_t, e in zip(target, agent.encoder_target.parameters(), new, strict=True):
-        torch.testing.assert_close(new_t, old_t + agent.cfg.tau * (e - old_t))  # Polyak at the critics' rate
+        torch.testing.assert_close(new_t, old_t + agent.cfg.critic.tau * (e - old_t))  # Polyak at the critics' rate
     # a checkpoint carries the encoders
     other = _agent()
     other.load_state_dict(agent.state_dict())
@@ -102,8 +104,9 @@ def test_update_trains_the_encoder_and_its_target_follows() -> None:
 def test_the_default_agent_learns_from_cameras_too() -> None:
     """agent=simba's options (hyperspherical nets, categorical critic, obs_norm, reward scaling) on camera features;
     obs_norm normalises the proprioceptive state before the fusion."""
-    agent = _agent(network="hyper", critic_width=16, actor_width=16, num_atoms=11, obs_norm=True, reward_scale=True,
-                   utd=2)
+    agent = _agent(network=dict(kind="hyper", critic_width=16, actor_width=16, obs_norm=True),
+                   critic=dict(num_atoms=11, reward_scale=True),
+                   optimiser=dict(utd=2))
     buf = _replay()
     agent.observe(buf.sample(8).obs, torch.ones(8), torch.zeros(8, dtype=torch.bool))
     assert agent.obs_norm.count == 8 and agent.actor.obs_norm is None
@@ -118,8 +121,8 @@ def test_train_arm_reach_pixels_end_to_end(tmp_path) -> None:
 
     run = tmp_path / "run"
     assert main(["train", "env.spec=arm:reach-pixels", "train.steps=200", "train.learning_starts=100",
-                 "agent=sac", "agent.hidden_dims=[32,32]", "agent.batch_size=16", "agent.encoder_channels=4",
-                 "agent.encoder_layers=1", "agent.encoder_feature_dim=8", "env.pixel_size=[32,32]",
+                 "agent=sac", "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=16", "agent.encoder.channels=4",
+                 "agent.encoder.layers=1", "agent.encoder.feature_dim=8", "env.pixel_size=[32,32]",
                  "env.num_eval_envs=1", "train.eval_every=100", "train.replay_capacity=1000", "train.video=false",
                  "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     with open(run / "metrics.csv") as f:
@@ -182,12 +185,12 @@ def test_rlpd_push_pixels_pretrained_preset_runs_and_names_a_missing_backbone(tm
                  "env.pixel_size=[48,48]", f"out={demos}"]) == 0
     common = ["train", "experiment=rlpd_push_pixels_pretrained", f"data.path={demos}", "train.steps=80",
               "train.learning_starts=64", "train.eval_every=80", "env.num_eval_envs=1", "train.video=false",
-              "quiet=true", "threads=1", "agent.batch_size=64"]
+              "quiet=true", "threads=1", "agent.optimiser.batch_size=64"]
     capsys.readouterr()
-    assert main([*common, "agent.encoder_weights=/nonexistent/r10.pt", f"run_dir={tmp_path / 'x'}"]) == 2
+    assert main([*common, "agent.encoder.weights=/nonexistent/r10.pt", f"run_dir={tmp_path / 'x'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "backbone weights /nonexistent/r10.pt: no such file" in err and len(err.splitlines()) == 1, err
-    assert main([*common, f"agent.encoder_weights={resnet10_weights}", f"run_dir={run}"]) == 0
+    assert main([*common, f"agent.encoder.weights={resnet10_weights}", f"run_dir={run}"]) == 0
     with open(run / "metrics.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert int(row["env_step"]) == 80 and int(row["updates"]) == 17  # from step 64 (two critic steps in each)
@@ -199,17 +202,17 @@ def test_rlpd_push_pixels_pretrained_preset_runs_and_names_a_missing_backbone(tm
     torch.save({**torch.load(resnet10_weights), **heads}, readout)
     common[1] = "experiment=rlpd_push_pixels_readout"
     capsys.readouterr()
-    assert main([*common, f"agent.encoder_weights={resnet10_weights}", f"run_dir={tmp_path / 'y'}"]) == 2
+    assert main([*common, f"agent.encoder.weights={resnet10_weights}", f"run_dir={tmp_path / 'y'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no readout for camera group 'pixels/front'" in err and len(err.splitlines()) == 1, err
-    assert main([*common, f"agent.encoder_weights={readout}", f"run_dir={tmp_path / 'readout'}"]) == 0
+    assert main([*common, f"agent.encoder.weights={readout}", f"run_dir={tmp_path / 'readout'}"]) == 0
     with open(tmp_path / "readout" / "metrics.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert int(row["env_step"]) == 80 and int(row["updates"]) == 17
 
 
 def test_a_pretrained_encoder_trains_its_pooling_and_never_its_backbone(resnet10_weights) -> None:
-    agent = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2)
+    agent = _agent(encoder=dict(kind="pretrained", weights=str(resnet10_weights), spatial_features=2))
     backbones = {id(enc.backbone) for enc in agent.encoder.encoders.values()}
     target_backbones = {id(enc.backbone) for enc in agent.encoder_target.encoders.values()}
     assert len(backbones) == 1 and target_backbones == backbones  # one frozen network for cameras and target
@@ -222,25 +225,25 @@ def test_a_pretrained_encoder_trains_its_pooling_and_never_its_backbone(resnet10
     assert moved and all(".pool." in n or ".head." in n for n in moved)
     assert not all(torch.equal(a, b) for a, b in zip(target, agent.encoder_target.parameters(), strict=False))
     # the checkpoint round trip restores pooling, projection and the backbone
-    other = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2)
+    other = _agent(encoder=dict(kind="pretrained", weights=str(resnet10_weights), spatial_features=2))
     other.load_state_dict(agent.state_dict())
     obs = {k: v[:3] for k, v in _replay().sample(3).obs.items()}
     torch.testing.assert_close(other.act(obs, deterministic=True), agent.act(obs, deterministic=True))
 
 
 def test_pretrained_encoder_config_errors_are_one_line(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"^agent.encoder=pretrained needs agent.encoder_weights=<local backbone"):
-        SACConfig(encoder="pretrained").validate()
-    with pytest.raises(ValueError, match="^agent.encoder must be one of conv, pretrained$"):
-        SACConfig(encoder="vit").validate()
-    with pytest.raises(ValueError, match="^agent.encoder_backbone must be one of resnet10, resnet18$"):
-        SACConfig(encoder_backbone="resnet50").validate()
+    with pytest.raises(ValueError, match=r"^agent.encoder.kind=pretrained needs agent.encoder.weights=<local backbone"):
+        SACConfig(encoder=EncoderConfig(kind="pretrained")).validate()
+    with pytest.raises(ValueError, match="^agent.encoder.kind must be one of conv, pretrained$"):
+        SACConfig(encoder=EncoderConfig(kind="vit")).validate()
+    with pytest.raises(ValueError, match="^agent.encoder.backbone must be one of resnet10, resnet18$"):
+        SACConfig(encoder=EncoderConfig(backbone="resnet50")).validate()
     with pytest.raises(ValueError, match="no such file .*never downloads"):
-        _agent(encoder="pretrained", encoder_weights=str(tmp_path / "missing.pt"))
+        _agent(encoder=dict(kind="pretrained", weights=str(tmp_path / "missing.pt")))
 
 
 def test_train_with_a_pretrained_encoder_exports_a_self_contained_policy(resnet10_weights, tmp_path, capsys) -> None:
-    """`robot-rl train agent.encoder=pretrained agent.encoder_weights=...` end to end; the exported policy carries
+    """`robot-rl train agent.encoder.kind=pretrained agent.encoder.weights=...` end to end; the exported policy carries
     the backbone, so it loads and acts where the weights file is not."""
     import shutil
 
@@ -250,8 +253,8 @@ def test_train_with_a_pretrained_encoder_exports_a_self_contained_policy(resnet1
     shutil.copy(resnet10_weights, weights)
     run = tmp_path / "run"
     assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[32,32]", "agent=sac",
-                 "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder=pretrained",
-                 f"agent.encoder_weights={weights}", "agent.encoder_feature_dim=8", "agent.encoder_spatial_features=2",
+                 "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.kind=pretrained",
+                 f"agent.encoder.weights={weights}", "agent.encoder.feature_dim=8", "agent.encoder.spatial_features=2",
                  "train.steps=60", "train.learning_starts=50", "train.eval_every=60", "env.num_eval_envs=1",
                  "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     weights.unlink()
@@ -262,7 +265,7 @@ def test_train_with_a_pretrained_encoder_exports_a_self_contained_policy(resnet1
     assert policy.act(obs, deterministic=True).shape == (2, 4)
     capsys.readouterr()
     # a missing weights file is one line that says nothing is downloaded
-    assert main(["train", "env.spec=arm:reach-pixels", "agent.encoder=pretrained", f"agent.encoder_weights={weights}",
+    assert main(["train", "env.spec=arm:reach-pixels", "agent.encoder.kind=pretrained", f"agent.encoder.weights={weights}",
                  "quiet=true", f"run_dir={tmp_path / 'run2'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no such file" in err and len(err.splitlines()) == 1, err
@@ -272,10 +275,10 @@ CAMS = ("pixels/front", "pixels/wrist")
 
 
 def test_cached_embeddings_give_the_frames_result_without_the_backbone(resnet10_weights, monkeypatch) -> None:
-    """`agent.cache_embeddings=true`: the replay stores each frame's backbone features (float16); updates read
+    """`agent.encoder.cache_embeddings=true`: the replay stores each frame's backbone features (float16); updates read
     them and never run the backbone; acting on frames and on their cached features agree."""
-    agent = _agent(encoder="pretrained", encoder_weights=str(resnet10_weights), encoder_spatial_features=2,
-                   image_shift=0, cache_embeddings=True)
+    agent = _agent(encoder=dict(kind="pretrained", weights=str(resnet10_weights), spatial_features=2, image_shift=0,
+                                cache_embeddings=True))
     spec = ObservationPipeline(agent).replay_spec(SPEC)
     assert spec["state"] == SPEC["state"] and spec["pixels/front"] == ((512, 1, 1), torch.float16)
     frames = _replay().sample(5).obs
@@ -304,10 +307,11 @@ def test_cached_embeddings_give_the_frames_result_without_the_backbone(resnet10_
 
 
 def test_cached_embeddings_need_a_frozen_unshifted_encoder() -> None:
-    for bad in (dict(cache_embeddings=True), dict(cache_embeddings=True, encoder="pretrained", encoder_weights="w.pt")):
-        with pytest.raises(ValueError, match="^agent.cache_embeddings=true needs agent.encoder=pretrained and "
-                                             "agent.image_shift=0"):
-            SACConfig(**bad).validate()
+    for bad in (EncoderConfig(cache_embeddings=True),
+                EncoderConfig(cache_embeddings=True, kind="pretrained", weights="w.pt")):
+        with pytest.raises(ValueError, match="^agent.encoder.cache_embeddings=true needs agent.encoder.kind=pretrained "
+                                             "and agent.encoder.image_shift=0"):
+            SACConfig(encoder=bad).validate()
 
 
 def _readout_weights(path, outputs: int = 5, cameras=("front", "wrist")):
@@ -322,13 +326,13 @@ def _readout_weights(path, outputs: int = 5, cameras=("front", "wrist")):
 
 
 def test_a_readout_encoder_hands_the_policy_the_frozen_estimates(tmp_path) -> None:
-    """`agent.encoder_readout=true`: each camera's features are the weights file's frozen readout of the backbone
+    """`agent.encoder.readout=true`: each camera's features are the weights file's frozen readout of the backbone
     (nothing in the encoder trains), the replay caches those few numbers, and updates run without the backbone."""
     from robot_rl.policies.encoders import IMAGENET_MEAN, IMAGENET_STD
 
     state = _readout_weights(tmp_path / "estimator.pt")
-    agent = _agent(encoder="pretrained", encoder_weights=str(tmp_path / "estimator.pt"), encoder_readout=True,
-                   encoder_feature_dim=5, image_shift=0, cache_embeddings=True)
+    agent = _agent(encoder=dict(kind="pretrained", weights=str(tmp_path / "estimator.pt"), readout=True, feature_dim=5,
+                                image_shift=0, cache_embeddings=True))
     assert not any(p.requires_grad for p in agent.encoder.parameters())
     assert ObservationPipeline(agent).replay_spec(SPEC)["pixels/wrist"] == ((5,), torch.float16)
     # a HIL learner sends an actor the frozen readouts once, with the backbone, not with every update
@@ -368,13 +372,11 @@ def test_readout_errors_name_the_keys_and_the_size(tmp_path) -> None:
 
     _readout_weights(tmp_path / "front_only.pt", cameras=("front",))
     with pytest.raises(BackboneWeightsError, match=r"no readout for camera group 'pixels/wrist' .*readout\.wrist\.weight"):
-        _agent(encoder="pretrained", encoder_weights=str(tmp_path / "front_only.pt"), encoder_readout=True,
-               encoder_feature_dim=5)
+        _agent(encoder=dict(kind="pretrained", weights=str(tmp_path / "front_only.pt"), readout=True, feature_dim=5))
     with pytest.raises(BackboneWeightsError, match=r"readout\.front\.weight has shape \(5, 512\).*encoder_feature_dim=6"):
-        _agent(encoder="pretrained", encoder_weights=str(tmp_path / "front_only.pt"), encoder_readout=True,
-               encoder_feature_dim=6)
-    with pytest.raises(ValueError, match="^agent.encoder_readout=true needs agent.encoder=pretrained"):
-        SACConfig(encoder_readout=True).validate()
+        _agent(encoder=dict(kind="pretrained", weights=str(tmp_path / "front_only.pt"), readout=True, feature_dim=6))
+    with pytest.raises(ValueError, match="^agent.encoder.readout=true needs agent.encoder.kind=pretrained"):
+        SACConfig(encoder=EncoderConfig(readout=True)).validate()
 
 
 def test_train_with_a_readout_encoder_exports_a_policy_that_acts_the_same(tmp_path) -> None:
@@ -386,9 +388,9 @@ def test_train_with_a_readout_encoder_exports_a_policy_that_acts_the_same(tmp_pa
     _readout_weights(weights, outputs=4)
     run = tmp_path / "run"
     assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[32,32]", "agent=sac",
-                 "agent.hidden_dims=[32,32]", "agent.batch_size=8", "agent.encoder=pretrained",
-                 f"agent.encoder_weights={weights}", "agent.encoder_readout=true", "agent.encoder_feature_dim=4",
-                 "agent.cache_embeddings=true", "agent.image_shift=0",
+                 "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.kind=pretrained",
+                 f"agent.encoder.weights={weights}", "agent.encoder.readout=true", "agent.encoder.feature_dim=4",
+                 "agent.encoder.cache_embeddings=true", "agent.encoder.image_shift=0",
                  "train.steps=60", "train.learning_starts=50", "train.eval_every=60", "env.num_eval_envs=1",
                  "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     weights.unlink()

@@ -13,7 +13,7 @@ from robot_rl.config import ConfigError, compose_train_config
 
 wandb = pytest.importorskip("wandb")
 
-SMALL = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32"]
+SMALL = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32"]
 
 
 def _records(run_file: Path) -> list[bytes]:

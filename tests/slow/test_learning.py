@@ -37,7 +37,7 @@ def test_dmc_cartpole_swingup_reaches_700_within_100k_env_steps(tmp_path):
 def test_pendulum_compiled_learns_as_well_as_eager(tmp_path):
     """torch.compile must not silently break convergence (peers have shipped that bug)."""
     eager = _train(tmp_path / "eager", "experiment=pendulum", "seed=1", "train.steps=8000")
-    compiled = _train(tmp_path / "compiled", "experiment=pendulum", "seed=1", "train.steps=8000", "agent.compile=true")
+    compiled = _train(tmp_path / "compiled", "experiment=pendulum", "seed=1", "train.steps=8000", "agent.optimiser.compile=true")
     e, c = eager[-1]["eval_return_mean"], compiled[-1]["eval_return_mean"]
     assert e >= -300 and c >= -300, (e, c)
     assert abs(e - c) < 100, (e, c)

@@ -113,7 +113,7 @@ def main() -> None:
         "task": "arm:push-sparse; training reward = the classifier's verdict on the front camera's frame (64x64; "
                 "48x48 for the position readouts) each action led to (each group's reward_rule), evaluation = the "
                 "task's success",
-        "learner": "experiment=rlpd_push (20 expert demos, half of each batch; both mirrors; agent.utd=2), state only",
+        "learner": "experiment=rlpd_push (20 expert demos, half of each batch; both mirrors; agent.optimiser.utd=2), state only",
         "steps": "20k env steps = agent steps (action repeat 1), 1 env",
         "evaluation": "every 2k env steps, 20 deterministic episodes; final weights on 50 held-out episodes "
                       "(seeds 1000-1049)",

@@ -1,4 +1,4 @@
-"""Pretrain a ResNet-10 backbone on simulated push frames, for `agent.encoder=pretrained` (a frozen backbone).
+"""Pretrain a ResNet-10 backbone on simulated push frames, for `agent.encoder.kind=pretrained` (a frozen backbone).
 
 Usage: python pretrain_backbone.py OUT_DIR [--episodes 300] [--size 48] [--epochs 6] [--seed 0] [--threads 1]
                                    [--no-mirror]
@@ -8,7 +8,7 @@ end to end from 48x48 frames RLPD on push reached 8% in 40k env steps (bench/res
 never find the cube). In simulation the scene's state is known, so a backbone can be taught to *see* the task:
 regress, from each camera's frame, where the cube, the target and the hand are. The RL run then loads the backbone
 frozen from the file written here, exactly as a user's ImageNet weights would load, and learns only the pooling,
-projection, actor and critic (with `agent.cache_embeddings=true` its updates cost what state-based updates cost).
+projection, actor and critic (with `agent.encoder.cache_embeddings=true` its updates cost what state-based updates cost).
 The policy still sees pixels and proprioception only; the simulator's state is used here, offline, as labels.
 
 Data: `ArmEnv("push", "sparse", pixels=True)` at `--size`, env seeds 10,000,000 + episode (the training and
@@ -28,7 +28,7 @@ task's mirror symmetry (y -> -y; both cameras lie in the mirror plane), which th
 (`data.mirror`, `train.mirror_online`), so the backbone and heads must read reflected frames as well as plain ones.
 Writes OUT_DIR/resnet10_push{size}.pt: the backbone's state dict in torchvision's names plus each camera's head as
 its frozen readout (`readout.front.*`, `readout.wrist.*`: 13 standardised estimates from the flattened feature map,
-for `agent.encoder_readout=true`; `load_backbone` ignores them), and keeps the collected frames in
+for `agent.encoder.readout=true`; `load_backbone` ignores them), and keeps the collected frames in
 OUT_DIR/frames_{episodes}x{size}.npz (read instead of collecting again when present).
 """
 from __future__ import annotations

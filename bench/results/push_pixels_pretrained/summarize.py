@@ -27,7 +27,7 @@ STEPS = (10_000, 20_000)
 GROUPS = {"rlpd": ("rlpd_push_pixels_pretrained", "a learned spatial pooling and projection per camera, trained by "
                                                  "the critic loss"),
           "readout": ("rlpd_push_pixels_readout", "the pretraining heads as frozen readouts: 13 position estimates "
-                                                  "per camera (agent.encoder_readout)")}
+                                                  "per camera (agent.encoder.readout)")}
 
 
 def failure_modes(run: Path, summary: Path) -> dict | None:

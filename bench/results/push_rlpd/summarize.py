@@ -39,7 +39,7 @@ def critic_check(run: Path) -> dict | None:
         return None
     state = torch.load(path, weights_only=False, map_location="cpu")
     cfg = load_run_config(run).agent
-    demos = _demos(cfg.gamma)
+    demos = _demos(cfg.critic.gamma)
     agent = SAC(demos.obs.shape[1], demos.action.shape[1], cfg)
     agent.load_state_dict(state["agent"])
     online = state["replay"]["obs"]["state"][:, 0], state["replay"]["action"][:, 0]
@@ -151,7 +151,8 @@ def main() -> None:
                if at[40_000] else {}),
         }
         cfg = load_run_config(runs[0])  # the label from the runs' settings, not the tag
-        label = f"agent={agent}, gamma {cfg.agent.gamma:g}" + (f", UTD {cfg.agent.utd}" if cfg.agent.utd != 1 else "")
+        opt = cfg.agent.optimiser
+        label = f"agent={agent}, gamma {cfg.agent.critic.gamma:g}" + (f", UTD {opt.utd}" if opt.utd != 1 else "")
         if cfg.data.path and cfg.data.mirror:
             label += ", mirrored demos" + (" and online data" if cfg.train.mirror_online else "")
         label += ", to 40k" if tag and tag[0] == "40k" else ""

@@ -114,7 +114,7 @@ def main() -> None:
     summary: dict = {
         "task": ABOUT["task"],
         "data": ABOUT["data"],
-        "pretraining": "IQL, expectile 0.9, running observation normalisation (agent.obs_norm=true), 20k offline "
+        "pretraining": "IQL, expectile 0.9, running observation normalisation (agent.network.obs_norm=true), 20k offline "
                        "steps, one pretraining per seed shared by both methods",
         "online": "20k env steps = agent steps (action repeat 1), 1 env, online data only (data.mix_online=false), "
                   "but the wsrl_mix group: half of each batch from the dataset, as RLPD",
@@ -132,7 +132,7 @@ def main() -> None:
                     "KINDS=wsrl TAG=frozen_cw2k run.sh 0 1 2 -- offline.freeze_statistics=true "
                     "train.critic_warmup_updates=2000; KINDS=wsrl TAG=cw2k run.sh 0 1 2 -- "
                     "train.critic_warmup_updates=2000 (and cw5k: 5000); KINDS=wsrl TAG=preserve_cw2k run.sh 0 1 2 -- "
-                    "agent.obs_norm_preserve=true train.critic_warmup_updates=2000 (and _alr1e-4: agent.actor_lr=1e-4) "
+                    "agent.network.obs_norm_preserve=true train.critic_warmup_updates=2000 (and _alr1e-4: agent.optimiser.actor_lr=1e-4) "
                     "(rlpd has no pretraining: its first evaluation is at 1k)",
         "groups": {},
     }

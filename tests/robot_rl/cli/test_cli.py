@@ -14,7 +14,7 @@ from robot_rl.cli import main
 from robot_rl.config import TrainConfig, describe, load_run_config
 
 FAST = [
-    "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
+    "agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32",
     "train.steps=400",
     "train.learning_starts=100",
     "train.eval_every=200",
@@ -40,7 +40,7 @@ def test_console_script_help():
 def test_train_help_lists_keys_and_presets(capsys):
     code, out, _ = _run(capsys, "train", "--help")
     assert code == 0
-    for key in ["env.spec=", "agent.utd=", "agent.num_critics=", "train.steps=", "seed=", "resume="]:
+    for key in ["env.spec=", "agent.optimiser.utd=", "agent.critic.num=", "train.steps=", "seed=", "resume="]:
         assert key in out
     assert "cartpole_swingup" in out and "rlpd" in out
 
@@ -52,11 +52,11 @@ def test_train_help_lists_keys_and_presets(capsys):
         (["+agent.bogus=1"], "unknown config key 'agent.bogus' in '+agent.bogus=1'; valid keys under agent:"),
         (["++bogus=1"], "unknown config key 'bogus'"),
         (["bogus=1"], "unknown config key 'bogus'"),
-        # Hydra's own line named only the override ("Error merging override agent.utd=abc"), not what is wrong
-        (["agent.utd=abc"], "bad value for agent.utd: Value 'abc' of type 'str' could not be converted to Integer"),
+        # Hydra's own line named only the override ("Error merging override agent.optimiser.utd=abc"), not what is wrong
+        (["agent.optimiser.utd=abc"], "bad value for agent.optimiser.utd: Value 'abc' of type 'str' could not be converted to Integer"),
         (["train.steps=1e5"], "bad value for train.steps:"),
-        (["agent.compile=maybe"], "bad value for agent.compile: Value 'maybe' is not a valid bool"),
-        (["agent.num_critics=0"], "agent.num_critics must be between 1 and 20"),
+        (["agent.optimiser.compile=maybe"], "bad value for agent.optimiser.compile: Value 'maybe' is not a valid bool"),
+        (["agent.critic.num=0"], "agent.critic.num must be between 1 and 20"),
         (["env=nope"], "unknown preset env=nope; choose one of: cartpole_swingup"),
         (["env.spec=gym:NoSuchEnv-v0"], "NoSuchEnv"),
         (["env.spec=foo:bar"], "gym:"),
@@ -167,9 +167,9 @@ def test_gpu_fast_preset_trains_on_the_gpu_backends(capsys, tmp_path, spec):
         f"env.num_eval_envs={num_envs}",
         f"train.video={spec.startswith('warp:')}",
         "env.max_episode_steps=20",
-        "agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32",
-        "agent.batch_size=64",
-        "agent.compile=false",
+        "agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32",
+        "agent.optimiser.batch_size=64",
+        "agent.optimiser.compile=false",
         f"train.steps={steps}",
         f"train.learning_starts={starts}",
         f"train.updates_per_step={per_step}",
@@ -216,7 +216,7 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
         ("serve-robot", ["port=50051 ", "host=127.0.0.1 ", "run_for=0.0 ", "driver_args={} ", "token_file=None "]),
         ("teleop", ["robot=127.0.0.1:50051 ", "teleop=keyboard ", "teleop_args={} ", "episodes=10 ", "out=None "]),
         ("hil-train", ["teleop=scripted ", "device=cpu ", "steps=6000 ", "updates_per_transition=1.0 ",
-                       "agent.batch_size=256 ", "agent.utd=1 ", "record=True "]),
+                       "agent.optimiser.batch_size=256 ", "agent.optimiser.utd=1 ", "record=True "]),
         ("deploy", ["teleop=None ", "checkpoint= ", "stochastic=False ", "step_timeout_s=0.5 "]),
         ("export", ["run= ", "out= ", "format=policy "]),
         ("classifier", ["dataset= ", "out= ", "steps=2000 ", "holdout=0.2 ", "cameras=[] ", "device=cpu "]),
@@ -249,11 +249,13 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
     from robot_rl.cli.teleop import TeleopArgs
 
     a = _parse_args(hil_train_args(), ["teleop=gamepad", "device=cuda", "teleop_args.noise=0.3",
-                                       "teleop_args.frame=beside", "agent.utd=2", "agent.hidden_dims=[32,32]"],
+                                       "teleop_args.frame=beside", "agent.optimiser.utd=2",
+                                       "agent.network.hidden_dims=[32,32]"],
                     "hil-train")
     assert (a.teleop, a.device) == ("gamepad", "cuda")
     assert a.teleop_args == {"noise": 0.3, "frame": "beside"}
-    assert a.agent.utd == 2 and a.agent.hidden_dims == [32, 32] and a.agent.num_critics == 2  # the HIL defaults
+    assert a.agent.optimiser.utd == 2 and a.agent.network.hidden_dims == [32, 32]
+    assert a.agent.critic.num == 2 and a.agent.critic.backup_entropy is False  # the HIL defaults
     t = _parse_args(TeleopArgs, ["teleop=null", "append=true"], "teleop")
     assert t.teleop is None and t.append is True
     assert _parse_args(DeployArgs, [], "deploy").teleop is None
@@ -397,21 +399,21 @@ def test_finetune_takes_the_method_from_the_command_line_or_the_runs_record(tmp_
 
 def test_the_run_header_counts_one_critic_in_the_singular() -> None:
     """The default agent now runs one critic on Pendulum, `make train`'s task: its header said "1 critics"."""
-    from robot_rl.agents.sac import SACConfig
+    from robot_rl.agents.sac import CriticConfig, NetworkConfig, SACConfig
     from robot_rl.cli.train import _describe_agent
 
-    one = _describe_agent(SACConfig(network="hyper", num_atoms=101, num_critics=1))
+    one = _describe_agent(SACConfig(network=NetworkConfig(kind="hyper"), critic=CriticConfig(num_atoms=101, num=1)))
     assert "critic (101-atom): 1 critic, UTD" in one and "critics" not in one
-    assert ": 2 critics, UTD" in _describe_agent(SACConfig(network="mlp", num_critics=2))
+    assert ": 2 critics, UTD" in _describe_agent(SACConfig(critic=CriticConfig(num=2)))
 
 
 def test_the_run_header_names_the_precision() -> None:
     """A compile + bf16 run and an fp32 one printed the same header, so a log did not say which was measured."""
-    from robot_rl.agents.sac import SACConfig
+    from robot_rl.agents.sac import OptimiserConfig, SACConfig
     from robot_rl.cli.train import _describe_agent
 
-    assert _describe_agent(SACConfig(network="mlp")).endswith(", fp32")
-    assert _describe_agent(SACConfig(network="mlp", bf16=True, compile=True)).endswith(", bf16, compiled")
+    assert _describe_agent(SACConfig()).endswith(", fp32")
+    assert _describe_agent(SACConfig(optimiser=OptimiserConfig(bf16=True, compile=True))).endswith(", bf16, compiled")
 
 
 def test_eval_policy_on_another_task_is_one_line_unless_allowed(capsys, tmp_path):

@@ -5,10 +5,10 @@ import torch
 from robot_rl.policies.flow import FlowPolicy
 from scripted_env import ScriptedEnv
 
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import CriticConfig, NetworkConfig, OptimiserConfig, SACConfig
 from robot_rl.finetune.dsrl import DSRL, DSRLConfig
 
-SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=4)
+SAC_CFG = SACConfig(network=NetworkConfig(hidden_dims=[32, 32]), optimiser=OptimiserConfig(batch_size=4))
 
 
 def make(env, learning_starts: int = 6, aliased: bool = False) -> DSRL:
@@ -60,7 +60,7 @@ def test_needs_one_step_returns_and_a_bounded_noise() -> None:
     env = ScriptedEnv([4], [True])
     base = FlowPolicy(3, 2, horizon=4, hidden=[16])
     with pytest.raises(ValueError, match="n_step"):
-        DSRL(DSRLConfig(), SACConfig(n_step=3), base, env, capacity=100)
+        DSRL(DSRLConfig(), SACConfig(critic=CriticConfig(n_step=3)), base, env, capacity=100)
     with pytest.raises(ValueError, match="dsrl.noise_bound"):
         DSRLConfig(noise_bound=0.0).validate()
 

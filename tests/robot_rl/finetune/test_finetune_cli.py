@@ -20,7 +20,7 @@ from robot_rl.finetune.config import FinetuneConfig
 SPEC = "arm:reach-sparse"
 COMMON = ["env.spec=" + SPEC, "env.max_episode_steps=12", "env.num_eval_envs=2", "threads=1", "quiet=true",
           "steps=48", "eval_every=24"]
-SMALL_SAC = ["agent.hidden_dims=[32,32]", "agent.critic_width=32", "agent.actor_width=32", "agent.batch_size=16"]
+SMALL_SAC = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32", "agent.optimiser.batch_size=16"]
 
 
 @pytest.fixture(scope="module")

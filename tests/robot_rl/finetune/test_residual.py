@@ -11,11 +11,13 @@ from robot_rl.policies.flow import FlowPolicy
 from scripted_env import ScriptedEnv
 from torch import Tensor
 
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import CriticConfig, NetworkConfig, OptimiserConfig, SACConfig
 from robot_rl.finetune.residual import ResidualConfig, ResidualRL, demo_features, demo_replay
 from robot_rl.prior_data import OfflineData
 
-SAC_CFG = SACConfig(hidden_dims=[32, 32], batch_size=8, n_step=2)
+SAC_CFG = SACConfig(network=NetworkConfig(hidden_dims=[32, 32]),
+                    critic=CriticConfig(n_step=2),
+                    optimiser=OptimiserConfig(batch_size=8))
 
 
 def base_policy(seed: int = 0) -> MLPPolicy:

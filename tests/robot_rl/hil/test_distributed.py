@@ -31,7 +31,7 @@ ray = pytest.importorskip("ray")
 from ray_support import init_ray_or_skip  # noqa: E402
 from robot_rl.policies import TanhGaussianActor  # noqa: E402
 
-from robot_rl.agents.sac import SACConfig  # noqa: E402
+from robot_rl.agents.sac import EncoderConfig, NetworkConfig, OptimiserConfig, SACConfig  # noqa: E402
 from robot_rl.hil.distributed import CHECKPOINT_FILE, RayLink, connect_learner, start_learner  # noqa: E402
 from robot_rl.hil.learner import LearnerConfig  # noqa: E402
 
@@ -65,7 +65,7 @@ def kill_actors():
 
 
 def config() -> LearnerConfig:
-    sac = SACConfig(hidden_dims=HIDDEN, batch_size=16)
+    sac = SACConfig(network=NetworkConfig(hidden_dims=HIDDEN), optimiser=OptimiserConfig(batch_size=16))
     return LearnerConfig(
         obs_dim=OBS,
         action_dim=ACT,
@@ -368,7 +368,9 @@ def test_camera_frames_travel_to_a_pixel_learner_and_actor_plus_encoder_weights_
     from robot_rl.hil.learner import build_policy, frame_keys
 
     cameras = {"pixels/front": [8, 8, 3]}
-    sac = SACConfig(hidden_dims=[8], batch_size=4, encoder_feature_dim=4, encoder_channels=2, encoder_layers=1)
+    sac = SACConfig(network=NetworkConfig(hidden_dims=[8]),
+                    encoder=EncoderConfig(feature_dim=4, channels=2, layers=1),
+                    optimiser=OptimiserConfig(batch_size=4))
     cfg = LearnerConfig(obs_dim=OBS, action_dim=ACT, sac=sac, capacity=200, prior_capacity=100, learning_starts=4,
                         utd=0.5, cameras=cameras)
     handle = start_learner("pixels", cfg, tmp_path, NAMESPACE, threads=1)

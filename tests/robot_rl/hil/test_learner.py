@@ -10,7 +10,7 @@ import pytest
 import torch
 from robot_rl.policies import TanhGaussianActor
 
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import CriticConfig, ExplorationConfig, NetworkConfig, OptimiserConfig, SACConfig
 from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, check_transitions
 
 OBS, ACT = 3, 2
@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(**kw) -> LearnerConfig:
-    sac = kw.pop("sac", SACConfig(hidden_dims=[32, 32], batch_size=16))
+    sac = kw.pop("sac", SACConfig(network=NetworkConfig(hidden_dims=[32, 32]),
+                                  optimiser=OptimiserConfig(batch_size=16)))
     base = {"obs_dim": OBS, "action_dim": ACT, "capacity": 1000, "prior_capacity": 500, "learning_starts": 4}
     return LearnerConfig(sac=sac, **{**base, **kw})
 
@@ -196,7 +197,7 @@ def test_mirror_demos_adds_the_demos_reflections_and_bad_mirror_settings_name_th
 
 
 def test_rlpd_batches_mix_in_the_configured_fraction() -> None:
-    sac = SACConfig(hidden_dims=[32, 32], batch_size=20, utd=3)
+    sac = SACConfig(network=NetworkConfig(hidden_dims=[32, 32]), optimiser=OptimiserConfig(batch_size=20, utd=3))
     learner = HILLearner(config(sac=sac, prior_fraction=0.25))
     learner.add(chunk(50, obs_value=1.0))
     online_only = learner.sample()
@@ -253,7 +254,7 @@ def test_actor_state_loads_into_a_fresh_actor_and_is_a_copy() -> None:
     state = learner.actor_state()
     assert all(v.device.type == "cpu" for v in state.values())
 
-    actor = TanhGaussianActor(OBS, ACT, cfg.sac.hidden_dims, cfg.sac.actor_layer_norm)
+    actor = TanhGaussianActor(OBS, ACT, cfg.sac.network.hidden_dims, cfg.sac.network.actor_layer_norm)
     actor.load_state_dict(state)
     obs = torch.randn(8, OBS)
     expected = learner.agent.act({"state": obs}, deterministic=True)
@@ -331,7 +332,9 @@ def test_demo_dataset_prefills_the_prior_buffer(tmp_path: Path) -> None:
 
 def test_learns_the_best_action_of_a_one_step_toy_task() -> None:
     """Bandit-like: every step ends the episode and the reward peaks at a = 0.5, so Q(s, a) is the reward."""
-    sac = SACConfig(hidden_dims=[32, 32], batch_size=64, init_temperature=0.01, actor_lr=1e-3, critic_lr=1e-3)
+    sac = SACConfig(network=NetworkConfig(hidden_dims=[32, 32]),
+                    optimiser=OptimiserConfig(batch_size=64, actor_lr=1e-3, critic_lr=1e-3),
+                    exploration=ExplorationConfig(init_temperature=0.01))
     learner = HILLearner(LearnerConfig(obs_dim=1, action_dim=1, sac=sac, learning_starts=0, seed=3))
     rng = np.random.default_rng(0)
     n = 512
@@ -451,7 +454,7 @@ def test_deploy_loads_a_checkpoint_of_the_default_train_agent(tmp_path: Path) ->
     from robot_rl.api import Agent
     from robot_rl.config import compose_train_config
 
-    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent.critic_width=32", "agent.actor_width=32"])
+    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent.network.critic_width=32", "agent.network.actor_width=32"])
     agent = SAC(3, 1, cfg.agent)  # Pendulum's sizes: the loader takes them from the run's env
     agent.observe({"state": torch.randn(32, 3) + 2}, torch.randn(32), torch.zeros(32, dtype=torch.bool))
     path = tmp_path / "latest.pt"
@@ -466,8 +469,9 @@ def test_deploy_loads_a_checkpoint_of_the_default_train_agent(tmp_path: Path) ->
 def test_hil_learner_runs_the_default_agent_and_its_actor_state_loads_for_acting() -> None:
     from robot_rl.agents.sac import build_actor
 
-    sac = SACConfig(network="hyper", critic_width=32, actor_width=16, num_atoms=21, obs_norm=True,
-                    reward_scale=True, batch_size=16)
+    sac = SACConfig(network=NetworkConfig(kind="hyper", critic_width=32, actor_width=16, obs_norm=True),
+                    critic=CriticConfig(num_atoms=21, reward_scale=True),
+                    optimiser=OptimiserConfig(batch_size=16))
     learner = HILLearner(config(sac=sac))
     learner.add(chunk(40, intervention=np.arange(40) % 5 == 0))
     assert learner.agent.obs_norm.count.item() == 40  # every received row updates the statistics

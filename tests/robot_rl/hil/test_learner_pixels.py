@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from robot_rl.agents.sac import SACConfig, policy_state_dict
+from robot_rl.agents.sac import EncoderConfig, NetworkConfig, OptimiserConfig, SACConfig, policy_state_dict
 from robot_rl.hil.learner import (
     HILLearner,
     LearnerConfig,
@@ -31,8 +31,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(**kw) -> LearnerConfig:
-    sac = kw.pop("sac", SACConfig(hidden_dims=[16], batch_size=8, encoder_feature_dim=8, encoder_channels=4,
-                                  encoder_layers=1))
+    sac = kw.pop("sac", SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                                  encoder=EncoderConfig(feature_dim=8, channels=4, layers=1),
+                                  optimiser=OptimiserConfig(batch_size=8)))
     base = {"obs_dim": OBS, "action_dim": ACT, "capacity": 200, "prior_capacity": 100, "learning_starts": 4,
             "cameras": CAMERAS}
     return LearnerConfig(sac=sac, **{**base, **kw})
@@ -317,7 +318,7 @@ def test_pixel_demos_prefill_the_prior_buffer_and_export_reads_the_learner(tmp_p
 
 
 def test_a_frozen_backbone_with_cached_embeddings_stores_features_and_acts_on_frames(tmp_path) -> None:
-    """`agent.encoder=pretrained agent.cache_embeddings=true` in hil-train: both buffers hold the backbone's float16
+    """`agent.encoder.kind=pretrained agent.encoder.cache_embeddings=true` in hil-train: both buffers hold the backbone's float16
     features (the continuity of one-step chunks still holds on them), updates run, and the robot's policy takes
     raw frames."""
     from robot_rl.policies.encoders import ResNetBackbone
@@ -325,8 +326,9 @@ def test_a_frozen_backbone_with_cached_embeddings_stores_features_and_acts_on_fr
     torch.manual_seed(0)
     weights = tmp_path / "resnet10.pt"
     torch.save(ResNetBackbone("resnet10").state_dict(), weights)
-    sac = SACConfig(hidden_dims=[16], batch_size=8, encoder="pretrained", encoder_weights=str(weights),
-                    encoder_feature_dim=8, encoder_spatial_features=2, image_shift=0, cache_embeddings=True)
+    sac = SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                    encoder=EncoderConfig(kind="pretrained", weights=str(weights), feature_dim=8, spatial_features=2, image_shift=0, cache_embeddings=True),
+                    optimiser=OptimiserConfig(batch_size=8))
     learner = HILLearner(config(sac=sac, utd=1.0))
     assert learner.online.obs_spec["pixels/front"] == ((512, 1, 1), torch.float16)
     for s in range(6):
@@ -352,8 +354,9 @@ def test_the_links_send_a_frozen_backbone_only_to_an_actor_without_weights(tmp_p
     torch.manual_seed(0)
     weights = tmp_path / "resnet10.pt"
     torch.save(ResNetBackbone("resnet10").state_dict(), weights)
-    sac = SACConfig(hidden_dims=[16], batch_size=8, encoder="pretrained", encoder_weights=str(weights),
-                    encoder_feature_dim=8, encoder_spatial_features=2, image_shift=0)
+    sac = SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                    encoder=EncoderConfig(kind="pretrained", weights=str(weights), feature_dim=8, spatial_features=2, image_shift=0),
+                    optimiser=OptimiserConfig(batch_size=8))
     learner = HILLearner(config(sac=sac, utd=1.0))
     assert learner.frozen_prefixes == ("encoder.encoders.pixels__front.backbone.",
                                        "encoder.encoders.pixels__wrist.backbone.")

@@ -81,7 +81,7 @@ def test_teleop_records_demonstrations(robot_server, tmp_path, capsys):
 def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     run = tmp_path / "hil"
     code = main(["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "steps=150", f"run_dir={run}",
-                 "learning_starts=50", "agent.batch_size=32", "agent.hidden_dims=[32,32]",
+                 "learning_starts=50", "agent.optimiser.batch_size=32", "agent.network.hidden_dims=[32,32]",
                  "teleop_args.patience=3", "teleop_args.takeover_steps=5"])
     assert code == 0
     out = capsys.readouterr().out
@@ -115,7 +115,7 @@ def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys, monke
     monkeypatch.delenv("RAY_worker_niceness", raising=False)
     run = tmp_path / "hil_ray"
     code = main(["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "steps=120", f"run_dir={run}",
-                 "learning_starts=40", "agent.batch_size=32", "agent.hidden_dims=[32,32]", "distributed=true",
+                 "learning_starts=40", "agent.optimiser.batch_size=32", "agent.network.hidden_dims=[32,32]", "distributed=true",
                  "learner_name=test-learner"])
     out = capsys.readouterr()
     if code == 2 and "could not start or join Ray" in out.err:
@@ -168,7 +168,7 @@ def test_sigterm_during_hil_train_saves_the_learner_and_a_rerun_resumes(robot_se
     (exit 130) and the same command resumes from it. Before, SIGTERM killed the process with nothing saved."""
     run = tmp_path / "hil"
     args = ["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", f"run_dir={run}",
-            "learning_starts=50", "agent.batch_size=32", "agent.hidden_dims=[32,32]"]
+            "learning_starts=50", "agent.optimiser.batch_size=32", "agent.network.hidden_dims=[32,32]"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*CLI, *args, "steps=100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
@@ -328,8 +328,8 @@ def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path,
     with served_robot("pixels=true", "pixel_size=[32,32]", "driver_args.full_state=true") as address:
         capsys.readouterr()
         code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=48", f"run_dir={run}",
-                     "learning_starts=24", "agent.batch_size=8", "agent.hidden_dims=[16]",
-                     "agent.encoder_feature_dim=8", "agent.encoder_channels=4", "agent.encoder_layers=1",
+                     "learning_starts=24", "agent.optimiser.batch_size=8", "agent.network.hidden_dims=[16]",
+                     "agent.encoder.feature_dim=8", "agent.encoder.channels=4", "agent.encoder.layers=1",
                      "teleop_args.patience=3", "teleop_args.takeover_steps=5"])
         out = capsys.readouterr()
         assert code == 0, out.err
@@ -379,7 +379,7 @@ def test_hil_train_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypat
         run = tmp_path / "hil"
         assert main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=60", f"run_dir={run}",
                      f"demos={demos}", "mirror_demos=true", "mirror_online=true", "learning_starts=30",
-                     "agent.batch_size=16", "agent.hidden_dims=[32,32]", "teleop_args.patience=3",
+                     "agent.optimiser.batch_size=16", "agent.network.hidden_dims=[32,32]", "teleop_args.patience=3",
                      "teleop_args.takeover_steps=5"]) == 0
     capsys.readouterr()
     demo_steps = read_dataset(demos).action.shape[0]
@@ -401,9 +401,9 @@ def test_hil_train_from_cameras_learns_from_mirror_images_on_push(tmp_path, caps
     run = tmp_path / "hil"
     with served_robot("task=push", "pixels=true", "pixel_size=[16,16]", control_hz=20) as address:
         code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=12", f"run_dir={run}",
-                     "teleop=null", "mirror_online=true", "learning_starts=6", "agent.batch_size=8",
-                     "agent.hidden_dims=[16]", "agent.encoder_feature_dim=8", "agent.encoder_channels=4",
-                     "agent.encoder_layers=1", "record=false"])
+                     "teleop=null", "mirror_online=true", "learning_starts=6", "agent.optimiser.batch_size=8",
+                     "agent.network.hidden_dims=[16]", "agent.encoder.feature_dim=8", "agent.encoder.channels=4",
+                     "agent.encoder.layers=1", "record=false"])
     assert code == 0, capsys.readouterr().err
     saved = checkpoint.load(run / "checkpoints" / "latest.pt")
     config, received = saved["learner"]["config"], saved["learner"]["counters"]["transitions"]
@@ -432,8 +432,8 @@ def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsy
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     run = tmp_path / "hil"
     args = ["hil-train", "step_timeout_s=5", f"run_dir={run}", "teleop=null", f"demos={demos}", "learning_starts=10",
-            "agent.batch_size=8", "agent.hidden_dims=[16]", "agent.encoder_feature_dim=8", "agent.encoder_channels=4",
-            "agent.encoder_layers=1", "pixels=true"]
+            "agent.optimiser.batch_size=8", "agent.network.hidden_dims=[16]", "agent.encoder.feature_dim=8", "agent.encoder.channels=4",
+            "agent.encoder.layers=1", "pixels=true"]
     # 20 Hz: an untrained learner's random commands can make the simulated arm's hand outrun the speed limit by
     # 2.5x at 50 Hz (at the edge of its reach), which latches the e-stop; at 20 Hz they stay under it.
     with served_robot("pixels=true", "pixel_size=[32,32]", control_hz=20) as address:
@@ -452,9 +452,9 @@ def test_hil_train_with_a_missing_backbone_file_is_one_line(tmp_path, capsys, mo
     with served_robot("pixels=true", "pixel_size=[24,24]") as address:
         capsys.readouterr()
         assert main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=5", f"run_dir={tmp_path / 'r'}",
-                     "teleop=null", "agent.encoder=pretrained", f"agent.encoder_weights={tmp_path / 'r10.pt'}"]) == 2
+                     "teleop=null", "agent.encoder.kind=pretrained", f"agent.encoder.weights={tmp_path / 'r10.pt'}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("robot-rl: error: agent.encoder_weights: backbone weights") and "no such file" in err
+    assert err.startswith("robot-rl: error: agent.encoder.weights: backbone weights") and "no such file" in err
     assert len(err.splitlines()) == 1
 
 
@@ -501,7 +501,7 @@ def test_hil_train_rewards_come_from_the_classifier_on_the_frames(tmp_path, caps
     with served_robot("pixels=true", "pixel_size=[24,24]", "driver_args.full_state=true") as address:
         capsys.readouterr()
         code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=12", f"run_dir={run}", "teleop=null",
-                     "pixels=false", "learning_starts=100", "agent.batch_size=8", "agent.hidden_dims=[16]",
+                     "pixels=false", "learning_starts=100", "agent.optimiser.batch_size=8", "agent.network.hidden_dims=[16]",
                      f"reward_classifier={clf}", "reward_classifier_consecutive=3"])
         out = capsys.readouterr()
     assert code == 0, out.err

@@ -1,0 +1,96 @@
+"""The agent's config in groups (issue 56): the old flat keys still work for one release, mapped once, with one
+notice, on the command line, in an old run's config.yaml and in a checkpoint; validation names the dotted key."""
+
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from robot_rl import config
+from robot_rl.agents.sac import FLAT_KEYS, SACConfig
+from robot_rl.config import ConfigError, compose_train_config, load_run_config, presets
+
+NOTE = "robot-rl: note: agent.utd is now agent.optimiser.utd (the old name works until the next release)\n"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_notes(monkeypatch):
+    """Each notice is printed once per process; each test starts as a fresh process would."""
+    monkeypatch.setattr(config, "_NOTED", set())
+
+
+def _flat(cfg) -> dict:
+    """`cfg` as the release before the groups wrote it: a flat `agent:` section."""
+    saved = OmegaConf.to_container(OmegaConf.structured(cfg))
+    saved["agent"] = {old: saved["agent"][new.split(".")[0]][new.split(".")[1]] for old, new in FLAT_KEYS.items()}
+    return saved
+
+
+def test_every_group_key_has_exactly_one_old_flat_name() -> None:
+    groups = {f"{g.name}.{k.name}" for g in dataclasses.fields(SACConfig)
+              for k in dataclasses.fields(getattr(SACConfig(), g.name))}
+    assert sorted(FLAT_KEYS.values()) == sorted(groups)
+
+
+def test_an_old_key_on_the_command_line_resolves_as_the_new_one_with_one_notice(capsys) -> None:
+    old = compose_train_config(["agent.utd=3", "agent.utd=3"])
+    assert capsys.readouterr().err == NOTE  # one line, though set twice
+    assert old == compose_train_config(["agent.optimiser.utd=3"])
+    assert capsys.readouterr().err == ""
+    # the mlp/hyper choice: `agent.network=` is the old key, `agent.network.kind=` the new one
+    assert compose_train_config(["agent=sac", "agent.network=mlp"]).agent.network.kind == "mlp"
+    assert "agent.network is now agent.network.kind" in capsys.readouterr().err
+
+
+def test_an_old_runs_flat_config_yaml_resumes_as_the_same_config_with_one_notice(tmp_path, capsys) -> None:
+    cfg = compose_train_config(["experiment=rlpd_push"])
+    OmegaConf.save(OmegaConf.create(_flat(cfg)), tmp_path / "config.yaml")
+    loaded = load_run_config(tmp_path)
+    assert loaded == cfg
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"robot-rl: note: {tmp_path / 'config.yaml'}: agent.network is now "
+                                                   "agent.network.kind (44 more flat agent keys")
+    assert load_run_config(tmp_path, ["agent.utd=5"]).agent.optimiser.utd == 5  # old keys as overrides too
+    assert capsys.readouterr().err == NOTE
+
+
+def test_checkpoints_with_a_flat_agent_config_load_and_export(tmp_path) -> None:
+    """export, collect and eval read a checkpoint's own config: a flat one gives the same SACConfig."""
+    cfg = compose_train_config([])
+    assert SACConfig.from_dict(_flat(cfg)["agent"]) == cfg.agent
+    assert SACConfig.from_dict(dataclasses.asdict(cfg.agent)) == cfg.agent
+
+
+def test_finetune_and_hil_train_take_the_same_groups_and_old_names(capsys) -> None:
+    from robot_rl.cli.common import parse_args
+    from robot_rl.cli.hil_train import hil_train_args
+    from robot_rl.config import compose_config
+    from robot_rl.finetune.config import FinetuneConfig
+
+    ft = compose_config("finetune", FinetuneConfig, ["finetune=residual_push", "base_policy=p", "agent.utd=2"])
+    assert isinstance(ft.agent, SACConfig) and ft.agent.optimiser.utd == 2 and ft.agent.critic.n_step == 3
+    assert capsys.readouterr().err == NOTE
+    config._NOTED.clear()
+    hil = parse_args(hil_train_args(), ["agent.utd=2"], "hil-train")
+    assert isinstance(hil.agent, SACConfig) and hil.agent.optimiser.utd == 2
+    assert hil.agent.critic.num == 2 and hil.agent.network.actor_layer_norm  # hil-train's preset defaults
+    assert capsys.readouterr().err == NOTE
+
+
+@pytest.mark.parametrize("setting", ["agent.critic.num=30", "agent.num_critics=30"])
+def test_validation_names_the_full_dotted_key(setting) -> None:
+    with pytest.raises(ConfigError, match=r"^agent\.critic\.num must be between 1 and 20$"):
+        compose_train_config([setting])
+
+
+def test_shipped_presets_use_the_group_keys_only(capsys) -> None:
+    from robot_rl.config import compose_config
+    from robot_rl.finetune.config import FinetuneConfig
+
+    for preset in presets("agent"):
+        compose_train_config([f"agent={preset}"])
+    for preset in presets("experiment"):
+        compose_train_config([f"experiment={preset}"])
+    for preset in presets("finetune"):
+        compose_config("finetune", FinetuneConfig, [f"finetune={preset}", "base_policy=p"])
+    assert capsys.readouterr().err == ""
