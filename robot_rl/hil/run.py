@@ -53,6 +53,7 @@ class HilTrainer(Runner):
             raise
 
     def _setup(self) -> None:
+        """Everything built from the robot's spec, in the order its one-line errors are checked."""
         args = self.args
         self.spec = spec = self.client.spec()
         if args.pixels and not spec.cameras:
@@ -67,15 +68,7 @@ class HilTrainer(Runner):
         self.cfg = self._learner_config()
         torch.manual_seed(args.seed)
         self.actor = build_policy(self.cfg)  # the actor, or from cameras actor + encoder (an ActorPolicy)
-        learner = None
-        if args.distributed:
-            self._start_ray_learner(run_dir)
-        else:
-            try:
-                learner = HILLearner(self.cfg)  # trained as chunks arrive; the run checkpoints its buffers
-            except (ReplayMemoryError, DatasetError) as e:  # a buffer too big, a demo dataset that does not fit
-                raise CommandError(str(e)) from None
-            self.link = LocalLink(learner)
+        learner = self._start_learner(run_dir)
         self.teleop = cli._teleop(args, spec.name, {"mode": "takeover"})
         if args.record:
             self.writer = cli._writer(str(run_dir / "episodes"), spec, True, spec.name, bool(self.cameras))
@@ -125,6 +118,19 @@ class HilTrainer(Runner):
         except ValueError as e:
             raise CommandError(str(e)) from None
         return cfg
+
+    def _start_learner(self, run_dir: Path) -> HILLearner | None:
+        """The learner in this process, trained as chunks arrive (`LocalLink`; the run checkpoints it with its
+        buffers), or None with the learner on Ray (`distributed=true`)."""
+        if self.args.distributed:
+            self._start_ray_learner(run_dir)
+            return None
+        try:
+            learner = HILLearner(self.cfg)
+        except (ReplayMemoryError, DatasetError) as e:  # a buffer too big, a demo dataset that does not fit
+            raise CommandError(str(e)) from None
+        self.link = LocalLink(learner)
+        return learner
 
     def _start_ray_learner(self, run_dir: Path) -> None:
         """The learner as a Ray actor (checkpointing itself in `<run_dir>/learner`), answering before the loop starts:
