@@ -191,7 +191,6 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     result, or None without `env.spec`).
     """
     from robot_rl.datasets import read_dataset
-    from robot_rl.datasets.format import camera_feature
 
     cfg.validate()
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
@@ -202,11 +201,12 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
     data = read_dataset(cfg.dataset, load_images=bool(groups))
     if len(data) == 0:
         raise BCError(f"{cfg.dataset}: the dataset has no frames")
-    frames = {group: data.images[camera_feature(group)].to(cfg.device) for group in groups}
+    t = data.transitions
+    frames = {group: t.obs[group].to(cfg.device) for group in groups}
     cameras = {group: list(f.shape[1:]) for group, f in frames.items()}
     if cfg.env.spec:  # fail before training, not after it
-        check_env(cfg.env.spec, data.obs.shape[1], data.action.shape[1], cameras)
-    obs, chunks = chunk_pairs(data.obs, data.action, data.episodes.length, cfg.horizon)
+        check_env(cfg.env.spec, t.obs["state"].shape[1], t.action.shape[1], cameras)
+    obs, chunks = chunk_pairs(t.obs["state"], t.action, data.episodes.length, cfg.horizon)
     obs, chunks = obs.to(cfg.device), chunks.to(cfg.device)
 
     threads, notice = choose_threads(cfg.threads)
@@ -215,7 +215,7 @@ def train_bc(cfg: BCConfig, message: Callable[[str], None] = print) -> dict:
         print(notice, flush=True)
     torch.manual_seed(cfg.seed)
     policy = make_policy(cfg, obs.shape[1], chunks.shape[2], cameras).to(cfg.device)
-    policy.fit_normalization(obs, data.action.to(cfg.device))
+    policy.fit_normalization(obs, t.action.to(cfg.device))
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -334,7 +334,7 @@ def evaluate_policy(
 def dataset_cameras(dataset: str, names: list[str] | None) -> list[str]:
     """The camera groups (`pixels/<camera>`) to learn from: `names`, or every camera video the dataset has when
     `names` is None; a name the dataset has no video for is a BCError listing the ones it has."""
-    from robot_rl.datasets.format import IMAGE_PREFIX, load_info
+    from robot_rl.datasets.format import IMAGE_PREFIX, camera_group, load_info
 
     try:
         features = load_info(Path(dataset))["features"]
@@ -346,7 +346,7 @@ def dataset_cameras(dataset: str, names: list[str] | None) -> list[str]:
     missing = [n for n in wanted if n not in have]
     if missing:
         raise BCError(f"cameras: {dataset} has no {missing[0]!r} video (its cameras: {', '.join(have) or 'none'})")
-    return [f"pixels/{n}" for n in wanted]
+    return [camera_group(n) for n in wanted]
 
 
 def check_env(spec: str, obs_dim: int, action_dim: int, cameras: dict[str, list[int]] | None = None) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from robot_rl.datasets.format import camera_group
 from robot_rl.errors import UserError
 from robot_rl.policies.encoders import ENCODERS, CameraFusion, ConvEncoder, camera_fusion
 
@@ -47,12 +48,6 @@ CONFIG = "config.json"
 class ClassifierError(UserError, ValueError):
     """A classifier directory is missing, damaged, or does not fit the data or env it is used with; the message
     names the path."""
-
-
-def camera_group(name: str) -> str:
-    """The observation group of a dataset camera (`observation.images.<name>`): `front` -> `pixels/front`;
-    names that already are groups (`pixels`, `pixels/front`, as `robot-rl collect` writes them) stay."""
-    return name if name == "pixels" or name.startswith("pixels/") else f"pixels/{name}"
 
 
 class SuccessClassifier(nn.Module):

@@ -79,16 +79,15 @@ def load_labelled_frames(root: str | os.PathLike[str], cameras: Sequence[str] = 
     if "next.success" not in features:
         raise DatasetError(f"{root}: has no next.success column; a classifier learns from success flags "
                            "(robot-rl collect and teleop record them)")
-    found = {camera_group(k[len(IMAGE_PREFIX):]): k for k in data.images if k.startswith(IMAGE_PREFIX)}
+    found = data.transitions.cameras  # camera group -> its video's frames
     if not found:
         raise DatasetError(f"{root}: has no camera features ({IMAGE_PREFIX}<name>); a classifier learns from images")
     wanted = [camera_group(c) for c in cameras] or sorted(found)
     unknown = [c for c in wanted if c not in found]
     if unknown:
         raise DatasetError(f"{root}: has no camera {unknown[0]!r}; cameras: "
-                           f"{', '.join(k[len(IMAGE_PREFIX):] for k in found.values())}")
-    obs = {g: data.images[found[g]] for g in wanted}
-    obs["state"] = data.obs
+                           f"{', '.join(g.removeprefix('pixels/') for g in found)}")
+    obs = {"state": data.transitions.obs["state"], **{g: found[g] for g in wanted}}
     return LabelledFrames(obs, frame_labels(data.success, data.episode_index), data.episode_index.clone())
 
 

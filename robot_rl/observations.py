@@ -9,34 +9,18 @@ runs once per frame, not in every update, and after the augmentations (a feature
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from robot_rl.envs.core import Reflection
 from robot_rl.replay import ReplayBuffer
+from robot_rl.transitions import Obs, Transitions, cat_obs
 
 if TYPE_CHECKING:
     from robot_rl.agents.sac import SAC
     from robot_rl.prior_data import OfflineData
-
-Obs = dict[str, Tensor]
-
-
-class Transitions(NamedTuple):
-    """Transitions [n] with observation dicts (``state`` and camera groups), in `ReplayBuffer.add`'s order."""
-
-    obs: Obs
-    action: Tensor
-    reward: Tensor
-    next_obs: Obs
-    terminated: Tensor
-    truncated: Tensor
-
-    def rows(self, index: slice | Tensor) -> Transitions:
-        return Transitions(*({k: v[index] for k, v in x.items()} if isinstance(x, dict) else x[index] for x in self))
-
 
 class Augmentation(Protocol):
     """A map of a task's transitions onto other valid ones with the same rewards and ends, of their observations
@@ -66,10 +50,6 @@ class Mirror:
 
     def uncovered(self, groups: Iterable[str]) -> list[str]:
         return [g for g in groups if g != "state" and g not in self.reflection.cameras]
-
-
-def _cat(parts: Sequence[Obs]) -> Obs:
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
 class ObservationPipeline:
@@ -107,7 +87,7 @@ class ObservationPipeline:
     def columns(self, obs: Obs) -> Obs:
         """N observations as one replay add's rows: the N, then each online augmentation's N, as stored."""
         kept = {k: obs[k] for k in self.groups}
-        return self.for_replay(_cat([kept, *(a.observation(kept) for a in self.online)]) if self.online else kept)
+        return self.for_replay(cat_obs([kept, *(a.observation(kept) for a in self.online)]) if self.online else kept)
 
     def start(self, obs: Obs) -> None:  # the vector envs' first observations, after a reset
         self._current = self.columns(obs) if self.caches else None
@@ -159,23 +139,19 @@ class ObservationPipeline:
         from robot_rl.prior_data import OfflineData
 
         for augmentation in self.prior:
-            uncovered = augmentation.uncovered(data.frames)
+            uncovered = augmentation.uncovered(data.transitions.cameras)
             if uncovered:
                 raise DatasetError(f"data.mirror=true: the task's reflection does not cover camera {uncovered[0]} of "
                                    "this dataset: set data.mirror=false")
         if self.prior:
             k, index = 1 + len(self.prior), data.episode_index
             shift = int(index.max()) + 1 if index is not None and index.numel() else 0
-            images = self.chunk(Transitions({"state": data.obs, **data.frames}, data.action, data.reward,
-                                            {"state": data.next_obs}, data.terminated, data.truncated), online=False)
-            obs = _cat([i.obs for i in images])
-            data = OfflineData(
-                obs.pop("state"), torch.cat([i.action for i in images]), data.reward.repeat(k),
-                _cat([i.next_obs for i in images])["state"], data.terminated.repeat(k), data.truncated.repeat(k),
-                data.mc_return.repeat(k), k * data.num_episodes, data.success_rate,
-                None if index is None else torch.cat([index + j * shift for j in range(k)]), obs)
-        self.agent.observe_dataset(data.obs, data.mc_return)
+            data = OfflineData(Transitions.cat(self.chunk(data.transitions, online=False)), data.mc_return.repeat(k),
+                               k * data.num_episodes, data.success_rate,
+                               None if index is None else torch.cat([index + j * shift for j in range(k)]))
+        self.agent.observe_dataset(data.transitions.obs["state"], data.mc_return)
         if self.caches:
-            data.frames = {g: torch.cat([self.for_replay({g: f[i:i + 256]})[g].cpu() for i in range(0, len(f), 256)])
-                           if len(f) else f for g, f in data.frames.items()}
+            data.transitions = data.transitions._replace(obs={
+                g: torch.cat([self.for_replay({g: f[i:i + 256]})[g].cpu() for i in range(0, len(f), 256)])
+                if g != "state" and len(f) else f for g, f in data.transitions.obs.items()})
         return data

@@ -24,12 +24,13 @@ from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.device import fit_default_replay_capacity
 from robot_rl.evaluation import record_video
 from robot_rl.logger import METRIC_COLUMNS, Episodes
-from robot_rl.observations import Mirror, ObservationPipeline, Transitions
+from robot_rl.observations import Mirror, ObservationPipeline
 from robot_rl.offline import pretrain
 from robot_rl.policies.encoders import BackboneWeightsError
 from robot_rl.prior_data import OfflineData
 from robot_rl.replay import ReplayBuffer
 from robot_rl.runner import EVAL_SEED_OFFSET, MethodDefaults, Runner, RunSettings, prepare
+from robot_rl.transitions import Transitions
 
 __all__ = ["EVAL_SEED_OFFSET", "OnlineSAC", "Trainer", "build_agent", "make_env"]
 

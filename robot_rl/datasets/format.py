@@ -168,6 +168,12 @@ def camera_feature(group: str) -> str:
     return IMAGE_PREFIX + name
 
 
+def camera_group(name: str) -> str:
+    """The observation group of a dataset camera (``observation.images.<name>``): ``front`` -> ``pixels/front``;
+    names that already are groups (``pixels``, ``pixels/front``) stay. The inverse of `camera_feature`."""
+    return name if name == "pixels" or name.startswith(CAMERA_GROUP_PREFIX) else CAMERA_GROUP_PREFIX + name
+
+
 def normalise_features(features: Mapping[str, Any], fps: int) -> dict[str, dict[str, Any]]:
     """Validate user features and return the full ``info.json`` feature dict (defaults appended)."""
     if not features:

@@ -1,5 +1,5 @@
-"""`read_dataset`: a LeRobotDataset v3.0 directory (ours or recorded by LeRobot) into torch tensors, and
-Monte-Carlo returns of its episodes."""
+"""`read_dataset`: a LeRobotDataset v3.0 directory (ours or recorded by LeRobot) into a `Dataset`, whose
+`Transitions` are the replay's, and Monte-Carlo returns of its episodes."""
 
 from __future__ import annotations
 
@@ -20,15 +20,18 @@ from robot_rl.datasets.format import (
     ACTION,
     DATA_PATH,
     EPISODES_DIR,
+    IMAGE_PREFIX,
     NEXT_STATE,
     STATE,
     TASKS_PATH,
     DatasetError,
+    camera_group,
     load_info,
     read_episode_rows,
     read_tasks,
 )
 from robot_rl.datasets.video import read_video_frames
+from robot_rl.transitions import Transitions
 
 
 @dataclass
@@ -45,37 +48,24 @@ class EpisodesMeta:
 
 
 @dataclass
-class Transitions:
-    """Every frame of a dataset as one transition, episodes concatenated in order (M frames in all).
+class Dataset:
+    """A dataset as read: its frames as `Transitions` in the replay's layout (``obs``: ``state`` float32 [M, D] and,
+    read with ``load_images=True``, each video as a camera group, uint8 [M, H, W, 3]; ``next_obs``: ``state`` only,
+    the next frames being the following rows'), episodes concatenated in order, beside what only a recording has:
+    ``success`` / ``intervention`` bool [M], ``episode_index`` / ``frame_index`` int64 [M], the episodes' metadata,
+    ``meta/info.json`` as ``info`` and the task list (``task_index`` -> string) as ``tasks``."""
 
-    ``obs`` / ``next_obs`` float32 [M, D]; ``action`` float32 [M, A]; ``reward`` float32 [M];
-    ``terminated`` / ``truncated`` / ``success`` / ``intervention`` bool [M]; ``episode_index`` /
-    ``frame_index`` int64 [M]. ``images`` maps each video feature to uint8 [M, H, W, 3] when read with
-    ``load_images=True`` (else it is empty). ``info`` is ``meta/info.json``; ``tasks`` is the task list
-    (``task_index`` -> string).
-    """
-
-    obs: Tensor
-    action: Tensor
-    reward: Tensor
-    next_obs: Tensor
-    terminated: Tensor
-    truncated: Tensor
+    transitions: Transitions
     success: Tensor
+    intervention: Tensor
     episode_index: Tensor
     frame_index: Tensor
-    intervention: Tensor
     episodes: EpisodesMeta
     info: dict[str, Any]
     tasks: list[str] = field(default_factory=list)
-    images: dict[str, Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return int(self.obs.shape[0])
-
-    @property
-    def done(self) -> Tensor:
-        return self.terminated | self.truncated
+        return self.transitions.size
 
 
 def read_dataset(
@@ -84,8 +74,10 @@ def read_dataset(
     load_images: bool = False,
     state_key: str = STATE,
     action_key: str = ACTION,
-) -> Transitions:
-    """Read a LeRobotDataset v3.0 directory into ``Transitions`` (torch tensors on CPU).
+) -> Dataset:
+    """Read a LeRobotDataset v3.0 directory into a ``Dataset`` (torch tensors on CPU); a video feature
+    ``observation.images.<camera>`` becomes the camera group ``pixels/<camera>`` (`format.camera_group`), a video
+    named otherwise keeps its feature key.
 
     Only episodes listed in ``meta/episodes`` are read (a killed writer's leftovers are ignored); within a
     data file rows are matched to episodes by ``episode_index`` and ordered by ``frame_index``, so files
@@ -187,8 +179,8 @@ def read_dataset(
     episode_index = np.repeat(np.array(order, dtype=np.int64), lengths)
     frame_index = cat("frame_index").astype(np.int64) if m else np.zeros(0, dtype=np.int64)
 
-    def flag(key: str) -> np.ndarray | None:
-        return cat(key).reshape(m).astype(bool) if key in features else None
+    def flag(key: str, default: np.ndarray | None = None) -> np.ndarray:  # else `default`, else all False (its own)
+        return cat(key).reshape(m).astype(bool) if key in features else np.zeros(m, bool) if default is None else default
 
     if NEXT_STATE in features:
         next_obs = cat(NEXT_STATE).reshape(m, d).astype(np.float32)
@@ -196,49 +188,24 @@ def read_dataset(
         next_obs = obs.copy()
         if m:
             next_obs[:-1][~last[:-1]] = obs[1:][~last[:-1]]
-    terminated = flag("next.terminated")
-    if terminated is None:
-        terminated = flag("next.done")
-    if terminated is None:
-        terminated = np.zeros(m, dtype=bool)
-    truncated = flag("next.truncated")
-    if truncated is None:
-        truncated = last & ~terminated
-    reward = (
-        cat("next.reward").reshape(m).astype(np.float32)
-        if "next.reward" in features
-        else np.zeros(m, np.float32)
-    )
-    success = flag("next.success")
-    intervention = flag("intervention")
-
-    images: dict[str, Tensor] = {}
-    if load_images:
-        for key, ft in features.items():
-            if ft["dtype"] == "video":
-                images[key] = torch.from_numpy(read_video_frames(root, info, rows, key))
-
+    terminated = flag("next.terminated", flag("next.done"))
+    truncated = flag("next.truncated", last & ~terminated)
+    reward = cat("next.reward").reshape(m).astype(np.float32) if "next.reward" in features else np.zeros(m, np.float32)
+    images = {camera_group(k.removeprefix(IMAGE_PREFIX)) if k.startswith(IMAGE_PREFIX) else k:
+              torch.from_numpy(read_video_frames(root, info, rows, k))
+              for k, ft in features.items() if load_images and ft["dtype"] == "video"}
     episodes = EpisodesMeta(
         index=torch.tensor(order, dtype=torch.int64),
         length=torch.from_numpy(lengths),
         start=torch.tensor([int(r["dataset_from_index"]) for r in rows], dtype=torch.int64),
         task=[(list(r.get("tasks") or [""]) or [""])[0] for r in rows],
     )
-    return Transitions(
-        obs=torch.from_numpy(obs),
-        action=torch.from_numpy(action),
-        reward=torch.from_numpy(reward),
-        next_obs=torch.from_numpy(next_obs),
-        terminated=torch.from_numpy(terminated),
-        truncated=torch.from_numpy(truncated),
-        success=torch.from_numpy(success if success is not None else np.zeros(m, dtype=bool)),
-        episode_index=torch.from_numpy(episode_index),
-        frame_index=torch.from_numpy(frame_index),
-        intervention=torch.from_numpy(intervention if intervention is not None else np.zeros(m, dtype=bool)),
-        episodes=episodes,
-        info=info,
-        tasks=tasks,
-        images=images,
+    t = torch.from_numpy
+    return Dataset(
+        transitions=Transitions({"state": t(obs), **images}, t(action), t(reward), {"state": t(next_obs)},
+                                t(terminated), t(truncated)),
+        success=t(flag("next.success")), intervention=t(flag("intervention")),
+        episode_index=t(episode_index), frame_index=t(frame_index), episodes=episodes, info=info, tasks=tasks,
     )
 
 

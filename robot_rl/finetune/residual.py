@@ -44,6 +44,7 @@ from robot_rl.policies.composed import residual_action
 from robot_rl.prior_data import OfflineData
 from robot_rl.replay import PRIOR_FRACTION_RANGE, ReplayBuffer, prior_fraction_ok
 from robot_rl.runner import MethodDefaults
+from robot_rl.transitions import Transitions
 
 
 @dataclass
@@ -79,7 +80,8 @@ def demo_features(base: ChunkPolicy, data: OfflineData, batch: int = 256) -> Off
     and the step before it ends the episode); a terminal step's next features are its own (never bootstrapped)."""
     if not base.cameras:
         return data
-    missing = sorted(set(base.cameras) - set(data.frames))
+    t = data.transitions
+    missing = sorted(set(base.cameras) - set(t.cameras))
     if missing:
         raise ValueError(f"the demos have no {missing[0]} frames, which the base policy reads; record them in the "
                          "base's -pixels task (and load them with its cameras)")
@@ -89,23 +91,23 @@ def demo_features(base: ChunkPolicy, data: OfflineData, batch: int = 256) -> Off
     def features(state: Tensor, frame_rows: Tensor) -> Tensor:  # state [K, O] with the frames of frame_rows [K]
         return torch.cat([
             base.features({"state": state[i : i + batch],
-                           **{g: data.frames[g][frame_rows[i : i + batch]] for g in base.cameras}})
+                           **{g: t.obs[g][frame_rows[i : i + batch]] for g in base.cameras}})
             for i in range(0, frame_rows.numel(), batch)
         ])
 
-    dev = data.obs.device
+    dev, rows = t.action.device, kept.to(t.action.device)
     return OfflineData(
-        obs=features(data.obs.cpu()[kept], kept).to(dev), action=data.action[kept.to(dev)],
-        reward=data.reward[kept.to(dev)], next_obs=features(data.next_obs.cpu()[kept], nxt).to(dev),
-        terminated=terminated[kept].to(dev), truncated=truncated[kept].to(dev),
-        mc_return=data.mc_return[kept.to(dev)], num_episodes=data.num_episodes, success_rate=data.success_rate,
-        episode_index=None if data.episode_index is None else data.episode_index[kept],
+        Transitions({"state": features(t.obs["state"].cpu()[kept], kept).to(dev)}, t.action[rows], t.reward[rows],
+                    {"state": features(t.next_obs["state"].cpu()[kept], nxt).to(dev)}, terminated[kept].to(dev),
+                    truncated[kept].to(dev)),
+        data.mc_return[rows], data.num_episodes, data.success_rate,
+        None if data.episode_index is None else data.episode_index[kept],
     )
 
 
 @torch.no_grad()
 def demo_replay(
-    base: ChunkPolicy, data, scale: float, deterministic: bool, capacity: int, sac: SACConfig, device
+    base: ChunkPolicy, data: OfflineData, scale: float, deterministic: bool, capacity: int, sac: SACConfig, device
 ) -> ReplayBuffer:
     """A prior buffer of the demos `data` (`demo_features` of an `OfflineData`) in residual form (module docstring).
 
@@ -113,32 +115,34 @@ def demo_replay(
     dropped), with the base's queues reset at the start, so each episode's base actions are exactly those the
     base would have played from that episode's first observation.
     """
-    starts = torch.ones_like(data.terminated)
-    starts[1:] = data.terminated[:-1] | data.truncated[:-1]
+    t = data.transitions
+    starts = torch.ones_like(t.terminated)
+    starts[1:] = t.terminated[:-1] | t.truncated[:-1]
     first = starts.nonzero().squeeze(1)
-    ends = torch.cat([first[1:], torch.tensor([data.action.shape[0]], device=first.device)])
+    ends = torch.cat([first[1:], torch.tensor([t.action.shape[0]], device=first.device)])
     lengths = ends - first
     steps = torch.arange(int(lengths.max()), device=first.device)
     rows = first[None, :] + torch.minimum(steps[:, None], lengths[None, :] - 1)  # [T, E]
     base.reset()
-    base_action = torch.stack([base.act_from_features(data.obs[rows[t]], deterministic) for t in range(rows.shape[0])])
+    state = t.obs["state"]
+    base_action = torch.stack([base.act_from_features(state[step], deterministic) for step in rows])
     base.reset()
     valid = steps[:, None] < lengths[None, :]
     order = rows.T[valid.T]  # dataset order: episode by episode
-    base_flat = base_action.transpose(0, 1)[valid.T].to(data.action)
+    base_flat = base_action.transpose(0, 1)[valid.T].to(t.action)
     last = ends - 1
     next_base = torch.roll(base_flat, -1, dims=0)
-    next_base[last] = first_actions(base, data.next_obs[last], deterministic).to(next_base)
-    obs, next_obs = data.obs[order], data.next_obs[order]
-    residual = ((data.action[order] - base_flat) / scale).clamp(-1.0, 1.0)
+    next_base[last] = first_actions(base, t.next_obs["state"][last], deterministic).to(next_base)
+    obs, next_obs = t.obs["state"][order], t.next_obs["state"][order]
+    residual = ((t.action[order] - base_flat) / scale).clamp(-1.0, 1.0)
     dim = obs.shape[1] + base_flat.shape[1]
     buffer = ReplayBuffer(
         max(capacity, len(order)), 1, {"state": ((dim,), torch.float32)}, base_flat.shape[1], device,
         sac.critic.gamma, sac.critic.n_step,
     )
     buffer.extend(
-        {"state": torch.cat([obs, base_flat], 1)}, residual, data.reward[order],
-        {"state": torch.cat([next_obs, next_base], 1)}, data.terminated[order], data.truncated[order],
+        {"state": torch.cat([obs, base_flat], 1)}, residual, t.reward[order],
+        {"state": torch.cat([next_obs, next_base], 1)}, t.terminated[order], t.truncated[order],
     )
     return buffer
 

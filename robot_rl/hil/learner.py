@@ -46,8 +46,9 @@ from robot_rl.agents.sac import SAC, SACConfig, actor_policy_kwargs, build_actor
 from robot_rl.envs.core import Reflection
 from robot_rl.fields import help_field as _help
 from robot_rl.logger import MetricMean
-from robot_rl.observations import Mirror, ObservationPipeline, Transitions
+from robot_rl.observations import Mirror, ObservationPipeline
 from robot_rl.replay import PRIOR_FRACTION_RANGE, Batch, ReplayBuffer, prior_fraction_ok
+from robot_rl.transitions import FRAME_PREFIXES, Transitions, frame_keys, from_chunk
 
 __all__ = [
     "TRANSITION_KEYS", "HILLearner", "LearnerConfig", "LocalLink", "agent_weights", "build_policy", "check_transitions",
@@ -68,16 +69,8 @@ TRANSITION_KEYS: dict[str, tuple[np.dtype, int]] = {
 LEARNER_STATE_FORMAT = 1
 
 
-FRAME_PREFIXES = ("obs/", "next_obs/")  # + a camera group: that camera's frames of obs / next_obs, uint8 [n, H, W, 3]
-
-
 def _is_camera_group(group: str) -> bool:
     return group == "pixels" or (group.startswith("pixels/") and len(group) > len("pixels/"))
-
-
-def frame_keys(group: str) -> tuple[str, str]:
-    """The chunk keys of a camera group's frames: (``obs/<group>``, ``next_obs/<group>``)."""
-    return FRAME_PREFIXES[0] + group, FRAME_PREFIXES[1] + group
 
 
 def _frame_group(key: str) -> str | None:
@@ -354,7 +347,7 @@ class HILLearner:
         n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
-        t = self._transitions(transitions)
+        t = from_chunk(transitions, self.cameras)
         terminated, truncated, intervention = t.terminated, t.truncated, transitions["intervention"]
         # The statistics, then with mirror_online each store followed by the same rows reflected: a separate run of
         # rows, cut at its end like the original, so no n-step window joins an episode to its mirror image.
@@ -382,20 +375,11 @@ class HILLearner:
         n = check_transitions(transitions, self.cfg.obs_dim, self.cfg.action_dim, self.cameras)
         if n == 0:
             return
-        t = self._transitions(transitions)
+        t = from_chunk(transitions, self.cameras)
         cut = _cut(t.truncated, t.terminated, np.arange(n) == n - 1)
         for c in self.pipeline.chunk(t, online=False):
             self._extend(self.prior, c, cut)
             self.demo_transitions += n
-
-    def _transitions(self, chunk: dict[str, np.ndarray]) -> Transitions:
-        """A chunk as tensors, its observations as dicts of the state and the learner's cameras' frames. Copies:
-        arrays that arrive through Ray are read-only views of its object store, which torch.from_numpy warns about;
-        a chunk is small, so the copy costs microseconds."""
-        t = {k: torch.tensor(v) for k, v in chunk.items()}
-        return Transitions({"state": t["obs"], **{g: t[frame_keys(g)[0]] for g in self.cameras}}, t["action"],
-                           t["reward"], {"state": t["next_obs"], **{g: t[frame_keys(g)[1]] for g in self.cameras}},
-                           t["terminated"], t["truncated"])
 
     def _extend(self, buffer: ReplayBuffer, t: Transitions, truncated: Tensor) -> None:
         if not self.cameras:

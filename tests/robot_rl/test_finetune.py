@@ -39,7 +39,7 @@ def test_collect_writes_exactly_the_requested_episodes(reach_data: Path, capsys)
     assert per_episode_success[:4] == [True] * 4  # the expert solves reach
     assert not any(per_episode_success[4:]) or sum(per_episode_success[4:]) < 3
     # Episodes end exactly where the env ended them: the last frame of each is terminated or truncated.
-    ends = torch.nonzero(t.terminated | t.truncated).flatten()
+    ends = torch.nonzero(t.transitions.terminated | t.transitions.truncated).flatten()
     assert ends.numel() == 7
 
 
@@ -78,7 +78,7 @@ def test_rlpd_batches_mix_prior_and_online_data(reach_data: Path, tmp_path: Path
         obs = nxt
     batch = trainer.agent.sample(trainer.replay, trainer.prior_replay, cfg.data.prior_fraction)  # the agent: utd 2, batch 8
     assert batch.action.shape == (2, 8, trainer.env.action_dim)
-    prior_rows = {tuple(row.tolist()) for row in prior.obs}
+    prior_rows = {tuple(row.tolist()) for row in prior.transitions.obs["state"]}
     for i in range(2):  # every one of the utd minibatches: 2 prior rows, then 6 online rows
         from_prior = [tuple(row.tolist()) in prior_rows for row in batch.obs["state"][i]]
         assert from_prior == [True] * 2 + [False] * 6
@@ -179,16 +179,18 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
     cfg = compose_train_config(["env.spec=arm:push-sparse", f"data.path={out}", "data.mirror=true", *TINY])
     trainer = Trainer(cfg, tmp_path / "b")
     original, prior = plain.prior, trainer.prior
-    m = len(original)
+    m, o, p = len(original), original.transitions, prior.transitions
     sign = trainer.env.reflection()
     assert len(prior) == 2 * m and prior.num_episodes == 4 and len(trainer.prior_replay) == 2 * m
-    assert torch.equal(prior.obs[:m], original.obs) and torch.equal(prior.obs[m:], original.obs * sign.state)
-    assert torch.equal(prior.next_obs[m:], original.next_obs * sign.state)
-    assert torch.equal(prior.action[m:, 1], -original.action[:, 1])
-    assert torch.equal(prior.action[m:, 0], original.action[:, 0])
-    assert torch.equal(prior.obs[m:, 1], -original.obs[:, 1])  # the hand's y
-    for name in ("reward", "terminated", "truncated", "mc_return"):
-        assert torch.equal(getattr(prior, name)[m:], getattr(original, name)), name
+    state = o.obs["state"]
+    assert torch.equal(p.obs["state"][:m], state) and torch.equal(p.obs["state"][m:], state * sign.state)
+    assert torch.equal(p.next_obs["state"][m:], o.next_obs["state"] * sign.state)
+    assert torch.equal(p.action[m:, 1], -o.action[:, 1])
+    assert torch.equal(p.action[m:, 0], o.action[:, 0])
+    assert torch.equal(p.obs["state"][m:, 1], -state[:, 1])  # the hand's y
+    for name in ("reward", "terminated", "truncated"):
+        assert torch.equal(getattr(p, name)[m:], getattr(o, name)), name
+    assert torch.equal(prior.mc_return[m:], original.mc_return)
     assert set(prior.episode_index[m:].tolist()).isdisjoint(prior.episode_index[:m].tolist())
     plain.env.close()
     trainer.env.close()
@@ -200,9 +202,8 @@ def test_mirror_adds_the_reflection_of_every_prior_transition(tmp_path: Path, ca
         assert main(["train", *args, "data.mirror=true", f"run_dir={tmp_path / 'r'}", *TINY]) == 2
         err = capsys.readouterr().err
         assert expected in err and len(err.strip().splitlines()) == 1, err
-    o = original
-    with_frames = OfflineData(o.obs, o.action, o.reward, o.next_obs, o.terminated, o.truncated, o.mc_return, 2, 1.0,
-                              frames={"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)})
+    frames = {"pixels/front": torch.zeros(m, 8, 8, 3, dtype=torch.uint8)}
+    with_frames = OfflineData(o._replace(obs={**o.obs, **frames}), original.mc_return, 2, 1.0)
     with pytest.raises(DatasetError, match="does not cover camera pixels/front of this dataset"):
         trainer.method.pipeline.prior_data(with_frames)  # the state task's reflection flips no camera
 

@@ -14,9 +14,10 @@ from robot_rl.policies.encoders import IMAGENET_MEAN, IMAGENET_STD, ResNetBackbo
 
 from robot_rl import observations
 from robot_rl.agents.sac import SAC, NetworkConfig, OptimiserConfig, SACConfig
-from robot_rl.observations import Mirror, ObservationPipeline, Transitions
+from robot_rl.observations import Mirror, ObservationPipeline
 from robot_rl.prior_data import OfflineData
 from robot_rl.replay import ReplayBuffer
+from robot_rl.transitions import Transitions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,10 +34,11 @@ def _obs(n: int, g: torch.Generator, cameras: bool = True) -> dict[str, torch.Te
     return obs
 
 
-def _data(m: int, truncated: list[bool], **kw) -> OfflineData:
+def _data(m: int, truncated: list[bool], frames: dict[str, torch.Tensor] | None = None, **kw) -> OfflineData:
     """M transitions, not terminated, with Monte-Carlo returns of any size (what the statistics read)."""
-    return OfflineData(torch.randn(m, D) + 3, torch.rand(m, A), torch.randn(m), torch.randn(m, D),
-                       torch.zeros(m, dtype=torch.bool), torch.tensor(truncated), torch.randn(m) * 4, 1, None, **kw)
+    return OfflineData(Transitions({"state": torch.randn(m, D) + 3, **(frames or {})}, torch.rand(m, A), torch.randn(m),
+                                   {"state": torch.randn(m, D)}, torch.zeros(m, dtype=torch.bool),
+                                   torch.tensor(truncated)), torch.randn(m) * 4, 1, None, **kw)
 
 
 def _agent(cameras: bool = True, **groups: dict) -> SAC:
@@ -99,17 +101,19 @@ def test_mirrored_transitions_are_the_reflections_of_the_originals() -> None:
     m = 6
     data = _data(m, [False, False, True] * 2, episode_index=torch.tensor([0, 0, 0, 1, 1, 1]),
                  frames={c: torch.randint(0, 256, (m, SIZE, SIZE, 3), dtype=torch.uint8) for c in CAMS})
-    frames = dict(data.frames)
+    t = data.transitions
     both = pipeline.prior_data(data)
     assert len(both) == 2 * m and both.num_episodes == 2
-    assert torch.equal(both.obs[m:], data.obs * SIGNS.state)
-    assert torch.equal(both.next_obs[m:], data.next_obs * SIGNS.state)
-    assert torch.equal(both.action[m:], data.action * SIGNS.action)
-    for name in ("reward", "terminated", "truncated", "mc_return"):
-        assert torch.equal(getattr(both, name), getattr(data, name).repeat(2)), name
+    b = both.transitions
+    assert torch.equal(b.obs["state"][m:], t.obs["state"] * SIGNS.state)
+    assert torch.equal(b.next_obs["state"][m:], t.next_obs["state"] * SIGNS.state)
+    assert torch.equal(b.action[m:], t.action * SIGNS.action)
+    for name in ("reward", "terminated", "truncated"):
+        assert torch.equal(getattr(b, name), getattr(t, name).repeat(2)), name
+    assert torch.equal(both.mc_return, data.mc_return.repeat(2))
     assert both.episode_index.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     for c in CAMS:
-        assert torch.equal(both.frames[c], torch.cat([frames[c], frames[c].flip(-2)])), c
+        assert torch.equal(b.obs[c], torch.cat([t.obs[c], t.obs[c].flip(-2)])), c
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +155,7 @@ def test_the_cache_stores_the_backbones_features_of_the_frames(resnet10: Path) -
     m = 5
     frames = {c: torch.randint(0, 256, (m, SIZE, SIZE, 3), dtype=torch.uint8) for c in CAMS}
     data = _data(m, [False] * 4 + [True], frames=dict(frames))
-    stored = pipeline.prior_data(data).frames
+    stored = pipeline.prior_data(data).transitions.cameras
     for c in CAMS:
         assert stored[c].device.type == "cpu"
         torch.testing.assert_close(stored[c], features(frames[c]), atol=2e-3, rtol=1e-3)
@@ -210,7 +214,8 @@ def test_statistics_are_those_of_the_collected_transitions() -> None:
     m = 8
     data = _data(m, [False] * m)
     ObservationPipeline(agent, prior=[Mirror(SIGNS)]).prior_data(data)
-    both = torch.cat([data.obs, data.obs * SIGNS.state])
+    state = data.transitions.obs["state"]
+    both = torch.cat([state, state * SIGNS.state])
     torch.testing.assert_close(agent.obs_norm.mean, both.mean(0))
     torch.testing.assert_close(agent.return_scale.returns.mean, data.mc_return.mean().view(1))
     torch.testing.assert_close(agent.return_scale.abs_max, data.mc_return.abs().max())

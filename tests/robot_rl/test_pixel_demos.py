@@ -48,15 +48,16 @@ def test_a_pixel_dataset_holds_the_observation_only(demos) -> None:
     assert (demos / "videos/observation.images.front/chunk-000/file-000.mp4").is_file()
     # One env recorded the episodes one after another: replaying their actions in a fresh env seeded alike gives
     # every observation again. States and actions exactly; the decoded frames up to the codec's loss.
-    t = read_dataset(demos, load_images=True)
-    assert t.obs.shape[1] == 7 and len(t.episodes) == 3
+    dataset = read_dataset(demos, load_images=True)
+    t = dataset.transitions
+    assert t.obs["state"].shape[1] == 7 and len(dataset.episodes) == 3
     with envs.make(SPEC, num_envs=1, seed=0, max_episode_steps=LIMIT, pixel_size=SIZE) as env:
         obs = env.reset()
-        for i in range(len(t)):
-            assert torch.equal(t.obs[i], obs["state"][0])
-            assert torch.equal(t.obs[i], env.privileged_state()[0, list(PROPRIO_INDEX)])
+        for i in range(len(dataset)):
+            assert torch.equal(t.obs["state"][i], obs["state"][0])
+            assert torch.equal(t.obs["state"][i], env.privileged_state()[0, list(PROPRIO_INDEX)])
             for group in CAMERAS:
-                decoded = t.images["observation.images." + group.split("/")[1]][i]
+                decoded = t.obs[group][i]
                 assert (decoded.float() - obs[group][0].float()).abs().mean() < 12, (i, group)
             obs, *_ = env.step(t.action[i : i + 1])
 
@@ -66,30 +67,31 @@ def test_prior_buffer_from_pixel_demos(demos) -> None:
     step (no frame follows it) and end one step earlier; n-step sampling and sample_mixed work unchanged."""
     data = OfflineData.load(demos, 0.99, cameras=CAMERAS)
     data.check_fits(7, 4, "demos", {g: (*SIZE, 3) for g in CAMERAS})
-    t = read_dataset(demos, load_images=True)
-    assert torch.equal(data.obs, t.obs) and torch.equal(data.action, t.action)
-    assert torch.equal(data.frames["pixels/front"], t.images["observation.images.front"])
+    dataset = read_dataset(demos, load_images=True)
+    t, frames = dataset.transitions, data.transitions.cameras
+    assert torch.equal(data.transitions.obs["state"], t.obs["state"]) and torch.equal(data.transitions.action, t.action)
+    assert torch.equal(frames["pixels/front"], t.obs["pixels/front"])
     buf = data.to_replay(0.99, 3, "cpu")
     truncated_episodes = int(t.truncated.sum())
     assert truncated_episodes >= 1 and int(t.terminated.sum()) >= 1  # both kinds of episode end are covered
-    assert len(buf) == len(t) - truncated_episodes and buf.frames == CAMERAS
+    assert len(buf) == len(dataset) - truncated_episodes and buf.frames == CAMERAS
     # every stored transition, against the dataset: obs frames, next frames and states exactly; 3-step windows
     # stop at episode ends (a terminal step: discount 0; the new last step of a truncated episode: bootstrapped)
-    kept = [i for i in range(len(t)) if t.terminated[i] or not t.truncated[i]]
+    kept = [i for i in range(len(dataset)) if t.terminated[i] or not t.truncated[i]]
     rows = torch.arange(len(kept))
     env0 = torch.zeros_like(rows)
     batch = buf._gather(rows, env0)
     next_frames = buf._next_frames(rows, env0)
     for r, i in enumerate(kept):
-        assert torch.equal(batch.obs["state"][r], t.obs[i]) and torch.equal(batch.action[r], t.action[i])
-        assert torch.equal(buf.next_obs["state"][r, 0], t.next_obs[i])
+        assert torch.equal(batch.obs["state"][r], t.obs["state"][i]) and torch.equal(batch.action[r], t.action[i])
+        assert torch.equal(buf.next_obs["state"][r, 0], t.next_obs["state"][i])
         for group in CAMERAS:
-            assert torch.equal(batch.obs[group][r], data.frames[group][i])
+            assert torch.equal(batch.obs[group][r], frames[group][i])
             if t.terminated[i]:
                 assert not next_frames[group][r].any()
             else:
-                assert torch.equal(next_frames[group][r], data.frames[group][i + 1])
-        ahead = [j for j in kept[r : r + 3] if t.episode_index[j] == t.episode_index[i]]
+                assert torch.equal(next_frames[group][r], frames[group][i + 1])
+        ahead = [j for j in kept[r : r + 3] if dataset.episode_index[j] == dataset.episode_index[i]]
         ends_in_terminal = any(bool(t.terminated[j]) for j in ahead)
         assert float(batch.discount[r]) == pytest.approx(0.0 if ends_in_terminal else 0.99 ** len(ahead))
     # n-step windows stop at episode ends; sample_mixed mixes the prior with an online frame buffer as with states
@@ -107,13 +109,13 @@ def test_prior_buffer_from_pixel_demos(demos) -> None:
     torch.manual_seed(0)
     sampled, mc_return = data.sample(64, 0.99)
     for r in range(64):
-        (i,) = [j for j in kept if torch.equal(t.obs[j], sampled.obs["state"][r])]
-        assert torch.equal(sampled.next_obs["state"][r], t.next_obs[i]) and mc_return[r] == data.mc_return[i]
+        (i,) = [j for j in kept if torch.equal(t.obs["state"][j], sampled.obs["state"][r])]
+        assert torch.equal(sampled.next_obs["state"][r], t.next_obs["state"][i]) and mc_return[r] == data.mc_return[i]
         assert float(sampled.discount[r]) == pytest.approx(0.0 if t.terminated[i] else 0.99)
         for group in CAMERAS:
-            assert torch.equal(sampled.obs[group][r], data.frames[group][i])
+            assert torch.equal(sampled.obs[group][r], frames[group][i])
             if not t.terminated[i]:
-                assert torch.equal(sampled.next_obs[group][r], data.frames[group][i + 1])
+                assert torch.equal(sampled.next_obs[group][r], frames[group][i + 1])
 
 
 def test_collect_appends_noisy_pixel_demos(demos, tmp_path) -> None:
@@ -146,7 +148,8 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
     trainer = Trainer(cfg, tmp_path / "run")
     prior = trainer.prior_replay
     assert prior is not None and prior.frames == CAMERAS and set(prior.obs) == {"state", *CAMERAS}
-    assert len(prior) == len(trainer.prior) - int((trainer.prior.truncated & ~trainer.prior.terminated).sum())
+    flags = trainer.prior.transitions
+    assert len(prior) == len(trainer.prior) - int((flags.truncated & ~flags.terminated).sum())
     assert prior.obs["pixels/front"][: prior._size].float().mean() > 10  # real frames, not zeros
     result = trainer.run()
     assert trainer.method.updates == 9 and "best_eval_return" in result  # from step 32 on: one update per step
@@ -176,9 +179,10 @@ def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
     assert sign.cameras == CAMERAS
     prior = trainer.prior
     m = len(prior) // 2
-    assert torch.equal(prior.obs[m:], prior.obs[:m] * sign.state)
+    obs = prior.transitions.obs
+    assert torch.equal(obs["state"][m:], obs["state"][:m] * sign.state)
     for group in CAMERAS:
-        assert torch.equal(prior.frames[group][m:], prior.frames[group][:m].flip(2)), group
+        assert torch.equal(obs[group][m:], obs[group][:m].flip(2)), group
     trainer.method.start(0)
     for _ in range(LIMIT + 3):  # past an episode end: the reflected columns' last frames too
         trainer.method.advance()
@@ -207,8 +211,8 @@ def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
     fusion = trainer.method.agent.encoder
     m = len(trainer.prior) // 2
     for group in CAMERAS:  # the demos' reflections: features of their flipped frames
-        torch.testing.assert_close(trainer.prior.frames[group][m:], fusion.frozen_features(group, prior.frames[group][
-            :m].flip(2)))
+        torch.testing.assert_close(trainer.prior.transitions.obs[group][m:],
+                                   fusion.frozen_features(group, obs[group][:m].flip(2)))
     method = trainer.method
     method.start(0)
     seen = []
@@ -274,7 +278,7 @@ def test_rlpd_with_cached_embeddings_stores_features_online_and_prior(demos, tmp
     trainer = Trainer(cfg, tmp_path / "run")
     for replay in (trainer.prior_replay, trainer.replay):
         assert replay.obs_spec["pixels/front"] == ((512, 1, 1), torch.float16)
-    assert trainer.prior.frames["pixels/wrist"].shape[1:] == (512, 1, 1)
+    assert trainer.prior.transitions.obs["pixels/wrist"].shape[1:] == (512, 1, 1)
     result = trainer.run()
     assert trainer.method.updates == 9 and "best_eval_return" in result
     assert trainer.replay.obs["pixels/front"][: trainer.replay._size].abs().sum() > 0
@@ -343,9 +347,9 @@ def test_a_state_policy_records_in_its_camera_variant_acting_on_the_full_state(t
                        out=str(tmp_path / "policy"), episodes=3, policy=str(tmp_path / "run/checkpoints/latest.pt"))
     assert collect(args, message=lambda m: None)["episodes"] == 3
     data = read_dataset(tmp_path / "policy", load_images=True)
-    assert data.obs.shape[1] == len(PROPRIO_INDEX) and len(data.episodes.index) == 3
-    assert data.images["observation.images.front"].float().mean() > 10
-    assert len(calls) >= len(data.action) // 2  # a full-state read per batched step (2 envs each)
+    assert data.transitions.obs["state"].shape[1] == len(PROPRIO_INDEX) and len(data.episodes.index) == 3
+    assert data.transitions.obs["pixels/front"].float().mean() > 10
+    assert len(calls) >= len(data) // 2  # a full-state read per batched step (2 envs each)
     with envs.make("arm:push-sparse") as state_env:
         full_dim = state_env.observation_spec["state"][0][0]
     assert full_dim > len(PROPRIO_INDEX)

@@ -104,7 +104,7 @@ def report(dataset: str, out: str, train: int) -> None:
     data = read_dataset(dataset, load_images=True)
     label, episode = frame_labels(data.success, data.episode_index).numpy(), data.episode_index.numpy()
     held = episode >= train
-    hidden = hidden_frames(data.images["observation.images.front"][torch.from_numpy(held)])
+    hidden = hidden_frames(data.transitions.obs["pixels/front"][torch.from_numpy(held)])
     dist = np.load(Path(dataset) / "distances.npy")[held] * 100
     results = json.loads(Path(out).read_text())
     print("| setting | seed | precision | recall | P / R at 0.9 | errors: all / cube 4-7 cm from the target / target or "

@@ -88,17 +88,17 @@ def test_round_trip_exact_values_stats_and_metadata(tmp_path: Path) -> None:
 
     tr = read_dataset(root)
     assert len(tr) == 14
-    torch.testing.assert_close(tr.obs, torch.from_numpy(cat("observation.state")), rtol=0, atol=0)
-    torch.testing.assert_close(tr.action, torch.from_numpy(cat("action")), rtol=0, atol=0)
-    torch.testing.assert_close(tr.reward, torch.from_numpy(cat("next.reward")), rtol=0, atol=0)
-    torch.testing.assert_close(tr.next_obs, torch.from_numpy(cat("next.observation.state")), rtol=0, atol=0)
-    assert torch.equal(tr.terminated, torch.from_numpy(cat("next.terminated")))
-    assert torch.equal(tr.truncated, torch.from_numpy(cat("next.truncated")))
+    torch.testing.assert_close(tr.transitions.obs["state"], torch.from_numpy(cat("observation.state")), rtol=0, atol=0)
+    torch.testing.assert_close(tr.transitions.action, torch.from_numpy(cat("action")), rtol=0, atol=0)
+    torch.testing.assert_close(tr.transitions.reward, torch.from_numpy(cat("next.reward")), rtol=0, atol=0)
+    torch.testing.assert_close(tr.transitions.next_obs["state"], torch.from_numpy(cat("next.observation.state")), rtol=0, atol=0)
+    assert torch.equal(tr.transitions.terminated, torch.from_numpy(cat("next.terminated")))
+    assert torch.equal(tr.transitions.truncated, torch.from_numpy(cat("next.truncated")))
     assert torch.equal(tr.success, torch.from_numpy(cat("next.success")))
     assert torch.equal(tr.intervention, torch.from_numpy(cat("intervention")))
     assert tr.episode_index.tolist() == [0] * 5 + [1] + [2] * 8
     assert tr.frame_index.tolist() == list(range(5)) + [0] + list(range(8))
-    assert tr.obs.dtype == torch.float32 and tr.terminated.dtype == torch.bool
+    assert tr.transitions.obs["state"].dtype == torch.float32 and tr.transitions.terminated.dtype == torch.bool
     assert tr.episodes.length.tolist() == lengths and tr.episodes.start.tolist() == [0, 5, 6]
     assert tr.episodes.task == tasks and tr.tasks == ["reach", "push"]
 
@@ -183,7 +183,7 @@ def test_resume_appends_and_existing_dataset_needs_a_flag(tmp_path: Path) -> Non
     tr = read_dataset(root)
     assert tr.episodes.length.tolist() == [3, 4, 5]
     assert tr.episode_index.unique().tolist() == [0, 1, 2]
-    torch.testing.assert_close(tr.obs[7:], torch.from_numpy(make_episode(2, 5)["observation.state"]))
+    torch.testing.assert_close(tr.transitions.obs["state"][7:], torch.from_numpy(make_episode(2, 5)["observation.state"]))
     stats = json.loads((root / "meta/stats.json").read_text())
     assert stats["observation.state"]["count"] == [12]
     w2 = DatasetWriter(root, fps=10, features=transition_features(D, A), overwrite=True)
@@ -281,8 +281,8 @@ def check_episodes(root: Path, lengths: list[int]) -> None:
     assert tr.episodes.length.tolist() == lengths
     for i, n in enumerate(lengths):
         sel = tr.episode_index == i
-        torch.testing.assert_close(tr.obs[sel], torch.from_numpy(make_episode(i, n)["observation.state"]))
-        torch.testing.assert_close(tr.action[sel], torch.from_numpy(make_episode(i, n)["action"]))
+        torch.testing.assert_close(tr.transitions.obs["state"][sel], torch.from_numpy(make_episode(i, n)["observation.state"]))
+        torch.testing.assert_close(tr.transitions.action[sel], torch.from_numpy(make_episode(i, n)["action"]))
 
 
 def lerobot_view(root: Path) -> tuple[int, int]:
@@ -349,7 +349,7 @@ def test_sigkill_while_a_video_is_encoded_leaves_no_trace_of_it(tmp_path: Path) 
     assert (root / ".staging/videos/observation.images.cam/chunk-000/file-002.mp4").is_file()
     assert lerobot_view(root) == (2, 9)  # before repair: two episodes, their two videos, nothing of the third
     tr = read_dataset(root, load_images=True)
-    assert tr.episodes.length.tolist() == [4, 5] and tr.images["observation.images.cam"].shape[0] == 9
+    assert tr.episodes.length.tolist() == [4, 5] and tr.transitions.obs["pixels/cam"].shape[0] == 9
     repair(root)
     assert not (root / ".staging").exists() and lerobot_view(root) == (2, 9)
 
@@ -456,16 +456,16 @@ def test_recorder_separates_envs_and_uses_final_obs(tmp_path: Path) -> None:
     env_of_episode = [2, 0, 1, 2]
     for e, env_id in enumerate(env_of_episode):
         sel = tr.episode_index == e
-        s, ns = tr.obs[sel], tr.next_obs[sel]
+        s, ns = tr.transitions.obs["state"][sel], tr.transitions.next_obs["state"][sel]
         assert (s[:, 0] == env_id).all() and (s[:, 2] == torch.arange(len(s))).all()
         assert len(s[:, 1].unique()) == 1  # a single episode of that env
         torch.testing.assert_close(ns[:-1], s[1:])  # next obs = following obs inside the episode
         assert ns[-1, 2] == len(s) + 100 and ns[-1, 0] == env_id  # final_obs, not the reset obs
-        assert tr.terminated[sel][:-1].sum() == 0 and tr.truncated[sel][:-1].sum() == 0
-    assert tr.terminated[tr.episode_index == 1][-1] and not tr.truncated[tr.episode_index == 1][-1]
-    assert tr.truncated[tr.episode_index == 2][-1] and not tr.terminated[tr.episode_index == 2][-1]
+        assert tr.transitions.terminated[sel][:-1].sum() == 0 and tr.transitions.truncated[sel][:-1].sum() == 0
+    assert tr.transitions.terminated[tr.episode_index == 1][-1] and not tr.transitions.truncated[tr.episode_index == 1][-1]
+    assert tr.transitions.truncated[tr.episode_index == 2][-1] and not tr.transitions.terminated[tr.episode_index == 2][-1]
     assert tr.success.sum() == 2  # env2's first episode and env0's terminated with success
-    torch.testing.assert_close(tr.reward, tr.action[:, 0] * 10)
+    torch.testing.assert_close(tr.transitions.reward, tr.transitions.action[:, 0] * 10)
     data = pq.read_table(root / "data/chunk-000/file-001.parquet")
     assert data.column("next.done").to_pylist() == [False, False, True]
 
@@ -529,9 +529,9 @@ def test_video_round_trip(tmp_path: Path) -> None:
     frames = np.concatenate([e["observation.images.cam"] for e in eps]).astype(np.float64) / 255
     np.testing.assert_allclose(np.asarray(stats["mean"]).reshape(3), frames.mean((0, 1, 2)), atol=1e-9)
 
-    assert "observation.images.cam" not in read_dataset(root).images
+    assert "pixels/cam" not in read_dataset(root).transitions.obs
     tr = read_dataset(root, load_images=True)
-    img = tr.images["observation.images.cam"]
+    img = tr.transitions.obs["pixels/cam"]
     assert img.shape == (15, h, w, 3) and img.dtype == torch.uint8
     original = np.concatenate([e["observation.images.cam"] for e in eps]).astype(np.float64)
     err = np.abs(img.numpy().astype(np.float64) - original)
@@ -573,7 +573,7 @@ def test_video_encode_survives_one_ffmpeg_failure(tmp_path: Path, monkeypatch: p
     assert calls["n"] == 2
     video_dir = root / "videos/observation.images.cam/chunk-000"
     assert sorted(p.name for p in video_dir.iterdir()) == ["file-000.mp4"]  # no temp file left behind
-    img = read_dataset(root, load_images=True).images["observation.images.cam"]
+    img = read_dataset(root, load_images=True).transitions.obs["pixels/cam"]
     assert img.shape == (5, h, w, 3)
 
 
@@ -606,14 +606,14 @@ def test_reads_dataset_without_rl_columns_and_multi_episode_files(tmp_path: Path
 
     tr = read_dataset(root)
     obs = np.concatenate([e["observation.state"] for e in eps])
-    torch.testing.assert_close(tr.obs, torch.from_numpy(obs))
+    torch.testing.assert_close(tr.transitions.obs["state"], torch.from_numpy(obs))
     expected_next = obs.copy()
     expected_next[0:2] = obs[1:3]
     expected_next[3:6] = obs[4:7]  # last frames (2 and 6) keep their own state
-    torch.testing.assert_close(tr.next_obs, torch.from_numpy(expected_next))
-    assert tr.truncated.tolist() == [False, False, True, False, False, False, True]
-    assert not tr.terminated.any() and not tr.success.any() and not tr.intervention.any()
-    assert torch.equal(tr.reward, torch.zeros(7))
+    torch.testing.assert_close(tr.transitions.next_obs["state"], torch.from_numpy(expected_next))
+    assert tr.transitions.truncated.tolist() == [False, False, True, False, False, False, True]
+    assert not tr.transitions.terminated.any() and not tr.success.any() and not tr.intervention.any()
+    assert torch.equal(tr.transitions.reward, torch.zeros(7))
 
 
 def test_next_done_marks_termination_when_no_terminated_column(tmp_path: Path) -> None:
@@ -625,9 +625,9 @@ def test_next_done_marks_termination_when_no_terminated_column(tmp_path: Path) -
     ep = make_episode(0, 4)
     writer.write_episode({k: ep[k] for k in ("observation.state", "action", "next.done", "next.reward")})
     tr = read_dataset(root)
-    assert tr.terminated.tolist() == [False, False, False, True]
-    assert not tr.truncated.any()
-    torch.testing.assert_close(tr.reward, torch.from_numpy(ep["next.reward"]))
+    assert tr.transitions.terminated.tolist() == [False, False, False, True]
+    assert not tr.transitions.truncated.any()
+    torch.testing.assert_close(tr.transitions.reward, torch.from_numpy(ep["next.reward"]))
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -672,7 +672,7 @@ def test_write_episode_validates(tmp_path: Path) -> None:
         w.write_episode({**ep, "action": ep["action"][:2]})
     with pytest.raises(ValueError, match="NaN"):
         w.write_episode({**ep, "next.reward": np.full(3, np.nan, np.float32)})
-    assert w.num_episodes == 0 and read_dataset(tmp_path / "ds").obs.shape == (0, D)
+    assert w.num_episodes == 0 and read_dataset(tmp_path / "ds").transitions.obs["state"].shape == (0, D)
 
 
 # ------------------------------------------------------------------------------------------ returns
@@ -723,7 +723,7 @@ def test_video_decode_survives_one_ffmpeg_failure(tmp_path: Path, monkeypatch: p
         return real(*args, **kwargs)
 
     monkeypatch.setattr(imageio_ffmpeg, "read_frames", flaky)
-    img = read_dataset(root, load_images=True).images["observation.images.cam"]
+    img = read_dataset(root, load_images=True).transitions.obs["pixels/cam"]
     assert calls["n"] == 2 and tuple(img.shape) == (5, h, w, 3)
 
 

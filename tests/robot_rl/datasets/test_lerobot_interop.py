@@ -174,8 +174,8 @@ def test_we_append_to_a_dataset_lerobot_recorded(tmp_path: Path) -> None:
     assert tr.episodes.length.tolist() == [4, 5, 6, 7, 3]
     assert tr.episodes.task == ["pick"] * 4 + ["place"]
     expected = np.concatenate([lerobot_frames(i, n)["observation.state"] for i, n in enumerate([4, 5, 6, 7, 3])])
-    torch.testing.assert_close(tr.obs, torch.from_numpy(expected))
-    assert tr.terminated.sum().item() == 5  # next.done stands in for next.terminated
+    torch.testing.assert_close(tr.transitions.obs["state"], torch.from_numpy(expected))
+    assert tr.transitions.terminated.sum().item() == 5  # next.done stands in for next.terminated
 
     # and LeRobot can go on appending after us
     lerobot_append(root, [lerobot_frames(5, 2)], task="pick")
@@ -197,7 +197,7 @@ def test_lerobot_appends_to_a_dataset_we_recorded(tmp_path: Path) -> None:
     assert lerobot_view(root) == (3, 15)
     tr = read_dataset(root)
     assert tr.episodes.length.tolist() == [4, 5, 6]
-    torch.testing.assert_close(tr.obs[9:], torch.from_numpy(ep["observation.state"]))
+    torch.testing.assert_close(tr.transitions.obs["state"][9:], torch.from_numpy(ep["observation.state"]))
 
     # and we append again after LeRobot: a third episodes file, same schema
     w = DatasetWriter(root, fps=10, features=feats, resume=True)

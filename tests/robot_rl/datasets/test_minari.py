@@ -77,21 +77,21 @@ def test_import_minari_by_id_and_by_path(tmp_path: Path, monkeypatch: pytest.Mon
     assert tr.episodes.task == ["test/pendulum-random-v0"] * 3
     obs = np.concatenate([r[0][:-1] for r in raw])
     next_obs = np.concatenate([r[0][1:] for r in raw])
-    torch.testing.assert_close(tr.obs, torch.from_numpy(obs.astype(np.float32)))
-    torch.testing.assert_close(tr.next_obs, torch.from_numpy(next_obs.astype(np.float32)))
+    torch.testing.assert_close(tr.transitions.obs["state"], torch.from_numpy(obs.astype(np.float32)))
+    torch.testing.assert_close(tr.transitions.next_obs["state"], torch.from_numpy(next_obs.astype(np.float32)))
     torch.testing.assert_close(
-        tr.reward, torch.from_numpy(np.concatenate([r[2] for r in raw]).astype(np.float32))
+        tr.transitions.reward, torch.from_numpy(np.concatenate([r[2] for r in raw]).astype(np.float32))
     )
     actions = np.concatenate([r[1] for r in raw]).astype(np.float32)
-    torch.testing.assert_close(tr.action, torch.from_numpy(actions / 2.0))  # Box(-2, 2) -> [-1, 1]
-    assert tr.truncated.sum() == 3 and not tr.terminated.any()
-    assert tr.truncated[torch.cumsum(tr.episodes.length, 0) - 1].all()
+    torch.testing.assert_close(tr.transitions.action, torch.from_numpy(actions / 2.0))  # Box(-2, 2) -> [-1, 1]
+    assert tr.transitions.truncated.sum() == 3 and not tr.transitions.terminated.any()
+    assert tr.transitions.truncated[torch.cumsum(tr.episodes.length, 0) - 1].all()
     info = json.loads((root / "meta/info.json").read_text())
     assert info["robot_rl"]["source"] == "minari:test/pendulum-random-v0"
     assert info["robot_rl"]["action_low"] == [-2.0] and info["fps"] == 20
 
     by_path = import_minari(Path(ds.spec.data_path).parent, tmp_path / "lr2", normalize_actions=False)
-    torch.testing.assert_close(read_dataset(by_path).action, torch.from_numpy(actions))
+    torch.testing.assert_close(read_dataset(by_path).transitions.action, torch.from_numpy(actions))
 
 
 def test_import_minari_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

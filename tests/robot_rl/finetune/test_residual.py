@@ -2,7 +2,6 @@
 and while demos fill the prior buffer, the critic-only warm-up."""
 
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from torch import Tensor
 from robot_rl.agents.sac import CriticConfig, NetworkConfig, OptimiserConfig, SACConfig
 from robot_rl.finetune.residual import ResidualConfig, ResidualRL, demo_features, demo_replay
 from robot_rl.prior_data import OfflineData
+from robot_rl.transitions import Transitions
 
 SAC_CFG = SACConfig(network=NetworkConfig(hidden_dims=[32, 32]),
                     critic=CriticConfig(n_step=2),
@@ -67,9 +67,9 @@ def test_demo_buffer_resets_the_base_per_episode() -> None:
     obs = torch.randn(sum(lengths), 3)
     terminated = torch.zeros(sum(lengths), dtype=torch.bool)
     terminated[2] = terminated[-1] = True
-    data = SimpleNamespace(obs=obs, next_obs=obs + 1, action=torch.rand(sum(lengths), 2) * 2 - 1,
-                           reward=torch.arange(sum(lengths)).float(), terminated=terminated,
-                           truncated=torch.zeros_like(terminated))
+    t = Transitions({"state": obs}, torch.rand(sum(lengths), 2) * 2 - 1, torch.arange(sum(lengths)).float(),
+                    {"state": obs + 1}, terminated, torch.zeros_like(terminated))
+    data = OfflineData(t, torch.zeros(len(obs)), 2, None)
     base = base_policy()
     buffer = demo_replay(base, data, 0.5, True, 100, SAC_CFG, "cpu")
     expected = []
@@ -80,7 +80,7 @@ def test_demo_buffer_resets_the_base_per_episode() -> None:
     expected = torch.stack(expected)
     stored = buffer.obs["state"][: len(obs), 0]
     assert torch.allclose(stored[:, :3], obs) and torch.allclose(stored[:, 3:], expected)
-    residual = ((data.action - expected) / 0.5).clamp(-1, 1)
+    residual = ((t.action - expected) / 0.5).clamp(-1, 1)
     assert torch.allclose(buffer.action[: len(obs), 0], residual)
     # the next state's base action: the following frame's, and at an episode's end a fresh plan from the final obs
     next_base = buffer.next_obs["state"][: len(obs), 0, 3:]
@@ -122,11 +122,11 @@ def test_camera_demos_become_the_base_features_without_frames() -> None:
     frames = torch.randint(0, 256, (m, 16, 16, 3), dtype=torch.uint8)
     terminated, truncated = torch.zeros(m, dtype=torch.bool), torch.zeros(m, dtype=torch.bool)
     terminated[2], truncated[6] = True, True
-    data = OfflineData(obs, torch.rand(m, 2), torch.arange(m).float(), next_obs, terminated, truncated, torch.zeros(m), 2,
-                       None,
-                       episode_index=torch.tensor([0, 0, 0, 1, 1, 1, 1]), frames={"pixels/front": frames})
-    out = demo_features(base, data)
-    assert out.frames == {} and len(out) == 6 and out.obs.shape[1] == base.features_dim == 3 + 4
+    data = OfflineData(Transitions({"state": obs, "pixels/front": frames}, torch.rand(m, 2), torch.arange(m).float(),
+                                   {"state": next_obs}, terminated, truncated), torch.zeros(m), 2, None,
+                       episode_index=torch.tensor([0, 0, 0, 1, 1, 1, 1]))
+    out = demo_features(base, data).transitions
+    assert out.cameras == {} and out.size == 6 and out.obs["state"].shape[1] == base.features_dim == 3 + 4
     assert out.terminated.tolist() == [False, False, True, False, False, False]
     assert out.truncated.tolist() == [False, False, False, False, False, True]
     assert torch.equal(out.reward, torch.tensor([0.0, 1, 2, 3, 4, 5]))
@@ -134,8 +134,8 @@ def test_camera_demos_become_the_base_features_without_frames() -> None:
     def features(state: Tensor, frame: int) -> Tensor:
         return base.features({"state": state[None], "pixels/front": frames[frame : frame + 1]})[0]
 
-    torch.testing.assert_close(out.obs[4], features(obs[4], 4))
-    torch.testing.assert_close(out.next_obs[4], features(next_obs[4], 5))  # the next step's frame
-    torch.testing.assert_close(out.next_obs[5], features(next_obs[5], 6))  # truncated: the episode's last frame
+    torch.testing.assert_close(out.obs["state"][4], features(obs[4], 4))
+    torch.testing.assert_close(out.next_obs["state"][4], features(next_obs[4], 5))  # the next step's frame
+    torch.testing.assert_close(out.next_obs["state"][5], features(next_obs[5], 6))  # truncated: the episode's last frame
     with pytest.raises(ValueError, match="no pixels/wrist frames"):
         demo_features(FlowPolicy(3, 2, cameras={"pixels/wrist": [16, 16, 3]}), data)

@@ -71,7 +71,7 @@ def test_teleop_records_demonstrations(robot_server, tmp_path, capsys):
     assert "3 episodes (3 successful)" in capsys.readouterr().out
     data = read_dataset(out)
     assert len(data.episodes) == 3
-    assert bool(data.intervention.all()) and int(data.terminated.sum()) == 3
+    assert bool(data.intervention.all()) and int(data.transitions.terminated.sum()) == 3
     assert main(args) == 2  # the dataset exists: refuse to overwrite ...
     assert "append=true" in capsys.readouterr().err
     assert main([*args, "append=true", "episodes=1"]) == 0  # ... unless told to append
@@ -90,7 +90,7 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     assert rows and int(rows[-1]["env_steps"]) >= 150
     assert sum(int(r["interventions"]) for r in rows) > 0  # the scripted operator took over at least once
     data = read_dataset(run / "episodes")
-    assert data.action.shape[0] == int(rows[-1]["env_steps"])
+    assert len(data) == int(rows[-1]["env_steps"])
     assert int(data.intervention.sum()) == sum(int(r["interventions"]) for r in rows)
     # the Runner's files, as for train and finetune: a row per log_every steps, TensorBoard, curve, checkpoints
     logged = list(csv.DictReader((run / "metrics.csv").open()))
@@ -344,9 +344,9 @@ def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path,
             assert frames.dtype == torch.uint8 and frames.shape[1:] == (1, 32, 32, 3)
             assert frames[: counters["transitions"]].float().std() > 0
         data = read_dataset(run / "episodes", load_images=True)
-        assert data.action.shape[0] == counters["transitions"]
-        assert {k: tuple(v.shape[1:]) for k, v in data.images.items()} == {
-            "observation.images.front": (32, 32, 3), "observation.images.wrist": (32, 32, 3)}
+        assert len(data) == counters["transitions"]
+        assert {k: tuple(v.shape[1:]) for k, v in data.transitions.cameras.items()} == {
+            "pixels/front": (32, 32, 3), "pixels/wrist": (32, 32, 3)}
 
         assert main(["deploy", f"robot={address}", "step_timeout_s=5", f"checkpoint={run}", "episodes=1"]) == 0
         assert "done: 1 episodes" in capsys.readouterr().out
@@ -382,7 +382,7 @@ def test_hil_train_learns_from_mirror_images_on_push(tmp_path, capsys, monkeypat
                      "agent.optimiser.batch_size=16", "agent.network.hidden_dims=[32,32]", "teleop_args.patience=3",
                      "teleop_args.takeover_steps=5"]) == 0
     capsys.readouterr()
-    demo_steps = read_dataset(demos).action.shape[0]
+    demo_steps = len(read_dataset(demos))
     saved = checkpoint.load(run / "checkpoints" / "latest.pt")
     learner = {**saved["learner"], **saved["replay"]}
     received, interventions = learner["counters"]["transitions"], learner["counters"]["interventions"]
@@ -444,7 +444,7 @@ def test_hil_train_from_cameras_with_pixel_demos_resumes_its_run(tmp_path, capsy
     second = checkpoint.load(run / "checkpoints" / "latest.pt")["learner"]["counters"]
     assert second["transitions"] > first["transitions"] and second["demo_transitions"] == first["demo_transitions"]
     data = read_dataset(run / "episodes", load_images=True)
-    assert data.action.shape[0] == second["transitions"] and data.images["observation.images.wrist"].shape[0] > 0
+    assert len(data) == second["transitions"] and data.transitions.obs["pixels/wrist"].shape[0] > 0
 
 
 def test_hil_train_with_a_missing_backbone_file_is_one_line(tmp_path, capsys, monkeypatch):
@@ -470,8 +470,8 @@ def test_teleop_records_the_cameras_a_robot_serves(tmp_path, capsys, monkeypatch
                      f"out={out}", "seed=0"]) == 0
     data = read_dataset(out)
     assert {"observation.images.front", "observation.images.wrist"} <= set(data.info["features"])
-    frames = OfflineData.load(out, 0.99, cameras=("pixels/front", "pixels/wrist")).frames
-    assert frames["pixels/front"].shape[1:] == (24, 24, 3) and len(frames["pixels/front"]) == len(data.action)
+    frames = OfflineData.load(out, 0.99, cameras=("pixels/front", "pixels/wrist")).transitions.cameras
+    assert frames["pixels/front"].shape[1:] == (24, 24, 3) and len(frames["pixels/front"]) == len(data)
     assert frames["pixels/wrist"].float().std() > 1  # real images, not a constant
 
 
@@ -515,7 +515,7 @@ def test_hil_train_rewards_come_from_the_classifier_on_the_frames(tmp_path, caps
     assert replay["reward"][:12].flatten().tolist() == [0.0, 0.0, 1.0] * 4
     assert replay["terminated"][:12].flatten().tolist() == [False, False, True] * 4
     data = read_dataset(run / "episodes")
-    assert data.reward.tolist() == [0.0, 0.0, 1.0] * 4 and int(data.terminated.sum()) == 4
+    assert data.transitions.reward.tolist() == [0.0, 0.0, 1.0] * 4 and int(data.transitions.terminated.sum()) == 4
 
 
 def test_serve_robot_with_a_classifier_gives_every_client_its_reward(tmp_path, capsys, monkeypatch):
@@ -542,7 +542,7 @@ def test_serve_robot_with_a_classifier_gives_every_client_its_reward(tmp_path, c
         assert main(["teleop", f"robot={address}", "step_timeout_s=5", "teleop=scripted", "episodes=2",
                      f"out={out}", "seed=0"]) == 0
         assert "2 episodes (2 successful)" in capsys.readouterr().out
-    assert read_dataset(out).reward.tolist() == [0.0, 1.0] * 2
+    assert read_dataset(out).transitions.reward.tolist() == [0.0, 1.0] * 2
 
 
 def test_a_classifier_the_robot_cannot_feed_is_one_line(robot_server, tmp_path, capsys, monkeypatch):

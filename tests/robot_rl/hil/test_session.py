@@ -99,7 +99,7 @@ def test_intervention_penalty_lands_on_the_policys_last_step_before_each_takeove
                       time_limit=10, log=None, intervention_penalty=0.5)
     session.run_episode(seed=0)
     writer.close()
-    recorded = np.asarray(read_dataset(tmp_path / "rec").reward)  # the robot's own: the penalty is the learner's
+    recorded = np.asarray(read_dataset(tmp_path / "rec").transitions.reward)  # the robot's own: the penalty is the learner's
     penalty = recorded - link.cat("reward")
     np.testing.assert_allclose(penalty, [0, 0.5, 0, 0, 0, 0.5, 0, 0, 0, 0], atol=1e-6)  # steps 1 and 5
     with pytest.raises(ValueError, match="intervention_penalty"):
@@ -157,9 +157,9 @@ def test_labels_rerecord_and_recording(client, tmp_path):
     writer.close()
     assert [e.label for e in session.episodes] == ["rerecord", "success", "failure"]
     data = read_dataset(tmp_path / "ds")
-    assert data.action.shape[0] == 4 + 2  # the re-recorded episode is not in the dataset
+    assert len(data) == 4 + 2  # the re-recorded episode is not in the dataset
     assert data.intervention.all()
-    assert data.terminated.sum() == 1 and data.truncated.sum() == 1
+    assert data.transitions.terminated.sum() == 1 and data.transitions.truncated.sum() == 1
 
 
 def test_rewind_steps_are_recorded_but_not_sent_as_demonstrations(client):
@@ -339,5 +339,5 @@ def test_a_pixel_learner_gets_the_frames_of_its_cameras_and_the_recording_keeps_
     obs, nxt = link.cat("obs/pixels/wrist"), link.cat("next_obs/pixels/wrist")
     assert np.array_equal(obs[1:], nxt[:-1]) and not np.array_equal(obs[0], obs[-1])  # the arm moved
     data = read_dataset(tmp_path / "episodes", load_images=True)
-    assert set(data.images) == {"observation.images.front"} and data.images["observation.images.front"].shape == (
+    assert set(data.transitions.cameras) == {"pixels/front"} and data.transitions.obs["pixels/front"].shape == (
         4, 32, 40, 3)

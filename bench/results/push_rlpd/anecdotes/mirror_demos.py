@@ -21,6 +21,7 @@ from robot_rl.envs.arm.constants import STATE_LAYOUT
 
 from robot_rl import prior_data
 from robot_rl.cli import main
+from robot_rl.transitions import Transitions
 
 FLIP_STATE = [s.start + 1 for k, s in STATE_LAYOUT.items() if k != "cube_quat" and s.stop - s.start == 3]
 # the cube quaternion (w, x, y, z) reflects to (w, -x, y, -z)
@@ -37,20 +38,14 @@ def _mirrored(x: torch.Tensor, columns: list[int]) -> torch.Tensor:
 
 def _load_with_mirror(cls, *args, **kwargs):  # noqa: ANN001, ANN202 (the patched classmethod's signature)
     d = _load(cls, *args, **kwargs)
-    if d.frames:
+    t = d.transitions
+    if t.cameras:
         raise SystemExit("mirror_demos.py: state datasets only (a camera image is not mirrored by a sign change)")
     shift = int(d.episode_index.max()) + 1
-
-    def both(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.cat([a, b])
-
-    return cls(
-        obs=both(d.obs, _mirrored(d.obs, FLIP_STATE)), action=both(d.action, _mirrored(d.action, FLIP_ACTION)),
-        reward=both(d.reward, d.reward), next_obs=both(d.next_obs, _mirrored(d.next_obs, FLIP_STATE)),
-        terminated=both(d.terminated, d.terminated), truncated=both(d.truncated, d.truncated),
-        mc_return=both(d.mc_return, d.mc_return), num_episodes=2 * d.num_episodes, success_rate=d.success_rate,
-        episode_index=both(d.episode_index, d.episode_index + shift),
-    )
+    mirrored = t._replace(obs={"state": _mirrored(t.obs["state"], FLIP_STATE)}, action=_mirrored(t.action, FLIP_ACTION),
+                          next_obs={"state": _mirrored(t.next_obs["state"], FLIP_STATE)})
+    return cls(Transitions.cat([t, mirrored]), d.mc_return.repeat(2), 2 * d.num_episodes, d.success_rate,
+               torch.cat([d.episode_index, d.episode_index + shift]))
 
 
 if __name__ == "__main__":
