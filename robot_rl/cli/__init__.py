@@ -11,29 +11,18 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 
-from robot_rl.cli import (
-    aggregate,
-    bc,
-    classifier,
-    collect,
-    deploy,
-    eval,
-    export,
-    finetune,
-    hil_train,
-    serve_robot,
-    teleop,
-    train,
-)
 from robot_rl.cli.common import Command
 from robot_rl.errors import UserError
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-COMMANDS: dict[str, Command] = {m.COMMAND.name: m.COMMAND for m in (
-    train, finetune, eval, collect, bc, aggregate, export, classifier, serve_robot, teleop, hil_train, deploy,
-)}
+#: every command, in the order `robot-rl --help` lists them: robot_rl.cli.<module>.COMMAND
+COMMANDS: dict[str, Command] = {c.name: c for c in (import_module(f"robot_rl.cli.{m}").COMMAND for m in (
+    "train", "finetune", "eval", "collect", "bc", "aggregate", "export", "classifier",
+    "serve_robot", "teleop", "hil_train", "deploy",
+))}
 ROBOT_COMMANDS = ("serve-robot", "teleop", "hil-train", "deploy")
 
 

@@ -33,13 +33,12 @@ class Command:
     schema: Callable[[], type] | None = None
     help: Callable[[list[str]], str] | None = None
     torch_device: bool = True  # `device=` is checked as a torch device before the command runs
-    key_width: int | None = None
 
     def help_text(self, settings: list[str]) -> str:
         """`robot-rl <name> --help`."""
         if self.help is not None:
             return self.help(settings)
-        return page(self.usage, self.about, self.examples, self.schema(), max_width=self.key_width)
+        return page(self.usage, self.about, self.examples, self.schema())
 
 
 def page(usage: list[str], about: list[str], examples: list[str], schema: type | None, heading: str = "Keys (default):",

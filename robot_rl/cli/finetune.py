@@ -6,69 +6,48 @@ dataset (the keys of `train`, TrainConfig); `residual`, `dsrl`, `reinflow` and `
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from robot_rl.cli.common import (
-    Command,
-    check_overrides,
-    new_run_dir,
-    resumable,
-    run_seed_list,
-    setting,
-    slug,
-)
+from robot_rl.cli.common import Command, check_overrides, new_run_dir, resumable, run_seed_list, setting, slug
 from robot_rl.cli.train import train_config_run, train_help
 from robot_rl.errors import UserError
 
-#: keys whose spelling differs between the two schemas: `train.<key>` in wsrl (as in `robot-rl train`), `<key>` in
-#: the policy methods. Both spellings work with every method.
-LOOP_KEYS = ("steps", "eval_every", "replay_capacity")
-
-
-@dataclass(frozen=True)
-class Method:
-    summary: str
-    run: Callable[[list[str], str], int]  # (settings, method name) -> exit status
-    loop_prefix: str  # where LOOP_KEYS live in the method's schema: "train." or ""
-
-
-def _run_wsrl(overrides: list[str], method: str) -> int:
-    if setting(overrides, "base_policy") is not None:
-        raise UserError(f"base_policy= is read by method=<{'|'.join(POLICY_METHODS)}>; method=wsrl (the default "
-                        "without method= or a preset) fine-tunes from data: add method=<...>")
-    return train_config_run(overrides, "finetune", method)
-
-
-def _run_policy(overrides: list[str], method: str) -> int:
-    from robot_rl.config import compose_config
-    from robot_rl.finetune.config import FinetuneConfig
-    from robot_rl.seeds import split_seed_overrides
-
-    overrides = [f"finetune={o.split('=', 1)[1]}" if o.startswith("experiment=") else o for o in overrides]
-    if setting(overrides, "finetune") is None or setting(overrides, "method") is not None:
-        overrides = [*(o for o in overrides if not o.startswith("method=")), f"method={method}"]
-    seeds, jobs, rest = split_seed_overrides(overrides)
-    check_overrides(rest)
-    if seeds is None:
-        return _finetune_policy(rest)
-    cfg = compose_config("finetune", FinetuneConfig, rest)
-    name = cfg.name or f"{cfg.method}-{slug(cfg.env.spec)}"
-    return run_seed_list("finetune", rest, seeds, jobs, cfg.steps, name, cfg.run_dir)
-
-
-POLICY_METHODS = {
+#: The methods by name. wsrl runs on TrainConfig (train's keys: `train.steps=`, ...); the others on FinetuneConfig
+#: (`steps=`, ...); `steps`, `eval_every` and `replay_capacity` take either spelling with every method.
+METHODS = {
+    "wsrl": "offline-to-online SAC from a dataset (Cal-QL/CQL/IQL pretraining, then WSRL); train's keys",
     "residual": "SAC on a bounded correction of the frozen policy (ResFiT); any policy; demos via data=",
     "dsrl": "SAC in the initial-noise space of a frozen diffusion or flow policy",
     "reinflow": "PPO on a flow policy with learned noise at each Euler step (many envs)",
     "dppo": "PPO over the last DDIM steps of a diffusion policy (many envs)",
 }
-METHODS: dict[str, Method] = {
-    "wsrl": Method("offline-to-online SAC from a dataset (Cal-QL/CQL/IQL pretraining, then WSRL); train's keys",
-                   _run_wsrl, "train."),
-    **{name: Method(summary, _run_policy, "") for name, summary in POLICY_METHODS.items()},
-}
+POLICY_METHODS = [m for m in METHODS if m != "wsrl"]
+LOOP_KEYS = ("steps", "eval_every", "replay_capacity")
+
+
+def run(overrides: list[str]) -> int:
+    """`robot-rl finetune`: the chosen method's run, one or a seed list."""
+    from robot_rl.config import compose_config
+    from robot_rl.finetune.config import FinetuneConfig
+    from robot_rl.seeds import split_seed_overrides
+
+    method, resume = choose_method(overrides), setting(overrides, "resume")
+    overrides = _loop_spelling([o for o in overrides if not o.startswith("method=")], "train." * (method == "wsrl"))
+    if method == "wsrl":
+        if setting(overrides, "base_policy") is not None:
+            raise UserError(f"base_policy= is read by method=<{'|'.join(POLICY_METHODS)}>; method=wsrl (the default "
+                            "without method= or a preset) fine-tunes from data: add method=<...>")
+        return train_config_run(overrides, "finetune", method)
+    overrides = [f"finetune={o.split('=', 1)[1]}" if o.startswith("experiment=") else o for o in overrides]
+    if resume is None:
+        overrides.append(f"method={method}")
+    seeds, jobs, rest = split_seed_overrides(overrides)
+    check_overrides(rest)
+    if seeds is None:
+        return _finetune_policy(rest)
+    cfg = compose_config("finetune", FinetuneConfig, rest)
+    return run_seed_list("finetune", rest, seeds, jobs, cfg.steps, cfg.name or f"{method}-{slug(cfg.env.spec)}",
+                         cfg.run_dir)
 
 
 def read_run_record(run_dir: Path) -> dict | None:
@@ -136,15 +115,6 @@ def _loop_spelling(overrides: list[str], prefix: str) -> list[str]:
     return out
 
 
-def run(overrides: list[str]) -> int:
-    """`robot-rl finetune`: the chosen method's run."""
-    method = choose_method(overrides)
-    rest = _loop_spelling(overrides, METHODS[method].loop_prefix)
-    if method == "wsrl" or setting(overrides, "resume") is not None:
-        rest = [o for o in rest if not o.startswith("method=")]
-    return METHODS[method].run(rest, method)
-
-
 def _finetune_policy(overrides: list[str]) -> int:
     from robot_rl.config import compose_config, load_run_config
     from robot_rl.finetune.config import FinetuneConfig
@@ -200,7 +170,7 @@ def _help(settings: list[str]) -> str:
         ["usage: robot-rl finetune method=<method> | experiment=<preset> [key=value ...]"],
         [
             "Methods (method=; an experiment= preset names its own; without either: wsrl; resume= takes the run's):",
-            *(f"  {name:<9} {m.summary}" for name, m in METHODS.items()),
+            *(f"  {name:<9} {summary}" for name, summary in METHODS.items()),
             "",
             "1. Fine-tuning a behaviour-cloning policy saved by `robot-rl bc` (docs/finetuning.md): residual, dsrl,",
             "reinflow, dppo. Writes config.yaml, run.json, metrics.csv (steps = executed env actions),",
