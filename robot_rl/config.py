@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -265,12 +265,24 @@ def compose_config(config_name: str, schema: type, overrides: list[str]) -> Any:
 
     overrides = renamed_agent_overrides(overrides)
     _check_added_keys(overrides, schema)
-    ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
+    node = OmegaConf.structured(schema)
+    has_agent = "agent" in node
+    if has_agent:  # composed as an open dict, so that a YAML file's flat agent keys of the release before the groups
+        # are read as their groups; the schema checks every key and type when merged over it below
+        node = OmegaConf.structured(make_dataclass(schema.__name__, [("agent", Any, field(
+            default_factory=lambda: OmegaConf.to_container(OmegaConf.structured(schema).agent)))], bases=(schema,)))
+        OmegaConf.set_struct(node.agent, False)
+    ConfigStore.instance().store(name=f"{config_name}_schema", node=node)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="robot_rl.configs", version_base=None):
             cfg = compose(config_name=config_name, overrides=overrides)
-        obj = OmegaConf.to_object(cfg)
+        composed = OmegaConf.to_container(cfg)
+        if has_agent:
+            composed["agent"] = _composed_agent(composed["agent"])
+        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), composed))
+    except ConfigError:
+        raise
     except Exception as e:
         raise ConfigError(_one_line(e, schema)) from e
     finally:
@@ -338,10 +350,20 @@ def renamed_agent_section(agent: dict[str, Any], where: str) -> dict[str, Any]:
     the file and the first old key."""
     nested, old = nest_flat_keys(agent)
     if old:
-        more = f" ({len(old) - 1} more flat agent keys there are read as their groups too)" if len(old) > 1 else ""
+        more = f", and {len(old) - 1} more old agent key{'s' if len(old) > 2 else ''} there" if len(old) > 1 else ""
         _deprecation_note(f"{where}: agent.{old[0]} is now agent.{FLAT_KEYS[old[0]]}{more}",
                           "names" if len(old) > 1 else "name")
     return nested
+
+
+def _composed_agent(agent: dict[str, Any]) -> dict[str, Any]:
+    """A composed `agent` section in its groups. An old flat `network: mlp` (or `encoder:`) in a YAML file has
+    replaced the whole group the presets before it set, which cannot be told apart, so it is refused in one line."""
+    for group in ("network", "encoder"):
+        if isinstance(kind := agent.get(group), str):
+            raise ConfigError(f"a config file sets agent.{group}: {kind}, the old flat key, which replaces the presets' "
+                              f"whole agent.{group} group; write it as agent.{group}.kind: {kind}")
+    return renamed_agent_section(agent, "a config file")
 
 
 def _check_added_keys(overrides: list[str], schema: type) -> None:

@@ -244,28 +244,14 @@ class SACConfig:
                       for group, keys in nest_flat_keys(values)[0].items()})
 
 
-# The flat keys of the release before the groups -> their keys in the groups. They work until the next release
-# (`robot_rl.config` maps them with a one-line notice); then this table and `nest_flat_keys` go.
-FLAT_KEYS = {
-    "network": "network.kind", "hidden_dims": "network.hidden_dims", "actor_layer_norm": "network.actor_layer_norm",
-    "critic_layer_norm": "network.critic_layer_norm", "actor_width": "network.actor_width",
-    "actor_blocks": "network.actor_blocks", "critic_width": "network.critic_width",
-    "critic_blocks": "network.critic_blocks", "obs_norm": "network.obs_norm",
-    "obs_norm_preserve": "network.obs_norm_preserve", "encoder": "encoder.kind",
-    "encoder_feature_dim": "encoder.feature_dim", "encoder_channels": "encoder.channels",
-    "encoder_layers": "encoder.layers", "image_shift": "encoder.image_shift", "encoder_weights": "encoder.weights",
-    "encoder_backbone": "encoder.backbone", "encoder_spatial_features": "encoder.spatial_features",
-    "encoder_readout": "encoder.readout", "cache_embeddings": "encoder.cache_embeddings", "num_critics": "critic.num",
-    "num_target_critics": "critic.num_target", "target_reduce": "critic.target_reduce", "actor_q": "critic.actor_q",
-    "num_atoms": "critic.num_atoms", "v_max": "critic.v_max", "gamma": "critic.gamma", "n_step": "critic.n_step",
-    "tau": "critic.tau", "reward_scale": "critic.reward_scale", "backup_entropy": "critic.backup_entropy",
-    "actor_lr": "optimiser.actor_lr", "critic_lr": "optimiser.critic_lr", "temperature_lr": "optimiser.temperature_lr",
-    "lr_end_fraction": "optimiser.lr_end_fraction", "critic_weight_decay": "optimiser.critic_weight_decay",
-    "bc_weight": "optimiser.bc_weight", "batch_size": "optimiser.batch_size", "utd": "optimiser.utd",
-    "compile": "optimiser.compile", "bf16": "optimiser.bf16", "init_temperature": "exploration.init_temperature",
-    "target_entropy_scale": "exploration.target_entropy_scale", "noise_repeat_max": "exploration.noise_repeat_max",
-    "noise_repeat_exponent": "exploration.noise_repeat_exponent",
-}
+# The flat keys of the release before the groups work until the next release (`robot_rl.config` maps them with a
+# one-line notice; then these lines go). Each was its field's name, `encoder_`-prefixed in the encoder, except these.
+_OLD_NAMES = {"network.kind": "network", "encoder.kind": "encoder", "encoder.image_shift": "image_shift",
+              "encoder.cache_embeddings": "cache_embeddings", "critic.num": "num_critics",
+              "critic.num_target": "num_target_critics"}
+FLAT_KEYS = {_OLD_NAMES.get(key, key.replace("encoder.", "encoder_").split(".")[-1]): key
+             for key in (f"{g.name}.{f.name}" for g in dataclasses.fields(SACConfig)
+                         for f in dataclasses.fields(getattr(SACConfig(), g.name)))}
 
 
 def nest_flat_keys(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -26,10 +26,21 @@ def _flat(cfg) -> dict:
     return saved
 
 
-def test_every_group_key_has_exactly_one_old_flat_name() -> None:
+OLD_KEYS = (  # SACConfig's fields in the release before the groups
+    "network hidden_dims critic_width critic_blocks actor_width actor_blocks num_critics num_target_critics "
+    "target_reduce actor_q num_atoms v_max reward_scale obs_norm obs_norm_preserve critic_layer_norm "
+    "actor_layer_norm utd batch_size gamma n_step tau actor_lr critic_lr temperature_lr lr_end_fraction "
+    "init_temperature target_entropy_scale backup_entropy critic_weight_decay bc_weight noise_repeat_max "
+    "noise_repeat_exponent compile bf16 encoder encoder_weights encoder_backbone encoder_spatial_features "
+    "encoder_readout cache_embeddings encoder_feature_dim encoder_channels encoder_layers image_shift"
+).split()
+
+
+def test_every_old_flat_key_names_exactly_one_group_key() -> None:
     groups = {f"{g.name}.{k.name}" for g in dataclasses.fields(SACConfig)
               for k in dataclasses.fields(getattr(SACConfig(), g.name))}
-    assert sorted(FLAT_KEYS.values()) == sorted(groups)
+    assert sorted(FLAT_KEYS) == sorted(OLD_KEYS) and sorted(FLAT_KEYS.values()) == sorted(groups)
+    assert FLAT_KEYS["utd"] == "optimiser.utd" and FLAT_KEYS["encoder_weights"] == "encoder.weights"
 
 
 def test_an_old_key_on_the_command_line_resolves_as_the_new_one_with_one_notice(capsys) -> None:
@@ -49,9 +60,22 @@ def test_an_old_runs_flat_config_yaml_resumes_as_the_same_config_with_one_notice
     assert loaded == cfg
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"robot-rl: note: {tmp_path / 'config.yaml'}: agent.network is now "
-                                                   "agent.network.kind (44 more flat agent keys")
+                                                   "agent.network.kind, and 44 more old agent keys there (the old names work")
     assert load_run_config(tmp_path, ["agent.utd=5"]).agent.optimiser.utd == 5  # old keys as overrides too
     assert capsys.readouterr().err == NOTE
+
+
+def test_a_users_yaml_with_a_flat_agent_section_composes_as_the_groups(tmp_path, capsys) -> None:
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nagent:\n  utd: 3\n  num_atoms: 11\n")
+    cfg = compose_train_config([f"hydra.searchpath=[file://{tmp_path}]", "experiment=mine"])
+    assert cfg == compose_train_config(["agent.optimiser.utd=3", "agent.critic.num_atoms=11"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "agent.utd is now agent.optimiser.utd, and 1 more old agent key there (the" in err
+    # `network: mlp` over a preset's network group replaced the whole group: said, not guessed
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nagent:\n  network: mlp\n")
+    with pytest.raises(ConfigError, match="write it as agent.network.kind: mlp$"):
+        compose_train_config([f"hydra.searchpath=[file://{tmp_path}]", "experiment=mine"])
 
 
 def test_checkpoints_with_a_flat_agent_config_load_and_export(tmp_path) -> None:
