@@ -50,7 +50,7 @@ def run(args: list[str]) -> int:
     """`robot-rl eval`."""
     from robot_rl import checkpoint
     from robot_rl.cli.finetune import POLICY_METHODS, read_run_record
-    from robot_rl.config import load_run_config
+    from robot_rl.config import ConfigError, load_run_config
     from robot_rl.evaluation import MAX_EVAL_ENVS, evaluate, record_video
     from robot_rl.trainer import EVAL_SEED_OFFSET, build_agent, make_env
 
@@ -63,9 +63,16 @@ def run(args: list[str]) -> int:
         spec = bc.get("env", {}).get("spec") or "<the task's env spec>"
         raise UserError(f"{run_dir} is a behaviour-cloning run (robot-rl bc): evaluate its policy with "
                         f"robot-rl eval policy={run_dir / 'policy'} env.spec={spec}")
-    if (read_run_record(run_dir) or {}).get("method") in POLICY_METHODS:
+    record = read_run_record(run_dir)
+    if (record or {}).get("method") in POLICY_METHODS:
         return _eval_finetune_run(a, run_dir)
-    cfg = load_run_config(run_dir)
+    try:
+        cfg = load_run_config(run_dir)
+    except ConfigError as e:
+        if record is not None or not (run_dir / "config.yaml").is_file():
+            raise
+        raise UserError(f"{e} ({run_dir} has no run.json: a finetune run from before it records its method when "
+                        f"resumed once with robot-rl finetune resume={run_dir} method=<its method>)") from None
     cfg.device = a.device
     ckpt = run_dir / "checkpoints" / f"{a.checkpoint}.pt"
     if a.checkpoint == "best" and not ckpt.is_file() and ckpt.with_name("latest.pt").is_file():

@@ -395,6 +395,8 @@ def test_finetune_takes_the_method_from_the_command_line_or_the_runs_record(tmp_
     ):
         code, _, err = _run(capsys, "finetune", *args)
         assert code == 2 and err.count("\n") == 1 and expected in err, err
+    code, _, err = _run(capsys, "eval", f"run={old_run}")  # eval reads the method there too
+    assert code == 2 and err.count("\n") == 1 and f"finetune resume={old_run} method=<its method>" in err, err
 
 
 def test_the_run_header_counts_one_critic_in_the_singular() -> None:
