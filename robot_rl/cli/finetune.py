@@ -7,6 +7,7 @@ dataset (the keys of `train`, TrainConfig); `residual`, `dsrl`, `reinflow` and `
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from robot_rl.cli.common import Command, check_overrides, new_run_dir, resumable, run_seed_list, setting, slug
 from robot_rl.cli.train import train_config_run, train_help
@@ -161,6 +162,24 @@ EXAMPLES = [
 ]
 
 
+def _resolved_policy_config(settings: list[str]) -> tuple[str, Any]:
+    """`--help`'s heading and the config a policy fine-tuning run with `settings` would use, its preset resolved
+    (as `train --help` prints what runs), or the schema's defaults where the settings name none or do not compose."""
+    from robot_rl.config import compose_config
+    from robot_rl.finetune.config import FinetuneConfig
+
+    given = [f"finetune={s.split('=', 1)[1]}" if s.startswith("experiment=") else s for s in settings
+             if "=" in s and not s.startswith(("resume=", "run_dir="))]
+    if not given:
+        return "Keys (default):", None
+    try:  # base_policy= is required to run, not to show what a run would use
+        placeholder = [] if setting(given, "base_policy") is not None else ["base_policy='<policy dir>'"]
+        cfg = compose_config("finetune", FinetuneConfig, given + placeholder)
+    except Exception:  # noqa: BLE001 - help prints whatever the settings are
+        return "Keys (default; these settings are not a policy fine-tuning run's, see 2. below):", None
+    return f"Keys, with the values {' '.join(s for s in settings if '=' in s)} uses:", cfg
+
+
 def _help(settings: list[str]) -> str:
     from robot_rl.cli.common import page
     from robot_rl.config import presets
@@ -182,7 +201,7 @@ def _help(settings: list[str]) -> str:
             "steps=, eval_every= and replay_capacity= may also be spelt train.steps= etc. (as in train), with every",
             "method; these are the keys of methods residual, dsrl, reinflow and dppo:",
         ],
-        EXAMPLES, FinetuneConfig, max_width=48,
+        EXAMPLES, FinetuneConfig, *_resolved_policy_config(settings), max_width=48,
     )
     return policy + "\n" + train_help(None, "finetune", intro=[
         "2. method=wsrl: offline-to-online RL from a dataset (`robot-rl collect` writes one). The same keys as",

@@ -101,6 +101,16 @@ def test_finetune_and_hil_train_take_the_same_groups_and_old_names(capsys) -> No
     assert capsys.readouterr().err == NOTE
 
 
+def test_finetune_help_prints_the_presets_agent(capsys) -> None:
+    """As train's, finetune's --help prints the values the preset runs with, not the schema's defaults."""
+    from robot_rl.cli import main
+
+    assert main(["finetune", "experiment=residual_push", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Keys, with the values experiment=residual_push uses:" in out
+    assert "  agent.critic.n_step=3 " in out and "  agent.optimiser.actor_lr=0.0001 " in out
+
+
 @pytest.mark.parametrize("setting", ["agent.critic.num=30", "agent.num_critics=30"])
 def test_validation_names_the_full_dotted_key(setting) -> None:
     with pytest.raises(ConfigError, match=r"^agent\.critic\.num must be between 1 and 20$"):
