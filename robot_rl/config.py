@@ -106,9 +106,9 @@ class OfflineConfig:
               "agent.exploration.init_temperature)"
     )
     freeze_statistics: bool = _help(
-        False, "a pretrained agent keeps its dataset's observation and return statistics online (agent.network.obs_norm, "
-        "agent.critic.reward_scale), so the WSRL warm-up policy is exactly the pretrained one (experiment=wsrl_reach sets "
-        "it: with the temperature from 0.001 no dip on reach, bench/results/wsrl_reach_temperature)"
+        False, "a pretrained agent keeps its dataset's observation and return statistics online "
+        "(agent.network.obs_norm, agent.critic.reward_scale), so the WSRL warm-up policy is exactly the pretrained one "
+        "(experiment=wsrl_reach sets it: with the temperature from 0.001 no dip on reach, bench/results/wsrl_reach_temperature)"
     )
     calql: CalQLConfig = field(default_factory=CalQLConfig)
     iql: IQLConfig = field(default_factory=IQLConfig)

@@ -98,8 +98,8 @@ def bf16_cpu_warning(cpuinfo: str | None = None) -> str | None:
     None. A warning, not an error: the run is correct, only slow, and tests of bf16 must still run anywhere."""
     if cpu_has_native_bf16(cpuinfo) is not False:
         return None
-    return ("agent.optimiser.bf16=true on a CPU without bfloat16 hardware (no avx512_bf16 or amx_bf16 flag in /proc/cpuinfo): "
-            "its bf16 matmuls are emulated and an update is many times slower than in fp32 (15x measured); set "
+    return ("agent.optimiser.bf16=true on a CPU without bfloat16 hardware (no avx512_bf16 or amx_bf16 flag in "
+            "/proc/cpuinfo): its bf16 matmuls are emulated and an update is many times slower than in fp32 (15x measured); set "
             "agent.optimiser.bf16=false (fp32), or use a CPU with AVX512-BF16/AMX or a GPU")
 
 
@@ -115,8 +115,8 @@ def bf16_cpu_hint(device: str, bf16: bool, steps: int, cpuinfo: str | None = Non
     the presets' seeded figures were measured with."""
     if bf16 or steps < BF16_HINT_MIN_STEPS or not device.startswith("cpu") or not cpu_has_native_bf16(cpuinfo):
         return None
-    return ("hint: this CPU multiplies bfloat16 in hardware; agent.optimiser.compile=true agent.optimiser.bf16=true made long runs about "
-            "1.5x faster at the same returns (one critic, HalfCheetah and walker-walk: bench/README.md)")
+    return ("hint: this CPU multiplies bfloat16 in hardware; agent.optimiser.compile=true agent.optimiser.bf16=true "
+            "made long runs about 1.5x faster at the same returns (one critic, HalfCheetah and walker-walk: bench/README.md)")
 
 
 DEFAULT_REPLAY_SHARE = 0.5  # of the available memory a replay the user did not size may take by default

@@ -47,7 +47,8 @@ def pretrain(
     TensorBoard under `tensorboard/offline`, or W&B tags under `offline/`) and calls `save(step)`, so an interrupted pretraining resumes.
     Returns the step reached."""
     learner = make_offline_learner(cfg, agent)
-    total, every, batch_size, gamma = cfg.offline.steps, cfg.offline.eval_every, cfg.agent.optimiser.batch_size, cfg.agent.critic.gamma
+    total, every = cfg.offline.steps, cfg.offline.eval_every
+    batch_size, gamma = cfg.agent.optimiser.batch_size, cfg.agent.critic.gamma
     logger = run.metrics_logger(resume_step=start_step, columns=OFFLINE_COLUMNS, file_name="offline_metrics.csv",
                                 step_key="offline_step", tensorboard_dir="tensorboard/offline", wandb_prefix="offline/")
     progress = Progress(total, quiet=run.settings.quiet, initial=start_step)

@@ -37,7 +37,8 @@ exactly the code they ran before. `encoder.kind=pretrained` (HIL-SERL) swaps eac
 `PretrainedEncoder`: one frozen ResNet from the user's `encoder.weights` file, shared by the cameras and by the
 target encoder, under a learned spatial pooling and projection per camera, which are all the critic loss trains
 (with `encoder.readout`, a frozen linear readout from the same file in their place, and nothing in the encoder
-trains). With `encoder.cache_embeddings` (and no shifts) the replay keeps each frame's backbone features instead of the frame (`robot_rl.observations`).
+trains). With `encoder.cache_embeddings` (and no shifts) the replay keeps each frame's backbone features instead
+of the frame (`robot_rl.observations`).
 
 `update` takes a batch with a leading `optimiser.utd` dimension and returns metrics as tensors: nothing in it reads a
 value back to the host, so the learner never waits on the device. `observe` is called once per environment
@@ -127,7 +128,8 @@ class CriticConfig:
         None, "random subset of target critics the TD target reduces over; default (null): min(2, num)")
     target_reduce: str = _help("min", "how the TD target combines the subset: min (clipped double Q) or mean")
     actor_q: str = _help("mean", "what the actor maximises over the ensemble: mean (RLPD) or min")
-    num_atoms: int = _help(1, "1: scalar critics (MSE); >1: categorical critics over this many atoms (network.kind=hyper)")
+    num_atoms: int = _help(1, "1: scalar critics (MSE); >1: categorical critics over this many atoms "
+                              "(network.kind=hyper)")
     v_max: float = _help(5.0, "num_atoms > 1: categorical support [-v_max, v_max], in scaled-return units")
     gamma: float = _help(0.99, "discount factor")
     n_step: int = _help(1, "n-step returns (RLPD/SERL use 1, 3 or 5)")
@@ -699,7 +701,8 @@ class SAC:
         if bc_action is not None:  # the first rows are prior data; scaled by |Q| so the weight does not depend on
             with self._autocast():  # the reward scale (TD3+BC)
                 mode = self.actor(obs[: bc_action.shape[0]], deterministic=True)[0].float()
-            loss = loss + self.cfg.optimiser.bc_weight * q.abs().mean().detach() * (mode - bc_action).pow(2).sum(-1).mean()
+            bc = q.abs().mean().detach() * (mode - bc_action).pow(2).sum(-1).mean()
+            loss = loss + self.cfg.optimiser.bc_weight * bc
         return loss, log_prob.detach()
 
     def _autocast(self):

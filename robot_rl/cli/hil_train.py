@@ -117,6 +117,6 @@ COMMAND = robot_command(
     ["robot-rl hil-train robot=127.0.0.1:50051 teleop=scripted steps=6000 run_dir=runs/hil_reach",
      "robot-rl hil-train teleop=gamepad agent.optimiser.utd=2 agent.optimiser.batch_size=128 demos=data/demos",
      "robot-rl hil-train distributed=true device=cuda ray_address=auto",
-     "robot-rl hil-train robot=127.0.0.1:50051 demos=data/pixel_demos agent.optimiser.batch_size=64  # a robot serving cameras",
+     "robot-rl hil-train robot=127.0.0.1:50051 demos=data/pixel_demos agent.optimiser.batch_size=64  # from cameras",
      "robot-rl hil-train reward_classifier=runs/clf reward_classifier_consecutive=3  # reward from robot-rl classifier"],
 )

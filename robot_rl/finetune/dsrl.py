@@ -102,7 +102,8 @@ class DSRL(MethodDefaults):
             ).to(device)
             self.action_critic_target = copy.deepcopy(self.action_critic).requires_grad_(False)
             self.action_critic_opt = torch.optim.AdamW(
-                self.action_critic.parameters(), lr=sac.optimiser.critic_lr, weight_decay=sac.optimiser.critic_weight_decay
+                self.action_critic.parameters(), lr=sac.optimiser.critic_lr,
+                weight_decay=sac.optimiser.critic_weight_decay
             )
             self._polyak_pairs = (list(self.action_critic_target.parameters()), list(self.action_critic.parameters()))
         self.updates = 0

@@ -108,7 +108,8 @@ def test_bc_camera_choice_and_its_errors_are_one_line(pixel_demos, tmp_path, cap
 
 
 FINETUNE = ["env.spec=arm:push-sparse-pixels", "env.max_episode_steps=6", "env.num_eval_envs=1", "steps=12",
-            "eval_every=12", "quiet=true", "threads=1", "agent.network.hidden_dims=[16,16]", "agent.network.critic_width=16",
+            "eval_every=12", "quiet=true", "threads=1", "agent.network.hidden_dims=[16,16]",
+            "agent.network.critic_width=16",
             "agent.network.actor_width=16", "agent.optimiser.batch_size=4"]
 
 

@@ -513,7 +513,8 @@ def test_a_state_arm_task_renders_the_classifiers_frames_and_the_learner_reads_t
         assert reflection.cameras == () and torch.equal(reflection.state, own.state)
     run = tmp_path / "run"
     assert main(["train", "env.spec=arm:push-sparse", f"env.reward_classifier={clf}", "train.steps=30",
-                 "train.learning_starts=20", "agent=sac", "agent.network.hidden_dims=[16,16]", "agent.optimiser.batch_size=8",
+                 "train.learning_starts=20", "agent=sac", "agent.network.hidden_dims=[16,16]",
+                 "agent.optimiser.batch_size=8",
                  "train.mirror_online=true", "env.num_eval_envs=1", "train.eval_every=30", "train.replay_capacity=100",
                  "train.video=false", "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     state = checkpoint.load(run / "checkpoints" / "latest.pt")

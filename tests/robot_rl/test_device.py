@@ -68,7 +68,8 @@ def test_a_default_replay_too_big_for_memory_is_fitted_with_a_notice(tmp_path, c
 
     monkeypatch.setattr("robot_rl.replay.available_memory", lambda device: 200_000_000)  # 0.2 GB
     small = ["env.spec=arm:reach", "train.steps=20", "train.learning_starts=10", "train.eval_every=20",
-             "env.num_eval_envs=1", "env.max_episode_steps=10", "train.video=false", "agent.network.hidden_dims=[16,16]",
+             "env.num_eval_envs=1", "env.max_episode_steps=10", "train.video=false",
+             "agent.network.hidden_dims=[16,16]",
              "agent.network.critic_width=16", "agent.network.actor_width=16", "threads=1"]
     assert main(["train", *small, f"run_dir={tmp_path / 'run'}"]) == 0
     out = capsys.readouterr().out

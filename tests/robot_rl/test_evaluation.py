@@ -28,7 +28,8 @@ def test_eval_runs_many_episodes_in_bounded_envs(tmp_path, capsys, monkeypatch) 
     MAX_EVAL_ENVS at a time, with a line per round."""
     run = tmp_path / "run"
     assert main(["train", "env.spec=gym:Pendulum-v1", "train.steps=200", "train.learning_starts=100",
-                 "train.eval_every=200", "env.num_eval_envs=1", "train.video=false", "agent.network.hidden_dims=[16,16]",
+                 "train.eval_every=200", "env.num_eval_envs=1", "train.video=false",
+                 "agent.network.hidden_dims=[16,16]",
                  "quiet=true", "threads=1", f"run_dir={run}"]) == 0
     capsys.readouterr()
     made = []

@@ -330,7 +330,8 @@ def pixel_run(tmp_path_factory) -> Path:
     before = torch.get_num_threads()
     try:
         assert main(["train", "env.spec=arm:reach-pixels", "env.pixel_size=[24,24]", "agent=sac",
-                     "agent.network.obs_norm=true", "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=16",
+                     "agent.network.obs_norm=true", "agent.network.hidden_dims=[32,32]",
+                     "agent.optimiser.batch_size=16",
                      "agent.encoder.channels=4", "agent.encoder.layers=2", "agent.encoder.feature_dim=8",
                      "train.steps=120", "train.learning_starts=100", "train.eval_every=120", "env.num_eval_envs=1",
                      "train.replay_capacity=500", "train.video=false", "quiet=true", "threads=1",

@@ -14,7 +14,8 @@ from robot_rl.datasets import DatasetError, read_dataset
 from robot_rl.prior_data import OfflineData
 from robot_rl.trainer import Trainer
 
-TINY = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32", "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
+TINY = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32",
+        "env.num_eval_envs=2", "train.video=false", "quiet=true", "threads=1"]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -213,7 +214,8 @@ def test_mirror_online_stores_each_transition_and_its_reflection(tmp_path: Path,
     columns the reflections of the first (so a column stays one episode's stream for n-step returns); updates run
     on it; a task without a symmetry stops with one line."""
     cfg = compose_train_config(["env.spec=arm:push-sparse", "train.mirror_online=true", "env.num_envs=2",
-                                "agent.critic.n_step=3", "train.learning_starts=20", "agent.optimiser.batch_size=8", *TINY])
+                                "agent.critic.n_step=3", "train.learning_starts=20",
+                                "agent.optimiser.batch_size=8", *TINY])
     trainer = Trainer(cfg, tmp_path / "run")
     sign = trainer.env.reflection()
     trainer.method.start(0)
@@ -290,7 +292,8 @@ def test_offline_init_keeps_a_learned_temperature_and_takes_this_runs_where_none
                  "train.steps=1", "agent.optimiser.batch_size=16", f"run_dir={pre}", *TINY]) == 0
     ckpt = pre / "checkpoints" / "pretrained.pt"
     learned = torch.load(ckpt, weights_only=False)["agent"]["log_alpha"].exp().item()
-    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"offline.init={ckpt}", "agent.exploration.init_temperature=0.001",
+    cfg = compose_train_config(["env.spec=arm:reach-sparse", f"offline.init={ckpt}",
+                                "agent.exploration.init_temperature=0.001",
                                 "agent.optimiser.batch_size=16", *TINY])
     temperature = Trainer(cfg, tmp_path / "online").agent.log_alpha.exp().item()
     if kept:

@@ -244,7 +244,8 @@ def test_the_trainer_and_prior_data_store_through_the_pipeline(tmp_path: Path, m
     _Counting.rows = []
     cfg = compose_train_config([
         "env.spec=arm:push-sparse", f"data.path={out}", "data.mirror=true", "train.mirror_online=true",
-        "env.num_envs=2", "agent=sac", "agent.network.hidden_dims=[16,16]", "agent.optimiser.batch_size=8", "train.learning_starts=100",
+        "env.num_envs=2", "agent=sac", "agent.network.hidden_dims=[16,16]", "agent.optimiser.batch_size=8",
+        "train.learning_starts=100",
         "env.num_eval_envs=1", "train.video=false", "quiet=true", "threads=1"])
     trainer = trainer_module.Trainer(cfg, tmp_path / "run")
     assert isinstance(trainer.method.pipeline.online[0], _Counting)

@@ -141,7 +141,8 @@ def test_train_rlpd_from_pixel_demos(demos, tmp_path) -> None:
 
     cfg = compose_train_config([
         f"env.spec={SPEC}", f"data.path={demos}", "train.steps=40", "train.learning_starts=32", "agent=sac",
-        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.channels=4", "agent.encoder.layers=1",
+        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", "agent.encoder.channels=4",
+        "agent.encoder.layers=1",
         "agent.encoder.feature_dim=8", "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}",
         "env.num_eval_envs=1", "train.eval_every=40", "train.replay_capacity=200", "train.video=false",
         "quiet=true", "threads=1"])
@@ -171,7 +172,8 @@ def test_mirrors_from_cameras_flip_the_frames(demos, tmp_path, capsys) -> None:
 
     args = [f"env.spec={SPEC}", f"data.path={demos}", "data.mirror=true", "train.mirror_online=true",
             "train.steps=40", "train.learning_starts=30", "agent=sac", "agent.network.hidden_dims=[32,32]",
-            "agent.optimiser.batch_size=8", "agent.encoder.channels=4", "agent.encoder.layers=1", "agent.encoder.feature_dim=8",
+            "agent.optimiser.batch_size=8", "agent.encoder.channels=4", "agent.encoder.layers=1",
+            "agent.encoder.feature_dim=8",
             "env.pixel_size=[32,32]", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1", "train.eval_every=40",
             "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1"]
     trainer = Trainer(compose_train_config(args), tmp_path / "run")
@@ -296,8 +298,10 @@ def test_cached_embeddings_run_the_backbone_once_per_camera_and_step(tmp_path) -
     weights = tmp_path / "resnet10.pt"
     torch.save(ResNetBackbone("resnet10").state_dict(), weights)
     cfg = compose_train_config([
-        f"env.spec={SPEC}", "train.steps=20", "train.learning_starts=0", "agent=sac", "agent.network.hidden_dims=[32,32]",
-        "agent.optimiser.batch_size=64", "agent.encoder.kind=pretrained", f"agent.encoder.weights={weights}", "agent.encoder.image_shift=0",
+        f"env.spec={SPEC}", "train.steps=20", "train.learning_starts=0", "agent=sac",
+        "agent.network.hidden_dims=[32,32]",
+        "agent.optimiser.batch_size=64", "agent.encoder.kind=pretrained", f"agent.encoder.weights={weights}",
+        "agent.encoder.image_shift=0",
         "agent.encoder.cache_embeddings=true", "agent.encoder.feature_dim=8", "agent.encoder.spatial_features=2",
         "env.pixel_size=[32,32]", "env.max_episode_steps=4", "env.num_envs=2", "env.num_eval_envs=1",
         "train.replay_capacity=200", "train.video=false", "quiet=true", "threads=1"])
@@ -331,7 +335,8 @@ def test_a_state_policy_records_in_its_camera_variant_acting_on_the_full_state(t
 
     cfg = compose_train_config([
         "env.spec=arm:push-sparse", "train.steps=20", "train.learning_starts=10", "agent=sac",
-        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", f"env.max_episode_steps={LIMIT}", "env.num_eval_envs=1",
+        "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=8", f"env.max_episode_steps={LIMIT}",
+        "env.num_eval_envs=1",
         "train.eval_every=20", "train.replay_capacity=100", "train.video=false", "quiet=true", "threads=1"])
     Trainer(cfg, tmp_path / "run").run()
     calls, make = [], envs.make

@@ -441,7 +441,8 @@ def test_train_on_a_dm_control_task_builds_one_critic_and_resumes_with_it(tmp_pa
     from robot_rl.config import compose_train_config, load_run_config
     from robot_rl.trainer import Trainer
 
-    args = ["env.spec=dmc:cartpole-swingup", "agent.network.critic_width=16", "agent.network.actor_width=16", "train.steps=60",
+    args = ["env.spec=dmc:cartpole-swingup", "agent.network.critic_width=16", "agent.network.actor_width=16",
+            "train.steps=60",
             "train.learning_starts=20", "train.eval_every=60", "env.num_eval_envs=0", "env.max_episode_steps=30",
             "train.video=false", "quiet=true", "threads=1"]
     run = tmp_path / "run"
@@ -488,8 +489,10 @@ def test_train_decays_learning_rates_over_train_steps_and_a_resumed_run_keeps_th
     from robot_rl.config import compose_train_config, load_run_config
     from robot_rl.trainer import Trainer
 
-    args = ["env.spec=gym:Pendulum-v1", "agent.network.critic_width=16", "agent.network.actor_width=16", "agent.optimiser.utd=1",
-            "agent.optimiser.batch_size=16", "agent.optimiser.lr_end_fraction=0.5", "agent.optimiser.critic_lr=1e-3", "train.steps=40",
+    args = ["env.spec=gym:Pendulum-v1", "agent.network.critic_width=16", "agent.network.actor_width=16",
+            "agent.optimiser.utd=1",
+            "agent.optimiser.batch_size=16", "agent.optimiser.lr_end_fraction=0.5", "agent.optimiser.critic_lr=1e-3",
+            "train.steps=40",
             "train.learning_starts=20", "train.eval_every=40", "env.num_eval_envs=0", "train.video=false",
             "quiet=true", "threads=1"]
     run = tmp_path / "run"

@@ -121,7 +121,8 @@ def test_train_arm_reach_pixels_end_to_end(tmp_path) -> None:
 
     run = tmp_path / "run"
     assert main(["train", "env.spec=arm:reach-pixels", "train.steps=200", "train.learning_starts=100",
-                 "agent=sac", "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=16", "agent.encoder.channels=4",
+                 "agent=sac", "agent.network.hidden_dims=[32,32]", "agent.optimiser.batch_size=16",
+                 "agent.encoder.channels=4",
                  "agent.encoder.layers=1", "agent.encoder.feature_dim=8", "env.pixel_size=[32,32]",
                  "env.num_eval_envs=1", "train.eval_every=100", "train.replay_capacity=1000", "train.video=false",
                  "quiet=true", "threads=1", f"run_dir={run}"]) == 0
@@ -265,7 +266,8 @@ def test_train_with_a_pretrained_encoder_exports_a_self_contained_policy(resnet1
     assert policy.act(obs, deterministic=True).shape == (2, 4)
     capsys.readouterr()
     # a missing weights file is one line that says nothing is downloaded
-    assert main(["train", "env.spec=arm:reach-pixels", "agent.encoder.kind=pretrained", f"agent.encoder.weights={weights}",
+    assert main(["train", "env.spec=arm:reach-pixels", "agent.encoder.kind=pretrained",
+                 f"agent.encoder.weights={weights}",
                  "quiet=true", f"run_dir={tmp_path / 'run2'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no such file" in err and len(err.splitlines()) == 1, err

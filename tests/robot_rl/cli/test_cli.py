@@ -267,9 +267,11 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["teleop", "device=keyboard"], "teleop has no device= (device= is a torch device); the operator's device is teleop="),
+        (["teleop",
+          "device=keyboard"], "teleop has no device= (device= is a torch device); the operator's device is teleop="),
         (["deploy", "device=keyboard"], "the operator's device is teleop="),
-        (["hil-train", "device=keyboard"], "device= is the torch device of the learner (cpu, cuda); the operator's device "
+        (["hil-train",
+          "device=keyboard"], "device= is the torch device of the learner (cpu, cuda); the operator's device "
                                            "is teleop=keyboard"),
         (["hil-train", "agent.bogus=1"], "unknown key 'agent.bogus' for hil-train; valid keys under agent: network,"),
         (["teleop", "episodes=many"], "bad value for episodes"),

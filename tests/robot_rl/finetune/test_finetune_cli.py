@@ -20,7 +20,8 @@ from robot_rl.finetune.config import FinetuneConfig
 SPEC = "arm:reach-sparse"
 COMMON = ["env.spec=" + SPEC, "env.max_episode_steps=12", "env.num_eval_envs=2", "threads=1", "quiet=true",
           "steps=48", "eval_every=24"]
-SMALL_SAC = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32", "agent.optimiser.batch_size=16"]
+SMALL_SAC = ["agent.network.hidden_dims=[32,32]", "agent.network.critic_width=32", "agent.network.actor_width=32",
+             "agent.optimiser.batch_size=16"]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def rows(run_dir: Path) -> list[dict]:
         ("dsrl", "flow", ["dsrl.learning_starts=16", *SMALL_SAC]),
         ("dsrl", "flow", ["dsrl.learning_starts=16", "dsrl.aliased=true", *SMALL_SAC]),
         ("reinflow", "flow", ["env.num_envs=2", "ppo.rollout_steps=12", "ppo.minibatch_size=8"]),
-        ("dppo", "diffusion", ["env.num_envs=2", "ppo.rollout_steps=12", "ppo.minibatch_size=8", "dppo.ft_steps=3", "dppo.num_inference_steps=3"]),
+        ("dppo", "diffusion", ["env.num_envs=2", "ppo.rollout_steps=12", "ppo.minibatch_size=8", "dppo.ft_steps=3",
+         "dppo.num_inference_steps=3"]),
     ],
 )
 def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsys, method, base, extra) -> None:
@@ -89,7 +91,8 @@ def test_each_method_runs_from_a_saved_policy_and_resumes(bases, tmp_path, capsy
         (["method=residual", "base_policy=MLP", "env.spec=gym:Pendulum-v1"], "use the env it was trained on"),
         (["experiment=residual_nothing"], None),
         # was "valid keys under train: " and an empty list
-        (["method=residual", "base_policy=MLP", "train.bogus=1"], "this command has no 'train' group; valid keys: seed, device"),
+        (["method=residual", "base_policy=MLP",
+          "train.bogus=1"], "this command has no 'train' group; valid keys: seed, device"),
     ],
 )
 def test_user_errors_are_one_line(bases, tmp_path, capsys, args, expected) -> None:

@@ -454,7 +454,8 @@ def test_deploy_loads_a_checkpoint_of_the_default_train_agent(tmp_path: Path) ->
     from robot_rl.api import Agent
     from robot_rl.config import compose_train_config
 
-    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent.network.critic_width=32", "agent.network.actor_width=32"])
+    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent.network.critic_width=32",
+                                "agent.network.actor_width=32"])
     agent = SAC(3, 1, cfg.agent)  # Pendulum's sizes: the loader takes them from the run's env
     agent.observe({"state": torch.randn(32, 3) + 2}, torch.randn(32), torch.zeros(32, dtype=torch.bool))
     path = tmp_path / "latest.pt"
