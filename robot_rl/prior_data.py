@@ -5,11 +5,11 @@ batch (`data.mix_online`, `data.prior_fraction`); offline pretraining (Cal-QL, C
 samples it directly with its Monte-Carlo returns; the HIL learner and residual RL fill their prior buffers from it.
 
 Camera datasets (`robot-rl collect` in an `arm:<task>-pixels` task): `load(..., cameras=("pixels/front", ...))` also
-decodes each camera's video (`observation.images.<camera>`) into its observation group, and `to_replay` then
-builds a frame buffer (`ReplayBuffer(frames=...)`, each frame stored once) that `replay.sample_mixed` mixes as it
-mixes a state buffer. A dataset keeps no frame after an episode's last step, so the last step of an episode cut off by its time
-limit (truncated) has no next frame: it is left out of that buffer and the step before it, whose next frame is the
-episode's last recorded one, is marked truncated (bootstrapped, as the time limit's cut is). Every stored
+decodes each camera's video (`observation.images.<camera>`) into its observation group, and `to_replay` then builds
+a frame buffer (`ReplayBuffer(frames=...)`, each frame stored once) that `replay.sample_mixed` mixes as it mixes a
+state buffer. A dataset keeps no frame after an episode's last step, so the last step of an episode cut off by its
+time limit (truncated) has no next frame: it is left out of that buffer and the step before it, whose next frame is
+the episode's last recorded one, is marked truncated (bootstrapped, as the time limit's cut is). Every stored
 transition is then exact. Offline pretraining samples the same steps (`sample`: each step's frames and the next
 step's), and a pixel agent's Cal-QL, CQL or IQL critic loss trains its encoder as the online one does.
 """
