@@ -130,7 +130,8 @@ class Agent:
 
 def train(env_spec: str, steps: int, run_dir: str | Path | None = None, **overrides: Any) -> Agent:
     """`robot-rl train env.spec=<env_spec> train.steps=<steps> [key=value ...]` from Python; returns the
-    run's best agent. `overrides` are train's keys with `__` for dots: `agent__utd=2`, `experiment="hopper"`."""
+    run's best agent. `overrides` are train's keys with `__` for dots: `agent__optimiser__utd=2`,
+    `experiment="hopper"`."""
     from datetime import datetime
 
     from robot_rl.config import compose_train_config
