@@ -78,6 +78,36 @@ def test_a_users_yaml_with_a_flat_agent_section_composes_as_the_groups(tmp_path,
         compose_train_config([f"hydra.searchpath=[file://{tmp_path}]", "experiment=mine"])
 
 
+def test_a_run_of_the_release_before_resumes_evaluates_and_exports(tmp_path, capsys) -> None:
+    """A run written with the flat keys (its config.yaml and its checkpoints' config): resume, eval and export."""
+    import torch
+
+    from robot_rl import checkpoint
+    from robot_rl.cli import main
+    from robot_rl.export import policy_from_run
+    from robot_rl.trainer import Trainer
+
+    run = tmp_path / "run"
+    cfg = compose_train_config(["env.spec=gym:Pendulum-v1", "agent.network.critic_width=16",
+                                "agent.network.actor_width=16", "train.steps=40", "train.learning_starts=20",
+                                "train.eval_every=40", "env.num_eval_envs=1", "train.video=false", "quiet=true",
+                                "threads=1"])
+    Trainer(cfg, run).run()
+    flat = _flat(OmegaConf.load(run / "config.yaml"))
+    OmegaConf.save(OmegaConf.create(flat), run / "config.yaml")
+    for path in (run / "checkpoints").glob("*.pt"):
+        state = checkpoint.load(path)
+        checkpoint.atomic_save({**state, "config": {**state["config"], "agent": flat["agent"]}}, path)
+    capsys.readouterr()
+    policy, _ = policy_from_run(run)  # export reads the checkpoint's own (flat) config
+    assert policy.act({"state": torch.zeros(1, 3)}).shape == (1, 1)
+    assert main(["eval", f"run={run}", "episodes=1", "video=false"]) == 0
+    assert main(["train", f"resume={run}", "train.steps=60", "quiet=true"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("robot-rl: note:") == 1 and "agent.network is now agent.network.kind" in err
+    assert OmegaConf.load(run / "config.yaml").agent.optimiser.utd == 2  # rewritten in the groups
+
+
 def test_checkpoints_with_a_flat_agent_config_load_and_export(tmp_path) -> None:
     """export, collect and eval read a checkpoint's own config: a flat one gives the same SACConfig."""
     cfg = compose_train_config([])
