@@ -82,7 +82,7 @@ def deploy(args: DeployArgs) -> int:
     def policy(state: Any) -> Any:
         return agent.predict(state, deterministic=not args.stochastic).astype("float32")
 
-    device = _teleop(args, spec.name, {"mode": "takeover"})
+    device = _teleop(args, spec, {"mode": "takeover"})
     writer = _writer(args.out, spec, args.append, spec.name, cameras=bool(spec.cameras))
     session = Session(client, policy=policy, policy_reset=agent.reset, teleop=device, writer=writer, task=spec.name)
     _run_episodes(session, client, device, writer, args.episodes, args.seed)

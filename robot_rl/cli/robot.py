@@ -18,7 +18,7 @@ from robot_rl.fields import help_field as _help
 from robot_rl.signals import sigterm_as_interrupt
 
 TOKEN_ENV = "ROBOT_RL_TOKEN"  # robot_rl.real.guard.TOKEN_ENV, named here so that `--help` needs no gRPC
-TELEOP_DEVICES = ("keyboard", "gamepad", "spacemouse", "scripted", "replay")
+TELEOP_DEVICES = ("keyboard", "gamepad", "spacemouse", "scripted", "person", "replay")  # robot_rl.real.teleop.TELEOPS
 BRIDGE_GRPC_MIN = (1, 85)  # the generated modules in real/proto refuse older grpcio
 
 
@@ -88,15 +88,18 @@ def _client(args: RobotArgs) -> Any:
     return RobotClient(args.robot, _token(args), tls_root_cert=args.tls_root_cert, step_timeout_s=args.step_timeout_s)
 
 
-def _teleop(args: RobotArgs, spec_name: str, defaults: dict[str, Any] | None = None) -> Any:
+def _teleop(args: RobotArgs, spec: Any, defaults: dict[str, Any] | None = None) -> Any:
+    """The operator device of `args` for the robot of `spec` (None without one). The simulated operators
+    (scripted, person) watch the arm task the robot serves, in the command's mode (`defaults`)."""
     if not args.teleop:
         return None
     from robot_rl.real.teleop import make_teleop
 
-    kwargs = dict(defaults or {}) if args.teleop == "scripted" else {}
-    if args.teleop == "scripted":
-        task = spec_name.split(":", 1)[-1].split("-", 1)[0]  # "sim_arm:push-sparse" -> "push"
-        kwargs.setdefault("task", task)
+    kwargs: dict[str, Any] = {}
+    if args.teleop in ("scripted", "person"):
+        kwargs = {**(defaults or {}), "task": spec.name.split(":", 1)[-1].split("-", 1)[0]}  # sim_arm:push-sparse
+        if args.teleop == "person":
+            kwargs["control_hz"] = spec.control_hz
     kwargs.update(args.teleop_args)
     try:
         return make_teleop(args.teleop, **kwargs)

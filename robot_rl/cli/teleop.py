@@ -33,7 +33,7 @@ def teleop(args: TeleopArgs) -> int:
 
     client = _client(args)
     spec = client.spec()
-    device = _teleop(args, spec.name, {"mode": "always"})
+    device = _teleop(args, spec, {"mode": "always"})
     if device is None:
         client.close()
         raise CommandError(f"teleop needs an operator device: teleop=<{'|'.join(TELEOP_DEVICES)}>")

@@ -29,7 +29,8 @@ __all__ = ["COLUMNS", "HILMethod", "summary_line"]
 _LINK_COUNTERS = ("updates", "interventions", "transitions", "prior_size", "dropped_transitions", "weight_syncs",
                   "pending_updates")
 # metrics.csv of a hil-train run: "success_rate" and "eval_return_mean" are those of the training episodes
-COLUMNS = [*METRIC_COLUMNS, "train_success_rate", "autonomous_success", "intervention_rate", "episode_length",
+COLUMNS = [*METRIC_COLUMNS, "train_success_rate", "autonomous_success", "intervention_rate", "takeovers",
+           "operator_minutes", "episode_length",
            *(c for c in _LINK_COUNTERS if c not in METRIC_COLUMNS), "missed_tick_rate"]
 
 EPISODE_SEED_STRIDE = 100_000  # episode seeds of a run: seed * stride + episode (runs never share starting states)
@@ -53,6 +54,8 @@ class HILMethod(MethodDefaults):
         self.session, self.actor, self.cfg, self.learner, self.hold = session, actor, cfg, learner, hold
         self._first_seed = 0
         self._episodes_run = 0  # since start(): the offset of the next episode's seed
+        self.operator_steps = 0  # the run's steps driven by the operator (kept in checkpoints): operator minutes
+        self.control_hz = session.client.spec().control_hz
 
     @property
     def env_steps(self) -> int:
@@ -72,12 +75,14 @@ class HILMethod(MethodDefaults):
             self.hold()  # the robot stops first; the runner saves the checkpoint after
             raise
         self._episodes_run += 1
+        self.operator_steps += stats.interventions
         metrics: dict[str, Any] = {
             "episode_return": torch.tensor([stats.ret]),
             "success": torch.tensor([float(stats.success)]),
             "intervention_rate": stats.intervention_rate,
             # what ranks best.pt: an episode the operator completed says nothing about the policy
             "autonomous_success": float(stats.success and stats.interventions == 0),
+            "takeovers": float(stats.takeovers),  # the human side, as the person feels it (and operator_minutes)
             "episode_length": float(stats.length),
             # the robot's ticks this loop did not reach (robot_rl.hil.session: the loop was slower than the robot)
             "missed_tick_rate": stats.missed_tick_rate,
@@ -92,7 +97,8 @@ class HILMethod(MethodDefaults):
 
     def log_fields(self) -> dict[str, float | None]:
         stats = self.session.link.stats() if self.session.link is not None else {}
-        return {k: float(stats[k]) for k in _LINK_COUNTERS if isinstance(stats.get(k), int | float)}
+        fields = {k: float(stats[k]) for k in _LINK_COUNTERS if isinstance(stats.get(k), int | float)}
+        return {**fields, "operator_minutes": self.operator_steps / self.control_hz / 60.0}  # driven, in all
 
     def finish(self, run: Runner) -> dict[str, Any]:
         line = summary_line(self.session.episodes)
@@ -103,7 +109,7 @@ class HILMethod(MethodDefaults):
     def state_dict(self) -> dict[str, Any]:
         """`learner` (agent, counters; with a remote learner only the config and the actor's weights) and, for a
         learner in this process, its buffers under `replay` (left out of `best.pt`)."""
-        hil = {"env_steps": self.session.env_steps}
+        hil = {"env_steps": self.session.env_steps, "operator_steps": self.operator_steps}
         if self.learner is None:
             weights = {k: v.detach().to("cpu", copy=True) for k, v in self.actor.state_dict().items()}
             return {"learner": {"config": asdict(self.cfg), "agent": agent_weights(self.cfg, weights)}, "hil": hil}
@@ -113,6 +119,7 @@ class HILMethod(MethodDefaults):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.session.env_steps = int(state["hil"]["env_steps"])
+        self.operator_steps = int(state["hil"].get("operator_steps", 0))
         if self.learner is not None:
             self.learner.load_state_dict({**state["learner"], **state["replay"]})
             self.actor.load_state_dict(self.learner.actor_state())
@@ -133,6 +140,7 @@ def summary_line(episodes: list[EpisodeStats]) -> str:
         return sum(e.interventions for e in eps) / steps, sum(e.success for e in eps) / len(eps)
 
     (i0, s0), (i1, s1) = rate(first), rate(last)
+    takeovers = [sum(e.takeovers for e in eps) / len(eps) for eps in (first, last)]
     return (f"done: {len(episodes)} episodes, {episodes[-1].env_steps:,} steps | intervention rate "
-            f"{100 * i0:.0f}% (first quarter) -> {100 * i1:.0f}% (last quarter) | success {100 * s0:.0f}% -> "
-            f"{100 * s1:.0f}%")
+            f"{100 * i0:.0f}% (first quarter) -> {100 * i1:.0f}% (last quarter) | take-overs per episode "
+            f"{takeovers[0]:.1f} -> {takeovers[1]:.1f} | success {100 * s0:.0f}% -> {100 * s1:.0f}%")

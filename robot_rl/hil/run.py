@@ -69,7 +69,7 @@ class HilTrainer(Runner):
         torch.manual_seed(args.seed)
         self.actor = build_policy(self.cfg)  # the actor, or from cameras actor + encoder (an ActorPolicy)
         learner = self._start_learner(run_dir)
-        self.teleop = cli._teleop(args, spec.name, {"mode": "takeover"})
+        self.teleop = cli._teleop(args, spec, {"mode": "takeover"})
         if args.record:
             self.writer = cli._writer(str(run_dir / "episodes"), spec, True, spec.name, bool(self.cameras))
         # after the first weights, the learner sends all but a pretrained encoder's frozen backbone

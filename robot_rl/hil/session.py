@@ -125,6 +125,7 @@ class EpisodeStats:
     driver_return: float = 0.0  # the robot's own return (= ret without a reward model)
     driver_success: bool = False  # the robot reported success on some step of the episode
     missed_ticks: int = 0  # the robot's ticks between two of this loop's steps: the robot held on each
+    takeovers: int = 0  # stretches of operator steps: how often the person had to step in
 
     @property
     def ticks(self) -> int:
@@ -429,6 +430,7 @@ class Session:
                 task=self.task,
             )
         interventions = int(sum(ep.intervention))
+        takeovers = sum(1 for i, on in enumerate(ep.intervention) if on and (i == 0 or not ep.intervention[i - 1]))
         stats = EpisodeStats(
             episode=len(self.episodes),
             env_steps=self.env_steps,
@@ -444,6 +446,7 @@ class Session:
             driver_return=float(sum(ep.driver_rewards)),
             driver_success=ep.driver_success,
             missed_ticks=missed,
+            takeovers=takeovers,
         )
         self.episodes.append(stats)
         if self.metrics_path is not None:
@@ -461,7 +464,8 @@ class Session:
         if self.log is not None:
             self.log(
                 f"[episode {stats.episode}] steps {self.env_steps:,} | {label} | return {stats.ret:.2f} | "
-                f"length {length} | interventions {interventions} ({100 * stats.intervention_rate:.0f}%)"
+                f"length {length} | interventions {interventions} ({100 * stats.intervention_rate:.0f}%) in {takeovers} "
+                f"take-over(s)"
                 + (f" | held {held}" if held else "")
                 + (f" | missed ticks {missed}" if missed else "")
                 + (f" | robot's own return {stats.driver_return:.2f}" if self.reward_model is not None else "")

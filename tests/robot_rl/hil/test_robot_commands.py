@@ -97,6 +97,12 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
     assert [int(r["env_step"]) for r in logged] == [int(rows[-1]["env_steps"])]  # log_every=500 > steps: the end
     assert float(logged[-1]["critic_loss"]) == float(logged[-1]["critic_loss"])  # the learner updated (not NaN)
     assert float(logged[-1]["intervention_rate"]) > 0
+    # the human side: take-overs counted per episode, operator minutes over the run (the robot runs at 50 Hz)
+    assert sum(int(r["takeovers"]) for r in rows) >= 1
+    assert all(int(r["takeovers"]) <= int(r["interventions"]) for r in rows)
+    driven = sum(int(r["interventions"]) for r in rows)
+    assert float(logged[-1]["operator_minutes"]) == pytest.approx(driven / 50 / 60)
+    assert "take-overs per episode" in out
     assert (run / "learning_curve.png").is_file() and (run / "tensorboard").is_dir()
     from robot_rl import checkpoint
 
@@ -108,6 +114,17 @@ def test_hil_train_then_deploy(robot_server, tmp_path, capsys):
                  "episodes=1"])
     assert code == 0
     assert "done: 1 episodes" in capsys.readouterr().out
+
+
+def test_hil_train_with_the_simulated_person(robot_server, tmp_path, capsys):
+    """teleop=person: the operator model takes over, its decisions timed in the robot's ticks (50 Hz here)."""
+    run = tmp_path / "hil"
+    code = main(["hil-train", f"robot={robot_server}", f"token={TOKEN}", "step_timeout_s=5", "steps=100", f"run_dir={run}",
+                 "learning_starts=50", "agent.optimiser.batch_size=16", "agent.network.hidden_dims=[16,16]",
+                 "teleop=person", "teleop_args.patience_s=0.2", "teleop_args.seed=3"])
+    assert code == 0, capsys.readouterr().err
+    rows = list(csv.DictReader((run / "hil_metrics.csv").open()))
+    assert sum(int(r["takeovers"]) for r in rows) >= 1 and sum(int(r["interventions"]) for r in rows) > 0
 
 
 def test_hil_train_with_the_learner_on_ray(robot_server, tmp_path, capsys, monkeypatch):
