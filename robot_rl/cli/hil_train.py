@@ -26,7 +26,7 @@ _CAPACITY = {False: (1_000_000, 200_000), True: (100_000, 50_000)}
 @dataclass
 class HilTrainArgs(RobotArgs):
     teleop: str | None = _help(
-        "scripted", f"operator device: {', '.join(TELEOP_DEVICES)} (null: none; scripted takes over by itself)"
+        "scripted", f"operator device: {', '.join(TELEOP_DEVICES)} (null: none; scripted, the ideal operator, and person, a simulated person, take over by themselves)"
     )
     steps: int = _help(6000, "env steps (control ticks with an action) to run")
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_hil_<robot name>)")
