@@ -19,11 +19,9 @@ def run(args: list[str]) -> int:
     from robot_rl.seeds import aggregate, describe
 
     options = dict(a.split("=", 1) for a in args if "=" in a)
-    unknown = set(options) - {"out", "metric", "title"}
-    if unknown:
+    if unknown := set(options) - {"out", "metric", "title"}:
         raise UserError(f"unknown key '{sorted(unknown)[0]}' for aggregate; valid keys: out, metric, title")
-    dirs = [Path(a) for a in args if "=" not in a]
-    if not dirs:
+    if not (dirs := [Path(a) for a in args if "=" not in a]):
         raise UserError("give the run directories to aggregate, e.g. robot-rl aggregate runs/x/seed_*")
     for d in dirs:
         if not (d / "metrics.csv").is_file():

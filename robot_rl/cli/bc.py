@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 from robot_rl.cli.common import Command, check_env_spec, default_run_dir, parse_args
@@ -9,7 +10,6 @@ from robot_rl.errors import UserError
 
 
 def run(args: list[str]) -> int:
-    """`robot-rl bc`."""
     from robot_rl.bc import BCConfig, train_bc
 
     check_env_spec(args, "bc")
@@ -33,14 +33,9 @@ def run(args: list[str]) -> int:
     return 0
 
 
-def _schema() -> type:
-    from robot_rl.bc import BCConfig
-
-    return BCConfig
-
-
 COMMAND = Command(
-    name="bc", summary="behaviour cloning from a dataset (mlp, diffusion, flow)", run=run, schema=_schema,
+    name="bc", summary="behaviour cloning from a dataset (mlp, diffusion, flow)", run=run,
+    schema=lambda: import_module("robot_rl.bc").BCConfig,
     usage=["usage: robot-rl bc dataset=<dataset dir> policy=mlp|diffusion|flow [key=value ...]"],
     about=[
         "Behaviour cloning of a chunked policy from a dataset (robot-rl collect writes one): trains on",

@@ -48,7 +48,6 @@ class ClassifierArgs:
 
 
 def run(args: list[str]) -> int:
-    """`robot-rl classifier`."""
     import torch
 
     from robot_rl.classifier import save_classifier
@@ -86,8 +85,7 @@ def run(args: list[str]) -> int:
         raise UserError(f"shift_pad must be >= 0, not {a.shift_pad}")
     if a.encoder_readout and a.encoder != "pretrained":
         raise UserError("encoder_readout=true needs encoder=pretrained (the readout lives in encoder_weights)")
-    missing = [d for d in a.extra if not Path(d).is_dir()]
-    if missing:
+    if missing := [d for d in a.extra if not Path(d).is_dir()]:
         raise UserError(f"extra dataset {missing[0]} does not exist")
     frames = load_labelled_frames(a.dataset, a.cameras)
     held_out = None

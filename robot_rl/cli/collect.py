@@ -3,6 +3,7 @@ dataset in the LeRobotDataset v3 layout."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 from robot_rl.cli.common import Command, check_env_spec, parse_args
@@ -10,7 +11,6 @@ from robot_rl.errors import UserError
 
 
 def run(args: list[str]) -> int:
-    """`robot-rl collect`."""
     from robot_rl.collect import CollectArgs, collect
 
     check_env_spec(args, "collect")
@@ -30,14 +30,9 @@ def run(args: list[str]) -> int:
     return 0
 
 
-def _schema() -> type:
-    from robot_rl.collect import CollectArgs
-
-    return CollectArgs
-
-
 COMMAND = Command(
-    name="collect", summary="record episodes to a dataset", run=run, schema=_schema,
+    name="collect", summary="record episodes to a dataset", run=run,
+    schema=lambda: import_module("robot_rl.collect").CollectArgs,
     usage=["usage: robot-rl collect env.spec=<spec> out=<dataset dir> [policy=expert|random|<checkpoint.pt>] "
            "[key=value ...]"],
     about=["Records finished episodes to a dataset in the LeRobotDataset v3 layout (parquet + meta/, MP4 for cameras).",

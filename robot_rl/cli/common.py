@@ -96,10 +96,17 @@ def new_run_dir(run_dir: str | None, name: str) -> Path:
     return path
 
 
-def resumable(run_dir: Path) -> None:
-    """A run can only be resumed from its latest.pt: say so before anything is built."""
+def resumed(resume: str, overrides: list[str], *schema: type) -> tuple[Path, Any]:
+    """The directory and saved config (with `overrides` but resume= and run_dir=) of a run to resume, which can only
+    be resumed from its latest.pt: said before anything is built."""
+    from robot_rl.config import load_run_config
+
+    run_dir = Path(resume)
+    cfg = load_run_config(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))], *schema)
+    cfg.resume, cfg.run_dir = str(run_dir), str(run_dir)
     if not (run_dir / "checkpoints" / "latest.pt").is_file():
         raise UserError(f"{run_dir} has no checkpoints/latest.pt to resume from; start it again instead")
+    return run_dir, cfg
 
 
 def run_seed_list(command: str, overrides: list[str], seeds: list[int], jobs: int, steps: int, name: str,

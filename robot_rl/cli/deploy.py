@@ -7,22 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_rl.cli.robot import (
-    TELEOP_DEVICES,
-    CommandError,
-    RobotArgs,
-    _client,
-    _run_episodes,
-    _teleop,
-    _writer,
-    robot_command,
-)
+from robot_rl.cli import robot as cli
 from robot_rl.fields import help_field as _help
 
 
 @dataclass
-class DeployArgs(RobotArgs):
-    teleop: str | None = _help(None, f"operator device who may take over: {', '.join(TELEOP_DEVICES)} (null: none)")
+class DeployArgs(cli.RobotArgs):
+    teleop: str | None = _help(None, f"operator device who may take over: {', '.join(cli.TELEOP_DEVICES)} (null: none)")
     checkpoint: str = _help(
         "", "required: a run directory (train, finetune, hil-train: its best.pt, else latest.pt), a checkpoint "
             "file (runs/<run>/checkpoints/best.pt, a Ray learner's <run_dir>/learner/checkpoints/learner.pt), or a "
@@ -44,18 +35,18 @@ def _check_cameras(path: Path, cameras: dict[str, Any], spec: Any) -> None:
         want = tuple(int(v) for v in shape[:2])
         if group not in served:
             have = ", ".join(f"{g} {h}x{w}" for g, (h, w) in served.items()) or "none"
-            raise CommandError(f"{path} reads {group} ({want[0]}x{want[1]}) besides the state; {spec.name} serves "
+            raise cli.CommandError(f"{path} reads {group} ({want[0]}x{want[1]}) besides the state; {spec.name} serves "
                                f"cameras: {have} (simulated arm: serve-robot pixels=true pixel_size=[{want[0]},"
                                f"{want[1]}])")
         if served[group] != want:
-            raise CommandError(f"{path} reads {group} at {want[0]}x{want[1]}; {spec.name} serves it at "
+            raise cli.CommandError(f"{path} reads {group} at {want[0]}x{want[1]}; {spec.name} serves it at "
                                f"{served[group][0]}x{served[group][1]} (serve-robot pixel_size=[{want[0]},{want[1]}])")
 
 
 def deploy(args: DeployArgs) -> int:
     """Run a trained policy on the robot with every safety on and no learning."""
     if not args.checkpoint:
-        raise CommandError("deploy needs checkpoint=<run dir, checkpoint file or policy dir> (runs/<run>, "
+        raise cli.CommandError("deploy needs checkpoint=<run dir, checkpoint file or policy dir> (runs/<run>, "
                            "runs/<run>/checkpoints/best.pt or <bc run>/policy)")
     import gymnasium as gym
     import numpy as np
@@ -64,35 +55,35 @@ def deploy(args: DeployArgs) -> int:
     from robot_rl.export import ExportError, check_task
     from robot_rl.hil.session import Session
 
-    client = _client(args)
+    client = cli._client(args)
     spec = client.spec()
     path = Path(args.checkpoint)
     try:
         check_task(path, spec.name, args.allow_other_task)
     except ExportError as e:
-        raise CommandError(str(e)) from None
+        raise cli.CommandError(str(e)) from None
     # Any run, checkpoint or policy directory, through the one loader (`robot_rl.export`); actions stay in the
     # bridge's [-1, 1] whatever env the run was trained on.
     agent = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32))
     _check_cameras(path, agent.cameras, spec)
     if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
-        raise CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
+        raise cli.CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
                            f"{spec.state_dim} and {spec.action_dim}")
 
     def policy(state: Any) -> Any:
         return agent.predict(state, deterministic=not args.stochastic).astype("float32")
 
-    device = _teleop(args, spec, {"mode": "takeover"})
-    writer = _writer(args.out, spec, args.append, spec.name, cameras=bool(spec.cameras))
+    device = cli._teleop(args, spec, {"mode": "takeover"})
+    writer = cli._writer(args.out, spec, args.append, spec.name, cameras=bool(spec.cameras))
     session = Session(client, policy=policy, policy_reset=agent.reset, teleop=device, writer=writer, task=spec.name)
-    _run_episodes(session, client, device, writer, args.episodes, args.seed)
+    cli._run_episodes(session, client, device, writer, args.episodes, args.seed)
     eps = session.episodes
     print(f"done: {len(eps)} episodes | success {sum(e.success for e in eps)}/{len(eps)} | mean return "
           f"{sum(e.ret for e in eps) / max(1, len(eps)):.2f}")
     return 0
 
 
-COMMAND = robot_command(
+COMMAND = cli.robot_command(
     "deploy", "run a trained policy on the robot safely",
     "Run a trained policy on the robot with every safety on and no learning.", lambda: DeployArgs, deploy,
     ["robot-rl deploy robot=127.0.0.1:50051 checkpoint=runs/hil_reach episodes=20",

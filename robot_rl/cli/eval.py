@@ -30,31 +30,25 @@ class EvalArgs:
     allow_other_task: bool = _help(False, "policy=: run it on env.spec even if its config.json names another task")
 
 
-def _parse_eval_args(args: list[str]) -> EvalArgs:
-    check_env_spec(args, "eval")
-    parsed: EvalArgs = parse_args(EvalArgs, args, "eval")
-    if bool(parsed.run) == bool(parsed.policy):
-        raise UserError("eval needs run=<run dir>, or policy=<policy dir> env.spec=<spec>")
-    if parsed.policy and not parsed.env.spec:
-        raise UserError("eval policy=<dir> needs env.spec=<spec>, e.g. env.spec=arm:push-sparse")
-    if parsed.run and parsed.env.spec:
-        raise UserError("eval run=<run dir> evaluates in the run's own environment; env.spec= is for policy=")
-    if parsed.checkpoint not in {"best", "latest"}:
-        raise UserError(f"checkpoint must be best or latest, not '{parsed.checkpoint}'")
-    if parsed.episodes < 1:
-        raise UserError("episodes must be >= 1")
-    return parsed
-
-
 def run(args: list[str]) -> int:
-    """`robot-rl eval`."""
     from robot_rl import checkpoint
     from robot_rl.cli.finetune import POLICY_METHODS, read_run_record
     from robot_rl.config import ConfigError, load_run_config
     from robot_rl.evaluation import MAX_EVAL_ENVS, evaluate, record_video
     from robot_rl.trainer import EVAL_SEED_OFFSET, build_agent, make_env
 
-    a = _parse_eval_args(args)
+    check_env_spec(args, "eval")
+    a: EvalArgs = parse_args(EvalArgs, args, "eval")
+    if bool(a.run) == bool(a.policy):
+        raise UserError("eval needs run=<run dir>, or policy=<policy dir> env.spec=<spec>")
+    if a.policy and not a.env.spec:
+        raise UserError("eval policy=<dir> needs env.spec=<spec>, e.g. env.spec=arm:push-sparse")
+    if a.run and a.env.spec:
+        raise UserError("eval run=<run dir> evaluates in the run's own environment; env.spec= is for policy=")
+    if a.checkpoint not in {"best", "latest"}:
+        raise UserError(f"checkpoint must be best or latest, not '{a.checkpoint}'")
+    if a.episodes < 1:
+        raise UserError("episodes must be >= 1")
     if a.policy:
         return _eval_policy_dir(a)
     run_dir = Path(a.run)

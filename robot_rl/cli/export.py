@@ -19,7 +19,6 @@ class ExportArgs:
 
 
 def run(args: list[str]) -> int:
-    """`robot-rl export`."""
     from robot_rl.export import export
 
     a: ExportArgs = parse_args(ExportArgs, args, "export")

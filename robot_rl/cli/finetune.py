@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from robot_rl.cli.common import Command, check_overrides, new_run_dir, resumable, run_seed_list, setting, slug
+from robot_rl.cli.common import Command, check_overrides, new_run_dir, resumed, run_seed_list, setting, slug
 from robot_rl.cli.train import train_config_run, train_help
 from robot_rl.errors import UserError
 
@@ -57,9 +57,8 @@ def read_run_record(run_dir: Path) -> dict | None:
 
     from robot_rl.runner import RUN_RECORD
 
-    path = Path(run_dir) / RUN_RECORD
     try:
-        return json.loads(path.read_text())
+        return json.loads((Path(run_dir) / RUN_RECORD).read_text())
     except (OSError, ValueError):
         return None
 
@@ -67,6 +66,10 @@ def read_run_record(run_dir: Path) -> dict | None:
 def choose_method(overrides: list[str]) -> str:
     """The method of this command line: a resumed run's own (its run.json), else `method=`, else the preset's,
     else wsrl."""
+    from importlib.resources import files
+
+    from omegaconf import OmegaConf
+
     from robot_rl.config import presets
 
     given, resume = setting(overrides, "method"), setting(overrides, "resume")
@@ -89,19 +92,10 @@ def choose_method(overrides: list[str]) -> str:
     if given is not None:
         return given
     preset = setting(overrides, "experiment") or setting(overrides, "finetune")
-    if preset in presets("finetune"):
-        return _preset_method(preset)
+    if preset in presets("finetune"):  # the `method:` the configs/finetune preset declares
+        text = files("robot_rl.configs").joinpath("finetune", f"{preset}.yaml").read_text()
+        return str(OmegaConf.create(text).get("method", "residual"))
     return "wsrl"
-
-
-def _preset_method(preset: str) -> str:
-    """The `method:` a configs/finetune preset declares."""
-    from importlib.resources import files
-
-    from omegaconf import OmegaConf
-
-    text = files("robot_rl.configs").joinpath("finetune", f"{preset}.yaml").read_text()
-    return str(OmegaConf.create(text).get("method", "residual"))
 
 
 def _loop_spelling(overrides: list[str], prefix: str) -> list[str]:
@@ -117,17 +111,12 @@ def _loop_spelling(overrides: list[str], prefix: str) -> list[str]:
 
 
 def _finetune_policy(overrides: list[str]) -> int:
-    from robot_rl.config import compose_config, load_run_config
+    from robot_rl.config import compose_config
     from robot_rl.finetune.config import FinetuneConfig
     from robot_rl.finetune.loop import Finetuner
 
-    resume = setting(overrides, "resume")
-    if resume:
-        run_dir = Path(resume)
-        rest = [o for o in overrides if not o.startswith(("resume=", "run_dir="))]
-        cfg = load_run_config(run_dir, rest, FinetuneConfig)
-        cfg.resume, cfg.run_dir = str(run_dir), str(run_dir)
-        resumable(run_dir)
+    if resume := setting(overrides, "resume"):
+        run_dir, cfg = resumed(resume, overrides, FinetuneConfig)
     else:
         cfg = compose_config("finetune", FinetuneConfig, overrides)
         if not Path(cfg.base_policy).is_dir():

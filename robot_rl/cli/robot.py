@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_rl.cli.common import Command, parse_args
+from robot_rl.cli.common import Command, page, parse_args
 from robot_rl.errors import UserError
 from robot_rl.fields import help_field as _help
 from robot_rl.signals import sigterm_as_interrupt
@@ -56,14 +56,11 @@ _NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s"
 
 def check_ranges(args: Any) -> None:
     """One line naming the first key out of range, before anything connects to a robot."""
-    for name in _POSITIVE_KEYS:
-        value = getattr(args, name, None)
-        if value is not None and not value > 0:
-            raise CommandError(f"{name}={value}: must be > 0")
-    for name in _NON_NEGATIVE_KEYS:
-        value = getattr(args, name, None)
-        if value is not None and not value >= 0:
-            raise CommandError(f"{name}={value}: must be >= 0")
+    for names, rule, ok in ((_POSITIVE_KEYS, "> 0", lambda v: v > 0), (_NON_NEGATIVE_KEYS, ">= 0", lambda v: v >= 0)):
+        for name in names:
+            value = getattr(args, name, None)
+            if value is not None and not ok(value):
+                raise CommandError(f"{name}={value}: must be {rule}")
     threshold = getattr(args, "reward_classifier_threshold", None)
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise CommandError(f"reward_classifier_threshold={threshold}: must be in (0, 1]")
@@ -178,23 +175,20 @@ def _learned_reward(args: Any, spec: Any, device: str = "cpu") -> Any:
     return reward
 
 
-def _bridge_packages_missing() -> str | None:
-    """None when gRPC is importable and new enough for the bridge's generated code, else what is wrong. (TensorBoard
-    pulls in some grpcio of its own, possibly older than the bridge needs.)"""
+def _check_bridge(command: str) -> None:
+    """gRPC must be importable and new enough for the bridge's generated code. (TensorBoard pulls in some grpcio of
+    its own, possibly older than the bridge needs.)"""
     try:
         import grpc
     except ImportError:
-        return "grpcio is not installed"
-    version = tuple(int(p) for p in grpc.__version__.split(".")[:2] if p.isdigit())
-    if version < BRIDGE_GRPC_MIN:
-        return f"grpcio {grpc.__version__} is older than {'.'.join(map(str, BRIDGE_GRPC_MIN))}"
-    return None
-
-
-def _check_bridge(command: str) -> None:
-    if (missing := _bridge_packages_missing()) is not None:
-        raise UserError(f"{command} needs the robot bridge's packages ({missing}), an extra of the simulation install: "
-                        f"pip install -c constraints.txt -e '.[robot]'  (or pip install 'robot-rl[robot]')")
+        missing = "grpcio is not installed"
+    else:
+        version = tuple(int(p) for p in grpc.__version__.split(".")[:2] if p.isdigit())
+        if version >= BRIDGE_GRPC_MIN:
+            return
+        missing = f"grpcio {grpc.__version__} is older than {'.'.join(map(str, BRIDGE_GRPC_MIN))}"
+    raise UserError(f"{command} needs the robot bridge's packages ({missing}), an extra of the simulation install: "
+                    f"pip install -c constraints.txt -e '.[robot]'  (or pip install 'robot-rl[robot]')")
 
 
 def robot_command(name: str, summary: str, what: str, keys: Callable[[], type], run: Callable[[Any], int],
@@ -213,8 +207,6 @@ def robot_command(name: str, summary: str, what: str, keys: Callable[[], type], 
         return run(parsed)
 
     def help_text(_: list[str]) -> str:
-        from robot_rl.cli.common import page
-
         _check_bridge(name)
         return page([f"usage: robot-rl {name} [key=value ...]"], [
             what,

@@ -107,8 +107,7 @@ def serve_robot(args: ServeRobotArgs) -> int:
     atexit.register(OutputPump().start().stop)
     auth = "token required" if token else "UNAUTHENTICATED (loopback only)"
     tls = ", TLS" if args.tls_cert else ""
-    cams = robot.spec.cameras
-    if cams:
+    if cams := robot.spec.cameras:
         tls += ", cameras " + " ".join(f"{c.name} {c.height}x{c.width}" for c in cams) + f" ({args.image_encoding})"
     if reward is not None:
         tls += f", reward from the classifier {args.reward_classifier}"

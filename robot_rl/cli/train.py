@@ -3,10 +3,9 @@ TrainConfig run that `robot-rl finetune method=wsrl` shares with it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robot_rl.cli.common import Command, check_overrides, new_run_dir, resumable, run_seed_list, setting, slug
+from robot_rl.cli.common import Command, check_overrides, new_run_dir, resumed, run_seed_list, setting, slug
 from robot_rl.errors import UserError
 
 if TYPE_CHECKING:
@@ -19,11 +18,6 @@ EXAMPLES = [
     "robot-rl train experiment=rlpd_push                     # SAC + 20 demos (data/push_demos), sparse push",
     "robot-rl train resume=runs/<run dir> [train.steps=...]   # continue from the latest checkpoint",
 ]
-
-
-def run(overrides: list[str]) -> int:
-    """`robot-rl train`: one run, or with a seed list one process per seed."""
-    return train_config_run(overrides, "train", "sac")
 
 
 def train_config_run(overrides: list[str], command: str, method: str) -> int:
@@ -41,17 +35,13 @@ def train_config_run(overrides: list[str], command: str, method: str) -> int:
 
 
 def _train(overrides: list[str], command: str, method: str) -> int:
-    from robot_rl.config import compose_train_config, load_run_config
+    from robot_rl.config import compose_train_config
     from robot_rl.device import bf16_cpu_hint
     from robot_rl.trainer import Trainer
 
     check_overrides(overrides)
-    resume = setting(overrides, "resume")
-    if resume:
-        run_dir = Path(resume)
-        cfg = load_run_config(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
-        cfg.resume, cfg.run_dir = str(run_dir), str(run_dir)
-        resumable(run_dir)
+    if resume := setting(overrides, "resume"):
+        run_dir, cfg = resumed(resume, overrides)
     else:
         cfg = compose_train_config(overrides)
         run_dir = new_run_dir(cfg.run_dir, cfg.name or slug(cfg.env.spec))
@@ -150,6 +140,7 @@ def train_help(settings: list[str] | None, command: str = "train", intro: list[s
 
 
 COMMAND = Command(
-    name="train", summary="train an agent (SAC, RLPD; from the state or cameras)", run=run, examples=EXAMPLES,
+    name="train", summary="train an agent (SAC, RLPD; from the state or cameras)", examples=EXAMPLES,
+    run=lambda overrides: train_config_run(overrides, "train", "sac"),  # one run, or a seed list
     help=lambda settings: train_help([s for s in settings if s not in {"-h", "--help"}]),
 )
