@@ -1,6 +1,12 @@
 import os
+import signal
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+# A test run started in the background (`pytest ... &` from a script) inherits SIGINT ignored, and so would every
+# process the tests start; the tests send SIGINT as a user's Ctrl-C, so Python's own handler is put back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 import pytest  # noqa: E402

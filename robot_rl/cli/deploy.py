@@ -53,9 +53,9 @@ def deploy(args: DeployArgs) -> int:
 
     from robot_rl.api import Agent
     from robot_rl.export import ExportError, check_task
-    from robot_rl.hil.session import Session
+    from robot_rl.hil import connect
 
-    client = cli._client(args)
+    client = connect.client(args)
     spec = client.spec()
     path = Path(args.checkpoint)
     try:
@@ -73,11 +73,7 @@ def deploy(args: DeployArgs) -> int:
     def policy(state: Any) -> Any:
         return agent.predict(state, deterministic=not args.stochastic).astype("float32")
 
-    device = cli._teleop(args, spec, {"mode": "takeover"})
-    writer = cli._writer(args.out, spec, args.append, spec.name, cameras=bool(spec.cameras))
-    session = Session(client, policy=policy, policy_reset=agent.reset, teleop=device, writer=writer, task=spec.name)
-    cli._run_episodes(session, client, device, writer, args.episodes, args.seed)
-    eps = session.episodes
+    eps = connect.drive(args, client, spec, "takeover", spec.name, policy=policy, policy_reset=agent.reset)
     print(f"done: {len(eps)} episodes | success {sum(e.success for e in eps)}/{len(eps)} | mean return "
           f"{sum(e.ret for e in eps) / max(1, len(eps)):.2f}")
     return 0

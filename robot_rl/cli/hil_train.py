@@ -20,7 +20,7 @@ _HIL_AGENT = {
 
 # hil-train's default replay capacities (online, prior), state / cameras: a camera transition keeps its frames
 # (two 84x84 cameras: 42 kB, up to twice, see robot_rl.hil.learner), so it gets 10x fewer.
-_CAPACITY = {False: (1_000_000, 200_000), True: (100_000, 50_000)}
+CAPACITY = {False: (1_000_000, 200_000), True: (100_000, 50_000)}
 
 
 @dataclass
@@ -52,12 +52,12 @@ class HilTrainArgs(RobotArgs):
               "state): null = whenever the robot serves cameras, true = require them, false = the state only"
     )
     capacity: int | None = _help(
-        None, f"online replay capacity in transitions (default {_CAPACITY[False][0]:,}; from cameras "
-              f"{_CAPACITY[True][0]:,})"
+        None, f"online replay capacity in transitions (default {CAPACITY[False][0]:,}; from cameras "
+              f"{CAPACITY[True][0]:,})"
     )
     prior_capacity: int | None = _help(
-        None, f"prior (demos + interventions) replay capacity (default {_CAPACITY[False][1]:,}; from cameras "
-              f"{_CAPACITY[True][1]:,})"
+        None, f"prior (demos + interventions) replay capacity (default {CAPACITY[False][1]:,}; from cameras "
+              f"{CAPACITY[True][1]:,})"
     )
     record: bool = _help(True, "record the episodes to <run_dir>/episodes (with camera videos when learning from them)")
     rewind: bool = _help(False, "RaC-style rewind segments (operator event REWIND)")

@@ -9,8 +9,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from robot_rl.cli.robot import TOKEN_ENV, CommandError, _learned_reward, _token, robot_command
+from robot_rl.cli.robot import TOKEN_ENV, robot_command
 from robot_rl.fields import help_field as _help
+from robot_rl.hil import connect
+from robot_rl.hil.connect import CommandError
 from robot_rl.signals import sigterm_as_interrupt
 
 
@@ -76,7 +78,7 @@ def serve_robot(args: ServeRobotArgs) -> int:
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
                   "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), **kwargs}
-    token = _token(args)
+    token = connect.token(args)
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
                           allow_plaintext_token=args.allow_plaintext_token, max_connections=args.max_connections,
                           max_connections_per_peer=args.max_connections_per_peer,
@@ -91,7 +93,7 @@ def serve_robot(args: ServeRobotArgs) -> int:
         raise CommandError(str(e)) from None
     for warning in config.warnings():
         print(f"robot-rl: warning: {warning}", file=sys.stderr, flush=True)
-    reward = _learned_reward(args, robot.spec)
+    reward = connect.learned_reward(args, robot.spec)
     if reward is not None:
         from robot_rl.classifier_robot import ClassifierRobot
 

@@ -20,19 +20,14 @@ class TeleopArgs(cli.RobotArgs):
 
 def teleop(args: TeleopArgs) -> int:
     """Drive the robot and record demonstrations."""
-    from robot_rl.hil.session import Session
+    from robot_rl.hil import connect
 
-    client = cli._client(args)
-    spec = client.spec()
-    device = cli._teleop(args, spec, {"mode": "always"})
-    if device is None:
-        client.close()
+    if not args.teleop:
         raise cli.CommandError(f"teleop needs an operator device: teleop=<{'|'.join(cli.TELEOP_DEVICES)}>")
+    client = connect.client(args)
+    spec = client.spec()
     # a robot's cameras are recorded with the state: camera demos for RLPD (`data.path`) and hil-train's `demos=`
-    writer = cli._writer(args.out, spec, args.append, args.task or spec.name, cameras=bool(spec.cameras))
-    session = Session(client, teleop=device, writer=writer, task=args.task or spec.name)
-    cli._run_episodes(session, client, device, writer, args.episodes, args.seed)
-    eps = session.episodes
+    eps = connect.drive(args, client, spec, "always", args.task or spec.name)
     ok = sum(e.success for e in eps)
     where = f" in {args.out}" if args.out else ""
     print(f"done: {len(eps)} episodes ({ok} successful){where}")

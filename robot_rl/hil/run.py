@@ -16,11 +16,13 @@ import numpy as np
 import torch
 
 from robot_rl.checkpoint import CheckpointError
-from robot_rl.cli import robot as cli
 from robot_rl.cli.common import default_run_dir
-from robot_rl.cli.hil_train import _CAPACITY
+from robot_rl.cli.hil_train import CAPACITY
+from robot_rl.cli.robot import TELEOP_DEVICES
 from robot_rl.datasets import DatasetError
 from robot_rl.device import check_torch_device
+from robot_rl.hil import connect
+from robot_rl.hil.connect import CommandError
 from robot_rl.hil.learner import HILLearner, LearnerConfig, LocalLink, build_policy, load_acting_weights
 from robot_rl.hil.method import COLUMNS, HILMethod
 from robot_rl.hil.session import Session
@@ -35,16 +37,16 @@ class HilTrainer(Runner):
     (resuming `<run_dir>/checkpoints/latest.pt` when there is one), trained by `run`, released by `close`."""
 
     def __init__(self, args: Any) -> None:
-        if args.device.split(":", 1)[0] in cli.TELEOP_DEVICES:
-            raise cli.CommandError(f"device= is the torch device of the learner (cpu, cuda); the operator's device is "
+        if args.device.split(":", 1)[0] in TELEOP_DEVICES:
+            raise CommandError(f"device= is the torch device of the learner (cpu, cuda); the operator's device is "
                                f"teleop={args.device}")
         check_torch_device(args.device)
         if not (math.isfinite(args.intervention_penalty) and args.intervention_penalty >= 0):
-            raise cli.CommandError(f"intervention_penalty must be a finite number >= 0, got {args.intervention_penalty}")
+            raise CommandError(f"intervention_penalty must be a finite number >= 0, got {args.intervention_penalty}")
         torch.set_num_threads(args.threads)
         # the Ray learner's handle is kept for the whole run: a Ray actor dies with its last handle
         self.args, self.teleop, self.writer, self.link, self.handle = args, None, None, None, None
-        self.client = cli._client(args)
+        self.client = connect.client(args)
         try:
             self._setup()
         except BaseException:  # a failed set-up releases what it opened
@@ -56,21 +58,21 @@ class HilTrainer(Runner):
         args = self.args
         self.spec = spec = self.client.spec()
         if args.pixels and not spec.cameras:
-            raise cli.CommandError(f"pixels=true: {spec.name} serves no cameras; serve them (simulated arm: serve-robot "
+            raise CommandError(f"pixels=true: {spec.name} serves no cameras; serve them (simulated arm: serve-robot "
                                "pixels=true pixel_size=[84,84]; other drivers: driver_args.cameras) or set pixels=false "
                                "to learn from the state")
         # the learner reads all the robot's cameras (group -> [H, W, 3] as served) unless pixels=false
         self.cameras = {} if args.pixels is False else {c.group: list(c.shape) for c in spec.cameras}
-        self.reward = cli._learned_reward(args, spec)
+        self.reward = connect.learned_reward(args, spec)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(f"hil_{spec.name.replace(':', '_')}")
         run_dir.mkdir(parents=True, exist_ok=True)
         self.cfg = self._learner_config()
         torch.manual_seed(args.seed)
         self.actor = build_policy(self.cfg)  # the actor, or from cameras actor + encoder (an ActorPolicy)
         learner = self._start_learner(run_dir)
-        self.teleop = cli._teleop(args, spec, {"mode": "takeover"})
+        self.teleop = connect.operator_device(args, spec, "takeover")
         if args.record:
-            self.writer = cli._writer(str(run_dir / "episodes"), spec, True, spec.name, bool(self.cameras))
+            self.writer = connect.dataset_writer(str(run_dir / "episodes"), spec, True, spec.name, bool(self.cameras))
         # after the first weights, the learner sends all but a pretrained encoder's frozen backbone
         self.session = Session(self.client, policy=self._act, policy_loader=partial(load_acting_weights, self.actor),
                                teleop=self.teleop, link=self.link, writer=self.writer, rewind=args.rewind,
@@ -87,18 +89,18 @@ class HilTrainer(Runner):
         try:
             super().__init__(method, None, run_dir, args, settings, resume=latest.is_file())
         except CheckpointError as e:
-            raise cli.CommandError(f"{latest}: {e}") from None
+            raise CommandError(f"{latest}: {e}") from None
         self.session.log = self.progress.message
 
     def _learner_config(self) -> LearnerConfig:
         """The learner's configuration from the keys and the robot's spec, checked here: before a learner (maybe a
         Ray actor) is built from it, with a pretrained encoder's weights file loaded once to name a bad one."""
         args, spec, sac = self.args, self.spec, self.args.agent
-        capacity, prior_capacity = _CAPACITY[bool(self.cameras)]
+        capacity, prior_capacity = CAPACITY[bool(self.cameras)]
         mirror = args.mirror_demos or args.mirror_online
         if mirror and not spec.mirror_state_sign:
             key = "mirror_demos" if args.mirror_demos else "mirror_online"
-            raise cli.CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
+            raise CommandError(f"{key}=true: robot {spec.name} declares no mirror symmetry (serve-robot driver=sim_arm "
                                f"task=push or pick_place does): set {key}=false")
         symmetry = dict(mirror_state_sign=list(spec.mirror_state_sign), mirror_action_sign=list(spec.mirror_action_sign),
                         mirror_cameras=[f"pixels/{name}" for name in spec.mirror_cameras]) if mirror else {}
@@ -113,9 +115,9 @@ class HilTrainer(Runner):
             if self.cameras and sac.encoder.kind == "pretrained":
                 load_backbone(sac.encoder.weights, sac.encoder.backbone)
         except BackboneWeightsError as e:
-            raise cli.CommandError(f"agent.encoder.weights: {e}") from None
+            raise CommandError(f"agent.encoder.weights: {e}") from None
         except ValueError as e:
-            raise cli.CommandError(str(e)) from None
+            raise CommandError(str(e)) from None
         return cfg
 
     def _start_learner(self, run_dir: Path) -> HILLearner | None:
@@ -127,7 +129,7 @@ class HilTrainer(Runner):
         try:
             learner = HILLearner(self.cfg)
         except (ReplayMemoryError, DatasetError) as e:  # a buffer too big, a demo dataset that does not fit
-            raise cli.CommandError(str(e)) from None
+            raise CommandError(str(e)) from None
         self.link = LocalLink(learner)
         return learner
 
@@ -148,7 +150,7 @@ class HilTrainer(Runner):
             ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, namespace="robot-rl")
         except Exception as e:  # Ray raises a bare Exception when its node does not come up
-            raise cli.CommandError(f"could not start or join Ray ({args.ray_address or 'local'}): {e}") from None
+            raise CommandError(f"could not start or join Ray ({args.ray_address or 'local'}): {e}") from None
         self.handle = start_learner(args.learner_name, self.cfg, run_dir / "learner", namespace="robot-rl")
         connect_learner(args.learner_name, "robot-rl", timeout_s=120.0)
         self.link = RayLink(args.learner_name, "robot-rl", handle=self.handle)
@@ -180,7 +182,7 @@ class HilTrainer(Runner):
         (on Ctrl-C or SIGTERM the Runner has saved the run and re-raises KeyboardInterrupt: exit 130)."""
         try:
             with sigterm_as_interrupt():
-                cli._connect(self.teleop)
+                connect.connect_device(self.teleop)
             return super().run()
         finally:
             self.hold()

@@ -15,12 +15,12 @@ def _errors() -> list[type]:
     from robot_rl.bc import BCError
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.classifier import ClassifierError
-    from robot_rl.cli.robot import CommandError
     from robot_rl.config import ConfigError
     from robot_rl.datasets import DatasetError
     from robot_rl.device import DeviceError
     from robot_rl.export import ExportError
     from robot_rl.finetune import FinetuneError
+    from robot_rl.hil.connect import CommandError
     from robot_rl.replay import ReplayMemoryError
     from robot_rl.seeds import SeedsError
 
