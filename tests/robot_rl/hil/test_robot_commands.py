@@ -57,6 +57,13 @@ def test_serve_robot_refuses_to_start_without_a_token(capsys, monkeypatch):
     assert "non-loopback" in capsys.readouterr().err
 
 
+def test_teleop_without_an_operator_device_says_so_before_connecting(capsys):
+    # nothing listens on this port: the missing device is named before the channel is opened
+    assert main(["teleop", "robot=127.0.0.1:9", "teleop=null", "episodes=1"]) == 2
+    err = capsys.readouterr().err
+    assert "teleop needs an operator device: teleop=<keyboard|" in err and "connect" not in err
+
+
 def test_wrong_token_is_one_clear_line(robot_server, capsys):
     code = main(["teleop", f"robot={robot_server}", "token=nope", "teleop=scripted", "episodes=1"])
     assert code == 2
