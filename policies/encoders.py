@@ -40,25 +40,30 @@ RESNET_BLOCKS = {"resnet10": (1, 1, 1, 1), "resnet18": (2, 2, 2, 2)}
 
 
 def to_chw_float(pixels: Tensor) -> Tensor:
-    """uint8 ``[B, H, W, C]`` -> float ``[B, C, H, W]`` in [0, 1]."""
-    return pixels.permute(0, 3, 1, 2).float() / 255.0
+    """uint8 ``[B, H, W, C]`` -> float ``[B, C, H, W]`` in [0, 1], keeping the frames' channels-last strides (not
+    copied to channels-first: the CPU's convolutions run 1.3-1.7x faster on it)."""
+    return pixels.permute(0, 3, 1, 2).to(torch.float32, copy=True).div_(255.0)  # a new tensor: divided in place
 
 
-def random_shift(images: Tensor, pad: int = 4, generator: torch.Generator | None = None) -> Tensor:
-    """DrQ's augmentation on ``[B, C, H, W]``: each image padded by ``pad`` (border repeated) and cropped back to
-    ``H x W`` at its own random offset in ``[0, 2 pad]`` (so shifted by up to ``pad`` pixels either way)."""
+def random_shift(frames: Tensor, pad: int = 4, generator: torch.Generator | None = None) -> Tensor:
+    """DrQ's augmentation on frames ``[B, H, W, C]`` (uint8 as stored, or any dtype): each frame padded by ``pad``
+    (border repeated) and cropped back to ``H x W`` at its own random offset in ``[0, 2 pad]`` (so shifted by up to
+    ``pad`` pixels either way).
+
+    It runs before the frames become floats: one gather of bytes instead of a float padding and two float gathers,
+    and the result keeps the frames' channels-last layout, which the CPU's convolutions run fastest on (a small
+    camera update took 75 ms with the float shift in the channels-first layout, 2026-12-06)."""
     if pad == 0:
-        return images
-    b, c, h, w = images.shape
-    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
-    dev = images.device
-    oy = torch.randint(0, 2 * pad + 1, (b,), device=dev, generator=generator)
-    ox = torch.randint(0, 2 * pad + 1, (b,), device=dev, generator=generator)
-    # Two gathers (rows, then columns): the same crops as one 4-index advanced indexing, 2-4x faster on a CPU,
-    # where this ran at a fifth of a small pixel agent's update; no value goes back to the host.
-    rows = (oy[:, None] + torch.arange(h, device=dev))[:, None, :, None].expand(b, c, h, w + 2 * pad)
-    cols = (ox[:, None] + torch.arange(w, device=dev))[:, None, None, :].expand(b, c, h, w)
-    return padded.gather(2, rows).gather(3, cols)
+        return frames
+    b, h, w, c = frames.shape
+    dev = frames.device
+    oy = torch.randint(0, 2 * pad + 1, (b,), device=dev, generator=generator) - pad
+    ox = torch.randint(0, 2 * pad + 1, (b,), device=dev, generator=generator) - pad
+    # a clamped index is the repeated border; no value goes back to the host
+    rows = (oy[:, None] + torch.arange(h, device=dev)).clamp_(0, h - 1)
+    cols = (ox[:, None] + torch.arange(w, device=dev)).clamp_(0, w - 1)
+    pixel = (rows[:, :, None] * w + cols[:, None, :]).reshape(b, h * w, 1).expand(b, h * w, c)
+    return frames.reshape(b, h * w, c).gather(1, pixel).reshape(b, h, w, c)
 
 
 def camera_batch(obs: Mapping[str, Tensor] | Tensor, cameras: Mapping[str, Sequence[int]], n: int, like: Tensor) -> list[Tensor]:
@@ -115,9 +120,10 @@ class ConvEncoder(nn.Module):
         if pool not in POOLS:
             raise ValueError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
         h, w, c = (int(v) for v in image_shape)
-        convs: list[nn.Module] = [nn.Conv2d(c, channels, 3, stride=2), nn.ReLU()]
+        # in-place ReLUs: a convolution's backward needs its input, not its output
+        convs: list[nn.Module] = [nn.Conv2d(c, channels, 3, stride=2), nn.ReLU(inplace=True)]
         for _ in range(layers - 1):
-            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU()]
+            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(inplace=True)]
         if pool == "spatial_softmax":
             convs = convs[:-1]  # a softmax over the map: a ReLU would flatten every negative position into one
         self.convs = nn.Sequential(*convs)
@@ -129,9 +135,7 @@ class ConvEncoder(nn.Module):
         self.feature_dim, self.shift_pad = feature_dim, shift_pad
 
     def forward(self, pixels: Tensor, augment: bool = False) -> Tensor:
-        x = to_chw_float(pixels) - 0.5
-        if augment:
-            x = random_shift(x, self.shift_pad)
+        x = to_chw_float(random_shift(pixels, self.shift_pad) if augment else pixels).sub_(0.5)
         return self.head(self.pool(self.convs(x)))
 
 
@@ -308,9 +312,7 @@ class PretrainedEncoder(nn.Module):
 
     def backbone_features(self, pixels: Tensor, augment: bool = False) -> Tensor:
         """The frozen part: what a learner may cache per stored frame, since it never changes."""
-        x = to_chw_float(pixels)
-        if augment:
-            x = random_shift(x, self.shift_pad)
+        x = to_chw_float(random_shift(pixels, self.shift_pad) if augment else pixels)
         with torch.no_grad():
             features = self.backbone((x - self.mean) / self.std)
             return features if self.readout is None else self.readout(features.flatten(1))
@@ -346,6 +348,16 @@ class CameraFusion(nn.Module):
             raise TypeError(f"camera group {group!r} has a {type(encoder).__name__}: only a frozen pretrained "
                             "backbone's features can be cached")
         return encoder.backbone_features(pixels).half()
+
+    def shifted(self, obs: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """`obs` with each camera group's frames shifted at random (`random_shift`, its encoder's `shift_pad`), to be
+        encoded without `augment`: one shift that two encoders read (DrQ shifts a sampled next frame once for the
+        actor's and the target critic's encoders). Cached features (floats) are passed as they are."""
+        out = dict(obs)
+        for k in self.keys:
+            if not obs[k].is_floating_point():
+                out[k] = random_shift(obs[k], self.encoders[k.replace("/", "__")].shift_pad)
+        return out
 
     def forward(self, obs: Mapping[str, Tensor], augment: bool = False) -> Tensor:
         missing = [k for k in self.keys if k not in obs]

@@ -29,7 +29,8 @@ Cameras (DrQ, Kostrikov et al. 2020): given `cameras` (the observation's `pixels
 builds one `ConvEncoder` per camera (cameras see different things: a wrist view and a scene view share little
 at the pixel level, and two small encoders cost the same as one twice as wide), fused with the (normalised)
 proprioceptive `state` by `CameraFusion`; actor and critics then work on the fused features. Sampled frames are
-randomly shifted (`random_shift`, +-`encoder.image_shift` pixels) in every encoder pass of an update. Only the critic
+randomly shifted (`random_shift`, +-`encoder.image_shift` pixels): obs once for the encoder, next obs once for
+both the encoder and its target copy (as DrQ). Only the critic
 loss trains the encoder (it is in the critic optimiser); the actor sees the critic update's features detached, as
 in DrQ and SAC-AE, where actor gradients through the encoder made learning unstable. The target critics have
 their own encoder copy, Polyak-averaged with them (rate `critic.tau`). State-only agents build none of this and run
@@ -711,12 +712,14 @@ class SAC:
     def batch_features(self, b: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
         """(obs, next_obs, target_next_obs) as a critic update reads them: a state agent's states (and None); a pixel
         agent's obs through the encoder with gradients (the critic loss trains it), next_obs through the encoder and
-        the target encoder without; random shifts on all three. Offline learners (Cal-QL, IQL) read the same."""
+        the target encoder without, both reading one random shift of the next frames. Offline learners (Cal-QL, IQL)
+        read the same."""
         if self.encoder is None:
             return b.obs["state"], b.next_obs["state"], None
         obs = self.features(b.obs, augment=True)
         with torch.no_grad():
-            return obs, self.features(b.next_obs, augment=True), self.features(b.next_obs, augment=True, target=True)
+            next_obs = self.encoder.shifted({k: v.to(self.device) for k, v in b.next_obs.items()})
+            return obs, self.features(next_obs), self.features(next_obs, target=True)
 
     def _update_critic(self, b: Batch) -> dict[str, Tensor]:
         obs, next_obs, target_next_obs = self.batch_features(b)

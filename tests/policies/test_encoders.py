@@ -23,16 +23,28 @@ def _pixels(b: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_random_shift_is_a_crop_of_the_border_padded_image() -> None:
-    x = torch.rand(6, 3, 10, 12)
+    x = torch.randint(0, 256, (6, 10, 12, 3), dtype=torch.uint8)  # frames as stored: [B, H, W, C]
     g = torch.Generator().manual_seed(1)
     out = random_shift(x, pad=2, generator=g)
-    padded = torch.nn.functional.pad(x, (2, 2, 2, 2), mode="replicate")
+    assert out.dtype == torch.uint8 and out.shape == x.shape
+    padded = torch.nn.functional.pad(x.permute(0, 3, 1, 2).float(), (2, 2, 2, 2), mode="replicate")
     g = torch.Generator().manual_seed(1)
     oy, ox = torch.randint(0, 5, (6,), generator=g), torch.randint(0, 5, (6,), generator=g)
     for i in range(6):
-        assert torch.equal(out[i], padded[i, :, oy[i]:oy[i] + 10, ox[i]:ox[i] + 12])
+        assert torch.equal(out[i].permute(2, 0, 1).float(), padded[i, :, oy[i]:oy[i] + 10, ox[i]:ox[i] + 12])
     assert len({(int(a), int(b)) for a, b in zip(oy, ox, strict=True)}) > 1  # not one offset for the batch
     assert torch.equal(random_shift(x, pad=0), x)
+
+
+def test_the_encoders_convolutions_see_frames_channels_last() -> None:
+    """The layout the CPU's convolutions run fastest on, with and without the shift."""
+    seen = []
+    enc = ConvEncoder((16, 16, 3), feature_dim=8, channels=4, layers=2, shift_pad=2)
+    enc.convs[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].is_contiguous(
+        memory_format=torch.channels_last)))
+    enc(_pixels(5, 16, 16), augment=True).sum().backward()
+    enc(_pixels(5, 16, 16))
+    assert seen == [True, True]
 
 
 def test_conv_encoder_trains_end_to_end() -> None:
