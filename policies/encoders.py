@@ -349,14 +349,18 @@ class CameraFusion(nn.Module):
                             "backbone's features can be cached")
         return encoder.backbone_features(pixels).half()
 
-    def shifted(self, obs: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """`obs` with each camera group's frames shifted at random (`random_shift`, its encoder's `shift_pad`), to be
-        encoded without `augment`: one shift that two encoders read (DrQ shifts a sampled next frame once for the
-        actor's and the target critic's encoders). Cached features (floats) are passed as they are."""
+    def shared_inputs(self, obs: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """`obs` as the encoder and its target copy both read it (a critic update's next frames; DrQ shifts those
+        once for both): each camera's frames shifted at random (`random_shift`, its encoder's `shift_pad`), and a
+        pretrained encoder's frames turned into its frozen backbone's features, once for the two copies that share
+        the backbone (a third of a frozen ResNet update). Encode the result without `augment`; cached features
+        (floats) pass as they are."""
         out = dict(obs)
         for k in self.keys:
             if not obs[k].is_floating_point():
-                out[k] = random_shift(obs[k], self.encoders[k.replace("/", "__")].shift_pad)
+                encoder = self.encoders[k.replace("/", "__")]
+                frames = random_shift(obs[k], encoder.shift_pad)
+                out[k] = encoder.backbone_features(frames) if isinstance(encoder, PretrainedEncoder) else frames
         return out
 
     def forward(self, obs: Mapping[str, Tensor], augment: bool = False) -> Tensor:

@@ -712,13 +712,13 @@ class SAC:
     def batch_features(self, b: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
         """(obs, next_obs, target_next_obs) as a critic update reads them: a state agent's states (and None); a pixel
         agent's obs through the encoder with gradients (the critic loss trains it), next_obs through the encoder and
-        the target encoder without, both reading one random shift of the next frames. Offline learners (Cal-QL, IQL)
-        read the same."""
+        the target encoder without, both reading one random shift of the next frames (and a frozen backbone's
+        features of them, computed once). Offline learners (Cal-QL, IQL) read the same."""
         if self.encoder is None:
             return b.obs["state"], b.next_obs["state"], None
         obs = self.features(b.obs, augment=True)
         with torch.no_grad():
-            next_obs = self.encoder.shifted({k: v.to(self.device) for k, v in b.next_obs.items()})
+            next_obs = self.encoder.shared_inputs({k: v.to(self.device) for k, v in b.next_obs.items()})
             return obs, self.features(next_obs), self.features(next_obs, target=True)
 
     def _update_critic(self, b: Batch) -> dict[str, Tensor]:

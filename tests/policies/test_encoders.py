@@ -137,6 +137,31 @@ def test_cameras_fuse_with_the_state() -> None:
         CameraFusion({"front": ConvEncoder((32, 32, 3), 16)}, state_dim=7)
 
 
+def test_shared_inputs_are_one_shift_and_one_frozen_backbone_pass_for_both_copies() -> None:
+    """A critic update's next frames, prepared once, give the encoder and its target copy what each would compute
+    from those shifted frames; the frozen backbone runs once (the copies share it)."""
+    import copy
+
+    torch.manual_seed(0)
+    backbone = ResNetBackbone("resnet10").eval().requires_grad_(False)
+    fusion = CameraFusion({"pixels/front": PretrainedEncoder(backbone, (32, 32, 3), feature_dim=8, num_features=2,
+                                                             shift_pad=2),
+                           "pixels/wrist": ConvEncoder((24, 24, 3), 8, shift_pad=2)}, state_dim=3)
+    target = copy.deepcopy(fusion, memo={id(backbone): backbone})
+    for p in target.parameters():
+        p.data.add_(0.01)  # the target lags the encoder
+    obs = {"state": torch.rand(4, 3), "pixels/front": _pixels(4, 32, 32), "pixels/wrist": _pixels(4, 24, 24, 1)}
+    calls = []
+    backbone.register_forward_hook(lambda *_: calls.append(1))
+    torch.manual_seed(1)
+    shared = fusion.shared_inputs(obs)
+    assert len(calls) == 1 and shared["pixels/wrist"].dtype == torch.uint8
+    torch.manual_seed(1)
+    shifted = {**obs, **{k: random_shift(obs[k], 2) for k in ("pixels/front", "pixels/wrist")}}
+    for module in (fusion, target):
+        assert torch.allclose(module(shared), module(shifted), atol=1e-6)
+
+
 def test_a_garbled_weights_file_is_named(tmp_path) -> None:
     (tmp_path / "r10.pt").write_bytes(b"not a pickle")
     with pytest.raises(BackboneWeightsError, match=r"r10.pt: unreadable"):
