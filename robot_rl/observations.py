@@ -84,6 +84,26 @@ class ObservationPipeline:
         return {k: encoder.frozen_features(k, v.to(self.agent.device)) if k in encoder.keys else v
                 for k, v in obs.items()}
 
+    @torch.no_grad()
+    def chunk_for_replay(self, chunk: Transitions) -> Transitions:
+        """Consecutive steps of one env (a HIL chunk) as the replay stores them, with the cache the backbone running
+        once per frame and in one batch: a step's next frames are the following step's frames except where an
+        episode ended, so only those and the last step's pass the backbone again (row by row, each transition's
+        two frames went through it at batch size one)."""
+        if not self.caches:
+            return chunk
+        obs, cameras = self.for_replay(chunk.obs), self.agent.encoder.keys
+        follows = torch.ones(chunk.reward.shape[0] - 1, dtype=torch.bool)  # next frames i are frames i + 1
+        for k in cameras:
+            follows &= (chunk.next_obs[k][:-1] == chunk.obs[k][1:]).flatten(1).all(1)
+        fresh = torch.cat([~follows, torch.ones(1, dtype=torch.bool)]).nonzero().squeeze(1)
+        embedded = self.for_replay({k: chunk.next_obs[k][fresh] for k in cameras})
+        next_obs = dict(chunk.next_obs)
+        for k in cameras:
+            next_obs[k] = torch.cat([obs[k][1:], obs[k][-1:]])
+            next_obs[k][fresh.to(obs[k].device)] = embedded[k]
+        return chunk._replace(obs=obs, next_obs=next_obs)
+
     def columns(self, obs: Obs) -> Obs:
         """N observations as one replay add's rows: the N, then each online augmentation's N, as stored."""
         kept = {k: obs[k] for k in self.groups}

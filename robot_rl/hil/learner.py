@@ -386,9 +386,9 @@ class HILLearner:
             buffer.extend(t.obs, t.action, t.reward, t.next_obs, t.terminated, truncated)
             return
         # A frame buffer: row by row, with the chunk's own flags (no cut at its end, see the module docstring).
+        t = self.pipeline.chunk_for_replay(t)
         for i in range(t.reward.shape[0]):
             row = t.rows(slice(i, i + 1))
-            row = row._replace(obs=self.pipeline.for_replay(row.obs), next_obs=self.pipeline.for_replay(row.next_obs))
             buffer.close_broken_episodes(row.obs)
             buffer.add(*row)
 

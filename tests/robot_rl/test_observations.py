@@ -161,6 +161,32 @@ def test_the_cache_stores_the_backbones_features_of_the_frames(resnet10: Path) -
         torch.testing.assert_close(stored[c], features(frames[c]), atol=2e-3, rtol=1e-3)
 
 
+def test_a_chunk_passes_the_backbone_once_per_frame(resnet10: Path) -> None:
+    """A HIL chunk's cached features are each row's own (obs and next obs through the backbone one by one), with the
+    backbone run on each frame once: its steps' frames and the next frames where an episode ended and at the end."""
+    agent = _agent(encoder=dict(kind="pretrained", weights=str(resnet10), spatial_features=2, image_shift=0,
+                                cache_embeddings=True))
+    pipeline = ObservationPipeline(agent, ("state", *CAMS))
+    g = torch.Generator().manual_seed(2)
+    frames = _obs(7, g)  # two episodes: steps 0-2 end with a final observation of their own, steps 3-5 run on
+    final = _obs(1, g)
+    obs = {k: torch.cat([v[:3], v[4:]]) for k, v in frames.items()}  # six steps
+    next_obs = {k: torch.cat([v[1:3], final[k], v[5:], v[6:]]) for k, v in frames.items()}  # the last: frame 6 again
+    chunk = Transitions(obs, torch.zeros(6, A), torch.zeros(6), next_obs, torch.zeros(6, dtype=torch.bool),
+                        torch.tensor([False, False, True, False, False, False]))
+    frames_in = []
+    backbone = agent.encoder.encoders["pixels__front"].backbone
+    backbone.register_forward_hook(lambda _, args, __: frames_in.append(args[0].shape[0]))
+    stored = pipeline.chunk_for_replay(chunk)
+    assert sum(frames_in) == 2 * (6 + 2)  # both cameras: 6 steps' frames, the first episode's final and the last
+    for i in range(6):
+        row = chunk.rows(slice(i, i + 1))
+        for c in CAMS:
+            torch.testing.assert_close(stored.obs[c][i], pipeline.for_replay(row.obs)[c][0])
+            torch.testing.assert_close(stored.next_obs[c][i], pipeline.for_replay(row.next_obs)[c][0])
+    assert torch.equal(stored.obs["state"], obs["state"]) and torch.equal(stored.next_obs["state"], next_obs["state"])
+
+
 def _discounted(rewards: torch.Tensor, dones: torch.Tensor, gamma: float) -> torch.Tensor:
     """Running discounted returns [T, N] of rewards [T, N], restarting after each done."""
     running, out = torch.zeros(rewards.shape[1]), []
