@@ -183,7 +183,9 @@ class RobotClient:
 
     def _observation(self, m: pb.Observation, what: str) -> RobotObservation:
         """The observation with its frames decoded and checked against the spec (``CameraError`` otherwise)."""
-        obs = RobotObservation(np.asarray(m.state, np.float32), m.reward, m.success, m.stamp)
+        obs = RobotObservation(np.asarray(m.state, np.float32), m.reward, m.success, m.stamp,
+                               privileged_state=np.asarray(m.privileged_state, np.float32) if m.privileged_state
+                               else None)
         if not len(m.images) and (self._spec is None or not self._spec.cameras):
             return obs  # no cameras: as before, no spec call needed
         spec = self.spec()

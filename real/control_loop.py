@@ -668,8 +668,10 @@ class ControlLoop:
             o = self._obs
             assert o is not None
             it.reply = pb.StepReply(
-                observation=pb.Observation(state=np.asarray(o.state, np.float32).tolist(), reward=o.reward,
-                                           success=o.success, stamp=o.stamp),
+                observation=pb.Observation(
+                    state=np.asarray(o.state, np.float32).tolist(), reward=o.reward, success=o.success, stamp=o.stamp,
+                    privileged_state=[] if o.privileged_state is None
+                    else np.asarray(o.privileged_state, np.float32).tolist()),
                 seq=it.seq, tick=tick, episode=episode,
                 applied_action=[] if applied is None or it is not item else applied.tolist(),
                 clamp_flags=flags if it is item else 0, queue_s=now - it.arrived,

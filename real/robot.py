@@ -168,6 +168,9 @@ class RobotObservation:
     stamp: float = 0.0  # when it was measured (s, the robot's clock: time.monotonic() or a simulated clock); the
     # supervisor's speed check divides by the difference of consecutive stamps
     images: dict[str, np.ndarray] = field(default_factory=dict)  # camera name -> uint8 (H, W, 3) RGB (spec.cameras)
+    # A simulated robot's scene state (`ArmEnv.privileged_state`): what a simulated operator watches, as a person
+    # sees the scene; None on hardware. Not in `as_dict`: learners, replays and datasets never receive it.
+    privileged_state: np.ndarray | None = None
 
     def as_dict(self) -> dict[str, np.ndarray]:
         """The project's observation layout: ``{"state": ..., "pixels/<camera>": uint8 (H, W, 3), ...}`` (the

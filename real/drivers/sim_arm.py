@@ -20,8 +20,10 @@ Cameras. ``pixels=True`` serves the ``front`` and ``wrist`` cameras of ``ArmEnv(
 ``pixel_size`` (height, width), rendered by the env's own pixel renderer after every tick, and the state becomes
 what the simulated ``<task>-pixels`` tasks observe: proprioception only (``PROPRIO_KEYS``: ``ee_pos``, ``ee_vel``,
 ``gripper``, 7 numbers), so a pixel policy trained in simulation sees the same observation groups here.
-``full_state=True`` keeps the 29-number state beside the frames (for the scripted operator, which reads the cube
-and target from it). Without ``pixels`` nothing changes: the 29-number state, no frames. An OpenGL context belongs
+Each observation then also carries the scene's full 29-number state as ``RobotObservation.privileged_state``
+(``ArmEnv.privileged_state``), for the simulated operators (scripted, person), who watch the scene as a person
+would; learners never receive it. ``full_state=True`` serves the 29-number state as the state itself beside the
+frames (a privileged variant). Without ``pixels`` nothing changes: the 29-number state, no frames. An OpenGL context belongs
 to the thread that made it current, and the server calls the driver from its control thread after building it in
 another one, so with cameras every env call runs on one thread of the driver's own (a hop of a few tens of
 microseconds per call). Rendering two 84x84 frames costs about 11 ms per tick on a software renderer (llvmpipe,
@@ -160,7 +162,7 @@ class SimArm(Robot):
         obs, info = self._call(self.env.reset, seed=seed)
         state, images = self._split(obs)
         self._gripper = -1.0
-        self._obs = RobotObservation(state, 0.0, bool(info["success"]), self._stamp(), images)
+        self._obs = RobotObservation(state, 0.0, bool(info["success"]), self._stamp(), images, self._scene())
         return self._obs
 
     def reset_position(self, seed: int | None = None) -> np.ndarray:
@@ -188,7 +190,12 @@ class SimArm(Robot):
         obs, reward, _, _, info = self._call(self.env.step, action)
         state, images = self._split(obs)
         self._sim_s += self.env.control_dt
-        self._obs = RobotObservation(state, float(reward), bool(info["success"]), self._stamp(), images)
+        self._obs = RobotObservation(state, float(reward), bool(info["success"]), self._stamp(), images, self._scene())
+
+    def _scene(self) -> np.ndarray | None:
+        """From cameras with proprioception only, the scene's full state for a simulated operator (who watches the
+        scene as a person would); otherwise the served state already is the full one."""
+        return self._call(self.env.privileged_state) if self.pixels and not self.full_state else None
 
 
 def _proprio_layout() -> dict[str, slice]:

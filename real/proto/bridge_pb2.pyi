@@ -101,18 +101,20 @@ class StepRequest(_message.Message):
     def __init__(self, action: _Optional[_Iterable[float]] = ..., seq: _Optional[int] = ..., hold: _Optional[bool] = ..., server_id: _Optional[str] = ..., has_episode: _Optional[bool] = ..., episode: _Optional[int] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("state", "reward", "success", "stamp", "images")
+    __slots__ = ("state", "reward", "success", "stamp", "images", "privileged_state")
     STATE_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     STAMP_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
+    PRIVILEGED_STATE_FIELD_NUMBER: _ClassVar[int]
     state: _containers.RepeatedScalarFieldContainer[float]
     reward: float
     success: bool
     stamp: float
     images: _containers.RepeatedCompositeFieldContainer[Image]
-    def __init__(self, state: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., success: _Optional[bool] = ..., stamp: _Optional[float] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ...) -> None: ...
+    privileged_state: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, state: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., success: _Optional[bool] = ..., stamp: _Optional[float] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., privileged_state: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class StepReply(_message.Message):
     __slots__ = ("observation", "seq", "tick", "applied_action", "clamp_flags", "queue_s", "server_id", "episode")

@@ -28,7 +28,8 @@ class ServeRobotArgs:
     seed: int = _help(0, "sim_arm: seed of the first episode")
     pixels: bool = _help(
         False, "sim_arm: serve the front and wrist cameras; the state is then proprioception only, as in the "
-               "<task>-pixels tasks (driver_args.full_state=true keeps the full state)"
+               "<task>-pixels tasks; the scene's state goes only to simulated operators (driver_args.full_state=true "
+               "serves it as the state: privileged)"
     )
     pixel_size: list[int] = _help([84, 84], "sim_arm: camera frames' height and width")
     image_encoding: str = _help("jpeg", "camera frames on the wire: jpeg, or png (lossless, larger)")

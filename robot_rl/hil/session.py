@@ -265,7 +265,9 @@ class Session:
         pending_operator = False  # whether the operator drove the pending transition
         for t in range(self.time_limit):
             self._sync_weights()
-            cmd = self.teleop.read(state) if self.teleop is not None else None
+            # a simulated operator watches the scene (a simulated robot's privileged state) as a person would
+            cmd = self.teleop.read(state if current.privileged_state is None else current.privileged_state) \
+                if self.teleop is not None else None
             events = cmd.events if cmd is not None else frozenset()
             if Event.ESTOP in events:
                 self.client.estop("operator e-stop")

@@ -343,13 +343,13 @@ def test_serve_robot_with_cameras_says_so_and_bad_keys_are_one_line(capsys, monk
 def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path, capsys, monkeypatch):
     """A robot serving cameras: hil-train's learner is a pixel agent (frames in every transition, stored in its
     buffers and checkpoint), the episodes are recorded with their videos, and deploy runs the run's actor +
-    encoder on the same robot. The full state stays on (driver_args.full_state=true): the scripted operator drives
-    from it."""
+    encoder on the same robot. The robot serves proprioception beside the frames; the scripted operator steers by
+    the scene's privileged state, which reaches neither the learner nor the recording."""
     from robot_rl import checkpoint
 
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     run = tmp_path / "hil_pixels"
-    with served_robot("pixels=true", "pixel_size=[32,32]", "driver_args.full_state=true") as address:
+    with served_robot("pixels=true", "pixel_size=[32,32]") as address:
         capsys.readouterr()
         code = main(["hil-train", f"robot={address}", "step_timeout_s=5", "steps=48", f"run_dir={run}",
                      "learning_starts=24", "agent.optimiser.batch_size=8", "agent.network.hidden_dims=[16]",
@@ -363,6 +363,8 @@ def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path,
         counters = latest["learner"]["counters"]
         assert counters["transitions"] >= 48 and counters["updates"] > 0
         online = latest["replay"]["online"]
+        assert latest["learner"]["config"]["obs_dim"] == 7 and online["obs"]["state"].shape[-1] == 7  # proprioception
+        assert counters["interventions"] > 0  # the operator took over, steering by the scene
         for group in ("pixels/front", "pixels/wrist"):  # the learner got the robot's frames
             frames = online["obs"][group]
             assert frames.dtype == torch.uint8 and frames.shape[1:] == (1, 32, 32, 3)
@@ -371,6 +373,7 @@ def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path,
         assert len(data) == counters["transitions"]
         assert {k: tuple(v.shape[1:]) for k, v in data.transitions.cameras.items()} == {
             "pixels/front": (32, 32, 3), "pixels/wrist": (32, 32, 3)}
+        assert data.transitions.obs["state"].shape[1:] == (7,)
 
         assert main(["deploy", f"robot={address}", "step_timeout_s=5", f"checkpoint={run}", "episodes=1"]) == 0
         assert "done: 1 episodes" in capsys.readouterr().out
@@ -489,7 +492,7 @@ def test_teleop_records_the_cameras_a_robot_serves(tmp_path, capsys, monkeypatch
 
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     out = tmp_path / "demos"
-    with served_robot("pixels=true", "pixel_size=[24,24]", "driver_args.full_state=true") as address:
+    with served_robot("pixels=true", "pixel_size=[24,24]") as address:  # the scripted operator watches the scene
         assert main(["teleop", f"robot={address}", "step_timeout_s=5", "teleop=scripted", "episodes=2",
                      f"out={out}", "seed=0"]) == 0
     data = read_dataset(out)
@@ -497,6 +500,7 @@ def test_teleop_records_the_cameras_a_robot_serves(tmp_path, capsys, monkeypatch
     frames = OfflineData.load(out, 0.99, cameras=("pixels/front", "pixels/wrist")).transitions.cameras
     assert frames["pixels/front"].shape[1:] == (24, 24, 3) and len(frames["pixels/front"]) == len(data)
     assert frames["pixels/wrist"].float().std() > 1  # real images, not a constant
+    assert data.transitions.obs["state"].shape[1:] == (7,)  # proprioception: the scene's state is not recorded
 
 
 # -- a learned reward: the success classifier on the robot's frames ------------------------------------------

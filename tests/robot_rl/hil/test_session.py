@@ -304,8 +304,10 @@ def test_a_robot_with_cameras_gives_the_policy_the_observation_dict():
     for obs in seen:  # the layout of ArmEnv(pixels=True): what CameraFusion reads
         assert set(obs) == {"state", "pixels/front", "pixels/wrist"} and obs["state"].shape == (7,)
         assert obs["pixels/front"].shape == (32, 40, 3) and obs["pixels/wrist"].dtype == np.uint8
-    assert all(s.shape == (7,) for s in teleop_states)  # the operator and the learner get the state vector
-    assert link.cat("obs").shape == (3, 7)
+    # the operator watches the scene (a simulated robot's privileged state, 29 numbers); the learner gets the 7 of
+    # proprioception and never the scene's state
+    assert all(s.shape == (29,) for s in teleop_states)
+    assert link.cat("obs").shape == (3, 7) and link.cat("next_obs").shape == (3, 7)
     assert set(link.chunks[0]) == {"obs", "action", "reward", "next_obs", "terminated", "truncated", "intervention"}
 
 
