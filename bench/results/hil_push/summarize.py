@@ -1,10 +1,11 @@
 """Summary of run.sh's hil-train runs on the simulated arm's sparse push: per seed, the intervention rate and the
 autonomous success (successful episodes without any takeover) over the first and the last 2,000 training steps,
-and deploy's success on 50 autonomous episodes of the run's best weights; over seeds: mean, IQM, 95% bootstrap
+and deploy's success on autonomous episodes of the run's best weights (50 in run.sh, 20 in ../hil_pixels/run.sh); over seeds: mean, IQM, 95% bootstrap
 interval. Copies each run's small files (config, metrics, per-episode log, console logs) next to this script.
 
 Usage: summarize.py [RUNS [OUT]]: the runs of `OUT=RUNS run.sh ...` (default runs/hil_push), summarised into OUT, a
-folder beside this script (default: this folder), e.g. `summarize.py runs/hil_push_g95 gamma0.95`."""
+folder beside this script (default: this folder), e.g. `summarize.py runs/hil_push_g95 gamma0.95`; the camera runs of
+../hil_pixels/run.sh: `summarize.py runs/hil_pixels ../hil_pixels/person`."""
 
 from __future__ import annotations
 
@@ -53,8 +54,10 @@ def plot(runs: list[Path]) -> None:
             x.append(int(rows[i]["env_steps"]))
             y.append(sum(int(r["interventions"]) for r in last) / sum(int(r["length"]) for r in last))
         ax.plot(x, y, label=f"seed {run.name[1:]}")
+    config = settings(runs[0]) if runs else {}
     ax.set(xlabel="env steps", ylabel="intervention rate (last 20 episodes)", ylim=(0, 1),
-           title="hil-train, sparse push (sim arm, scripted operator)")
+           title=f"hil-train, sparse push (sim arm{', cameras' if config.get('pixels') else ''}, "
+                 f"{config.get('teleop') or 'no'} operator)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(OUT / "intervention_rate.png", dpi=120)
@@ -67,7 +70,9 @@ def settings(run: Path) -> dict:
     import yaml
 
     config = yaml.safe_load((run / "config.yaml").read_text())
-    return {"agent_gamma": float(config["agent"]["gamma"]), "agent_utd": int(config["agent"]["utd"]),
+    agent = config["agent"]  # grouped since 2026-12 (agent.critic.gamma); flat before (agent.gamma)
+    return {"agent_gamma": float(agent.get("critic", agent).get("gamma")),
+            "agent_utd": int(agent.get("optimiser", agent).get("utd")), "pixels": bool(config.get("pixels")),
             **{k: config.get(k, default) for k, default in
                (("mirror_demos", False), ("mirror_online", False), ("intervention_penalty", 0.0),
                 ("teleop", "scripted"), ("distributed", False))},
@@ -77,10 +82,15 @@ def settings(run: Path) -> dict:
 def describe(config: dict) -> dict[str, str]:
     """What ran: the operator, and the demos (recorded over the bridge by run.sh, or a dataset given as DEMOS=)."""
     bridge = config.get("demos_path") is None or "/demos_s" in str(config["demos_path"])
+    operators = {"scripted": "teleop=scripted: the arm's scripted expert takes over when the policy stops making "
+                             "progress (the ideal operator)",
+                 "person": "teleop=person: the simulated person (real/teleop/person.py: reaction delay, noisy and "
+                           "drifting corrections, takes over on a stall or a failing approach, hands back)"}
     return {
-        "operator": "teleop=scripted: the arm's scripted expert takes over when the policy stops making progress"
-                    if config.get("teleop") == "scripted" else "none (teleop=null): the policy acts alone",
-        "demos": ("20 scripted episodes recorded over the bridge first (robot-rl teleop ... teleop=scripted)" if bridge
+        "operator": operators.get(config.get("teleop"), "none (teleop=null): the policy acts alone"),
+        "observations": "front + wrist cameras and proprioception (the scene's state only to the simulated operator)"
+                        if config.get("pixels") else "the full 29-number state",
+        "demos": (f"20 episodes of teleop={config.get('teleop')} recorded over the bridge first" if bridge
                   else f"{config['demos_path']}: 20 episodes of the simulator's scripted expert (robot-rl collect "
                        "env.spec=arm:push-sparse policy=expert episodes=20)") + ", in the prior buffer with every "
                  "intervention",
@@ -119,9 +129,10 @@ def main() -> None:
         "agent": "hil-train's default (plain SAC, LayerNorm MLPs, 2 critics) with the settings below; "
                  "updates_per_transition updates per transition, each with agent_utd critic steps",
         **(settings(runs[0]) if runs else {}),
-        "steps": "12k env steps (= agent steps, action repeat 1)",
-        "evaluation": "training episodes (no separate evaluation on a robot); deploy: 50 episodes of the run's "
-                      "best.pt, deterministic, no operator",
+        "steps": f"{per_seed[next(iter(per_seed))]['env_steps'] if per_seed else 0:,} env steps (= agent steps, action "
+                 "repeat 1; the last episode may run past the run's steps)",
+        "evaluation": "training episodes (no separate evaluation on a robot); deploy: the episodes of deploy.log, "
+                      "the run's best.pt (else latest.pt), deterministic, no operator",
         "per_seed": per_seed,
         "intervention_rate_last_2k": summarize(values("last_2k", "intervention_rate")),
         "autonomous_success_last_2k": summarize(values("last_2k", "autonomous_success")),
