@@ -91,6 +91,13 @@ class HilTrainer(Runner):
         except CheckpointError as e:
             raise CommandError(f"{latest}: {e}") from None
         self.session.log = self.progress.message
+        if self.cameras and not args.distributed and args.device.startswith("cpu"):  # once the run is set up
+            # measured: hil-train's default camera agent at 64x64 made the simulated arm run 0.68 steps per second
+            # instead of 20 (bench/results/hil_pixels)
+            print("robot-rl: note: learning from cameras on the CPU in the actor's process: the robot waits for every "
+                  "update (about a second each at the default camera agent). Put the learner beside it with "
+                  "distributed=true, or on a GPU with device=cuda; pixels=false learns from the state",
+                  file=sys.stderr, flush=True)
 
     def _learner_config(self) -> LearnerConfig:
         """The learner's configuration from the keys and the robot's spec, checked here: before a learner (maybe a

@@ -358,6 +358,7 @@ def test_hil_train_learns_from_the_cameras_a_robot_serves_then_deploys(tmp_path,
         out = capsys.readouterr()
         assert code == 0, out.err
         assert "from cameras pixels/front 32x32, pixels/wrist 32x32" in out.out
+        assert "the robot waits for every update" in out.err and "distributed=true" in out.err  # on the CPU
         latest = checkpoint.load(run / "checkpoints" / "latest.pt")
         assert latest["learner"]["config"]["cameras"] == {"pixels/front": [32, 32, 3], "pixels/wrist": [32, 32, 3]}
         counters = latest["learner"]["counters"]
