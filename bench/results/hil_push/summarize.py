@@ -32,6 +32,9 @@ def window_means(rows: list[dict], first: bool) -> dict[str, float]:
     return {
         "episodes": len(chosen),
         "intervention_rate": round(sum(int(r["interventions"]) for r in chosen) / steps, 3),
+        # the human side as a person feels it: how often they take over (runs from before the column: None)
+        "takeovers_per_episode": round(sum(int(r["takeovers"]) for r in chosen) / len(chosen), 2)
+        if "takeovers" in chosen[0] else None,
         "autonomous_success": round(sum(r["success"] == "True" and int(r["interventions"]) == 0 for r in chosen)
                                     / len(chosen), 3),
     }
@@ -113,6 +116,8 @@ def main() -> None:
             "env_steps": int(rows[-1]["env_steps"]), "first_2k": window_means(rows, True),
             "last_2k": window_means(rows, False),
             "deploy_success_percent": round(100 * int(done.group(1)) / int(done.group(2)), 1),
+            # minutes the operator drove over the whole run, at run.sh's 20 Hz (the person's time at the device)
+            "operator_minutes": round(sum(int(r["interventions"]) for r in rows) / 20 / 60, 2),
             # ticks the robot held because no command came in time (a loaded host); older runs did not log them
             "missed_ticks_percent": round(100 * sum(int(r.get("missed_ticks") or 0) for r in rows)
                                           / int(rows[-1]["env_steps"]), 2),
