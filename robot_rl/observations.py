@@ -55,7 +55,7 @@ class Mirror:
 class ObservationPipeline:
     """`agent`'s observations from collection to the replay (module docstring), with `groups` stored. Vector envs
     (the trainer) go through `start`/`acting`/`add_step`, chunks of one env (the HIL learner) `chunk`, then
-    `for_replay`; datasets `prior_data`."""
+    `chunk_for_replay`; datasets `prior_data`."""
 
     def __init__(self, agent: SAC, groups: Sequence[str] = ("state",), online: Sequence[Augmentation] = (),
                  prior: Sequence[Augmentation] = ()) -> None:
@@ -64,6 +64,7 @@ class ObservationPipeline:
         self.copies = 1 + len(self.online)  # replay columns per env: its own, then each augmentation's
         self.caches = bool(agent.cfg.encoder.cache_embeddings) and agent.encoder is not None
         self._current: Obs | None = None  # with the cache: the stored columns of a vector env's current observations
+        self._last_frames: tuple[Obs, Obs] | None = None  # with the cache: the last chunk's last next frames, features
 
     def replay_spec(self, spec: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict:
         """What a replay stores for observation groups `spec`: the groups as they are, or with the cache each camera
@@ -86,22 +87,28 @@ class ObservationPipeline:
 
     @torch.no_grad()
     def chunk_for_replay(self, chunk: Transitions) -> Transitions:
-        """Consecutive steps of one env (a HIL chunk) as the replay stores them, with the cache the backbone running
-        once per frame and in one batch: a step's next frames are the following step's frames except where an
-        episode ended, so only those and the last step's pass the backbone again (row by row, each transition's
-        two frames went through it at batch size one)."""
+        """Consecutive steps of one env (a HIL chunk) as the replay stores them. With the cache each frame passes the
+        backbone once, in one batch: a step's next frames are the following step's frames except where an episode
+        ended, and the first step's frames are usually the previous chunk's last next frames (a HIL actor sends one
+        step per chunk), whose features are kept (not across a mirror image's chunk in between: those pass in full).
+        Frames are compared, not flags, so a reuse is always exact."""
         if not self.caches:
             return chunk
-        obs, cameras = self.for_replay(chunk.obs), self.agent.encoder.keys
-        follows = torch.ones(chunk.reward.shape[0] - 1, dtype=torch.bool)  # next frames i are frames i + 1
+        cameras, n = self.agent.encoder.keys, chunk.reward.shape[0]
+        follows = torch.ones(n - 1, dtype=torch.bool)  # next frames i are frames i + 1
         for k in cameras:
             follows &= (chunk.next_obs[k][:-1] == chunk.obs[k][1:]).flatten(1).all(1)
         fresh = torch.cat([~follows, torch.ones(1, dtype=torch.bool)]).nonzero().squeeze(1)
-        embedded = self.for_replay({k: chunk.next_obs[k][fresh] for k in cameras})
-        next_obs = dict(chunk.next_obs)
+        last = self._last_frames
+        seen = last is not None and all(torch.equal(last[0][k], chunk.obs[k][:1]) for k in cameras)
+        first = int(seen)  # the first step's frames need no pass when they are the previous chunk's last next ones
+        new = self.for_replay({k: torch.cat([chunk.obs[k][first:], chunk.next_obs[k][fresh]]) for k in cameras})
+        obs, next_obs = dict(chunk.obs), dict(chunk.next_obs)
         for k in cameras:
+            obs[k] = torch.cat([last[1][k], new[k][: n - 1]]) if seen else new[k][:n]
             next_obs[k] = torch.cat([obs[k][1:], obs[k][-1:]])
-            next_obs[k][fresh.to(obs[k].device)] = embedded[k]
+            next_obs[k][fresh.to(obs[k].device)] = new[k][n - first:]
+        self._last_frames = ({k: chunk.next_obs[k][-1:] for k in cameras}, {k: next_obs[k][-1:] for k in cameras})
         return chunk._replace(obs=obs, next_obs=next_obs)
 
     def columns(self, obs: Obs) -> Obs:

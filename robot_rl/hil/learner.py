@@ -351,7 +351,7 @@ class HILLearner:
         terminated, truncated, intervention = t.terminated, t.truncated, transitions["intervention"]
         # The statistics, then with mirror_online each store followed by the same rows reflected: a separate run of
         # rows, cut at its end like the original, so no n-step window joins an episode to its mirror image.
-        copies = self.pipeline.chunk(t)
+        copies = [self.pipeline.chunk_for_replay(c) for c in self.pipeline.chunk(t)]  # as stored, for both buffers
         cut_online = _cut(truncated, terminated, np.arange(n) == n - 1)
         for c in copies:
             self._extend(self.online, c, cut_online)
@@ -378,15 +378,15 @@ class HILLearner:
         t = from_chunk(transitions, self.cameras)
         cut = _cut(t.truncated, t.terminated, np.arange(n) == n - 1)
         for c in self.pipeline.chunk(t, online=False):
-            self._extend(self.prior, c, cut)
+            self._extend(self.prior, self.pipeline.chunk_for_replay(c), cut)
             self.demo_transitions += n
 
     def _extend(self, buffer: ReplayBuffer, t: Transitions, truncated: Tensor) -> None:
+        """Store transitions already as the replay stores them (`ObservationPipeline.chunk_for_replay`)."""
         if not self.cameras:
             buffer.extend(t.obs, t.action, t.reward, t.next_obs, t.terminated, truncated)
             return
         # A frame buffer: row by row, with the chunk's own flags (no cut at its end, see the module docstring).
-        t = self.pipeline.chunk_for_replay(t)
         for i in range(t.reward.shape[0]):
             row = t.rows(slice(i, i + 1))
             buffer.close_broken_episodes(row.obs)

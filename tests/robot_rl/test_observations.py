@@ -163,7 +163,8 @@ def test_the_cache_stores_the_backbones_features_of_the_frames(resnet10: Path) -
 
 def test_a_chunk_passes_the_backbone_once_per_frame(resnet10: Path) -> None:
     """A HIL chunk's cached features are each row's own (obs and next obs through the backbone one by one), with the
-    backbone run on each frame once: its steps' frames and the next frames where an episode ended and at the end."""
+    backbone run on each frame once: its steps' frames and the next frames where an episode ended and at the end;
+    in the next chunk, not again on the frames it starts from."""
     agent = _agent(encoder=dict(kind="pretrained", weights=str(resnet10), spatial_features=2, image_shift=0,
                                 cache_embeddings=True))
     pipeline = ObservationPipeline(agent, ("state", *CAMS))
@@ -185,6 +186,17 @@ def test_a_chunk_passes_the_backbone_once_per_frame(resnet10: Path) -> None:
             torch.testing.assert_close(stored.obs[c][i], pipeline.for_replay(row.obs)[c][0])
             torch.testing.assert_close(stored.next_obs[c][i], pipeline.for_replay(row.next_obs)[c][0])
     assert torch.equal(stored.obs["state"], obs["state"]) and torch.equal(stored.next_obs["state"], next_obs["state"])
+
+    # the next chunk, one step as a HIL actor sends it, starts from this chunk's last next frames: one new frame each
+    frames_in.clear()
+    more = _obs(1, g)
+    step = Transitions({k: next_obs[k][-1:] for k in obs}, torch.zeros(1, A), torch.zeros(1), more,
+                       torch.zeros(1, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+    stored = pipeline.chunk_for_replay(step)
+    assert sum(frames_in) == 2
+    for c in CAMS:
+        torch.testing.assert_close(stored.obs[c], pipeline.for_replay(step.obs)[c])
+        torch.testing.assert_close(stored.next_obs[c], pipeline.for_replay(more)[c])
 
 
 def _discounted(rewards: torch.Tensor, dones: torch.Tensor, gamma: float) -> torch.Tensor:

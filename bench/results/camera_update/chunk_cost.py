@@ -1,5 +1,6 @@
 """What a HIL chunk costs to store with cached embeddings (the frozen backbone on its frames): row by row, as the
-HIL learner did before 2026-12-06, against `ObservationPipeline.chunk_for_replay`; one thread, 20-step chunks, two
+HIL learner did before 2026-12-06, against `ObservationPipeline.chunk_for_replay` on one 20-step chunk and on 20
+one-step chunks (as a HIL actor sends them: each step's frames are the previous step's next ones); one thread, two
 cameras, a resnet10 of random weights (the cost does not depend on their values).
 
 Usage: python bench/results/camera_update/chunk_cost.py [SIZE ...]   (default 64 128)
@@ -39,8 +40,13 @@ def measure(size: int, weights: Path) -> dict[str, float]:
             pipeline.for_replay(row.obs)
             pipeline.for_replay(row.next_obs)
 
+    def one_step_chunks() -> None:  # as a HIL actor sends them: one step per chunk
+        for i in range(STEPS):
+            pipeline.chunk_for_replay(chunk.rows(slice(i, i + 1)))
+
     out = {}
-    for name, store in (("row by row", row_by_row), ("chunk", lambda: pipeline.chunk_for_replay(chunk))):
+    for name, store in (("row by row", row_by_row), ("chunk", lambda: pipeline.chunk_for_replay(chunk)),
+                        ("one-step chunks", one_step_chunks)):
         store()
         start = time.perf_counter()
         for _ in range(REPEATS):
@@ -57,7 +63,7 @@ def main() -> None:
         for size in [int(a) for a in sys.argv[1:]] or [64, 128]:
             ms = measure(size, weights)
             print(f"{size}x{size}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
-                  + f" per transition ({ms['row by row'] / ms['chunk']:.1f}x)", flush=True)
+                  + " per transition", flush=True)
 
 
 if __name__ == "__main__":

@@ -331,9 +331,15 @@ def test_a_frozen_backbone_with_cached_embeddings_stores_features_and_acts_on_fr
                     optimiser=OptimiserConfig(batch_size=8))
     learner = HILLearner(config(sac=sac, utd=1.0))
     assert learner.online.obs_spec["pixels/front"] == ((512, 1, 1), torch.float16)
+    frames_in = []  # the shared backbone's batches
+    next(iter(learner.agent.encoder.encoders.values())).backbone.register_forward_hook(
+        lambda _, args, __: frames_in.append(args[0].shape[0]))
     for s in range(6):
         learner.add(chunk(1, start=s, intervention=[s % 2 == 0]))
     assert len(learner.online) == 6 and not learner.online.truncated[:6].any()
+    # the 7 frames of six consecutive steps, each through the backbone once per camera: not again for the prior
+    # buffer's copy of an intervention, nor for a step's frames that were the previous step's next ones
+    assert sum(frames_in) == len(CAMERAS) * 7
     assert np.isfinite(learner.train_due()["critic_loss"]) and learner.updates == 2
     policy = build_policy(learner.cfg)
     policy.load_state_dict(learner.actor_state())
