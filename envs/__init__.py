@@ -117,6 +117,7 @@ def make(
     pixel_size: tuple[int, int] | None = None,
     full_state: bool = False,
     end_on_success: bool = True,
+    delay: Any = None,
 ) -> BatchedEnv:
     """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
 
@@ -132,6 +133,9 @@ def make(
             for a camera reward classifier beside a state learner; such an env is no pixel task).
         end_on_success: ``arm:`` only: False lets episodes go on past the task's success (only the time limit, or
             a reward classifier around the env, ends them); ``info["success"]`` still reports each solved step.
+        delay: an observation-to-action delay (``robot_rl.envs.delay.ActionDelay``, or an int: that many agent
+            steps): each action lands that many steps after the observation it was computed from; with
+            ``aware=True`` the actions in flight are appended to ``state``. None or 0: no delay.
     ``seed`` applies to the first ``reset()`` that gets no seed of its own. Unknown options raise TypeError.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -139,9 +143,10 @@ def make(
     options = _options(
         spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success
     )
+    delay = _delay(delay)
     backend, name = _backend(spec)
     if hasattr(backend, "make_batched"):  # steps the whole batch natively instead of a list of envs
-        return backend.make_batched(spec, name, num_envs, device, seed, options)
+        return _delayed(backend.make_batched(spec, name, num_envs, device, seed, options), delay)
     envs: list[gym.Env] = []
     limit: int | None = None
     try:
@@ -149,13 +154,36 @@ def make(
             env, limit = backend.make_env(name, options)
             envs.append(env)
         knows = getattr(backend, "can_terminate", None)  # a backend that can tell which tasks never terminate
-        return SyncBatchedEnv(
+        return _delayed(SyncBatchedEnv(
             spec, envs, device=device, seed=seed, max_episode_steps=limit, render=options.render,
             can_terminate=None if knows is None else knows(name),
-        )
+        ), delay)
     except BaseException:
         for env in envs:
             env.close()
+        raise
+
+
+def _delay(delay: Any) -> Any:
+    """`make`'s `delay=` as an `ActionDelay`, or None for no delay."""
+    if delay is None:
+        return None
+    from .delay import ActionDelay
+
+    if not isinstance(delay, ActionDelay):
+        delay = ActionDelay(steps=delay)
+    return delay if delay.enabled else None
+
+
+def _delayed(env: BatchedEnv, delay: Any) -> BatchedEnv:
+    if delay is None:
+        return env
+    from .delay import DelayedEnv
+
+    try:
+        return DelayedEnv(env, delay)
+    except BaseException:
+        env.close()
         raise
 
 

@@ -41,8 +41,12 @@ class Agent:
         spec: str | None = None,
         reset: Callable[[], None] | None = None,
         cameras: dict[str, list[int]] | None = None,
+        delay: dict[str, Any] | None = None,
     ) -> None:
         self._act, self._reset = act, reset
+        # The observation-to-action delay it was trained under (`robot_rl.envs.delay.DelayedEnv.metadata`), or None;
+        # a delay-aware policy reads the actions in flight after the state (`robot_rl.envs.delay.InFlightActions`).
+        self.delay = delay
         self.obs_dim, self.action_dim, self.spec = obs_dim, action_dim, spec
         self.cameras = dict(cameras or {})  # camera group -> [H, W, C] the policy reads besides `state`
         self.action_space = action_space
@@ -80,17 +84,19 @@ class Agent:
         spec = meta.get("env_spec")
         if action_space is None and spec:
             action_space = _native_action_space(spec)
-        return cls._from_policy(policy, action_space, device, spec)
+        return cls._from_policy(policy, action_space, device, spec, meta.get("delay"))
 
     @classmethod
     def _from_policy_dir(cls, path: Path, action_space: gym.spaces.Box | None, device: str) -> Agent:
-        from robot_rl.policies.io import load_policy
+        from robot_rl.policies.io import load_policy, read_metadata
 
-        return cls._from_policy(load_policy(path, device=device), action_space, device)
+        delay = read_metadata(path).get("delay")
+        return cls._from_policy(load_policy(path, device=device), action_space, device, delay=delay)
 
     @classmethod
     def _from_policy(
-        cls, policy: Any, action_space: gym.spaces.Box | None, device: str, spec: str | None = None
+        cls, policy: Any, action_space: gym.spaces.Box | None, device: str, spec: str | None = None,
+        delay: dict[str, Any] | None = None,
     ) -> Agent:
         """An agent over any saved-policy kind (`robot_rl.policies.io.POLICY_CLASSES`)."""
 
@@ -98,7 +104,7 @@ class Agent:
             return policy.act({k: v.to(device) for k, v in obs.items()}, deterministic=deterministic)
 
         return cls(act, policy.obs_dim, policy.action_dim, action_space, spec, reset=policy.reset,
-                   cameras=getattr(policy, "cameras", None))
+                   cameras=getattr(policy, "cameras", None), delay=delay)
 
     @torch.no_grad()
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
@@ -109,6 +115,10 @@ class Agent:
         x = torch.as_tensor(np.asarray(groups["state"]), dtype=torch.float32)
         single = x.dim() == 1
         if x.shape[-1] != self.obs_dim:
+            if self.delay and self.delay.get("aware"):
+                raise ValueError(f"observation of size {x.shape[-1]}; this policy takes {self.obs_dim}: it was trained "
+                                 f"delay-aware ({delay_text(self.delay)}) and reads the actions in flight after the "
+                                 "state (robot_rl.envs.delay.InFlightActions builds them)")
             raise ValueError(f"observation of size {x.shape[-1]}; this policy takes {self.obs_dim}")
         batch = {"state": x[None] if single else x}
         for group, shape in self.cameras.items():
@@ -126,6 +136,15 @@ class Agent:
         """Start a new episode (clears a chunked policy's queued actions)."""
         if self._reset is not None:
             self._reset()
+
+
+def delay_text(delay: dict[str, Any]) -> str:
+    """A trained delay in words: `5 steps (250 ms)`, or `2-6 steps, drawn per episode`."""
+    choices = sorted(int(v) for v in delay.get("choices") or [0])
+    dt = delay.get("control_dt")
+    if len(set(choices)) > 1:
+        return f"{choices[0]}-{choices[-1]} steps, drawn per episode"
+    return f"{choices[0]} steps" + (f" ({choices[0] * dt * 1000:.0f} ms)" if dt else "")
 
 
 def train(env_spec: str, steps: int, run_dir: str | Path | None = None, **overrides: Any) -> Agent:

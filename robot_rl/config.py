@@ -54,6 +54,36 @@ class EnvConfig:
 
 
 @dataclass
+class DelayConfig:
+    steps: int = _help(
+        0, "observation-to-action delay in control steps: each action lands this many steps after the observation "
+        "it was computed from, as on a robot (camera, transport, inference); the first steps of an episode apply the "
+        "zero action. 0: none. Training and evaluation envs both run under it"
+    )
+    ms: float | None = _help(None, "the delay in milliseconds instead, converted with the env's control rate "
+                                   "(arm tasks: 20 Hz, so 250 ms = 5 steps)")
+    sample_steps: list[int] | None = _help(
+        None, "a delay drawn per episode from this list of steps (each entry equally likely: a measured "
+        "distribution, e.g. [4,5,5,6])"
+    )
+    sample_ms: list[float] | None = _help(None, "the same in milliseconds (e.g. the delays robot-rl deploy measured)")
+    aware: bool = _help(
+        False, "delay-aware learner: the actions still in flight (the largest delay's worth, oldest first) are "
+        "appended to the state observation, and a drawn delay too, so the policy knows what happens before its "
+        "action lands; deploy and serve-policy append the same from the actions they sent"
+    )
+
+    def to_delay(self) -> Any:
+        """These keys as `robot_rl.envs.delay.ActionDelay` (errors name `env_delay.<key>`); None when unset."""
+        from robot_rl.envs.delay import ActionDelay
+
+        delay = ActionDelay(int(self.steps), None if self.ms is None else float(self.ms),
+                            tuple(self.sample_steps or ()), tuple(self.sample_ms or ()), bool(self.aware),
+                            name="env_delay")
+        return delay if delay.enabled else None
+
+
+@dataclass
 class LoopConfig:
     steps: int = _help(10_000, "environment steps (transitions, summed over envs) to train for")
     learning_starts: int = _help(1_000, "uniform-random actions for this many steps before learning")
@@ -164,6 +194,7 @@ class TrainConfig(RunConfig):
     GROUPS = ("env", "agent", "experiment")  # preset groups that may be chosen on the command line
 
     env: EnvConfig = field(default_factory=EnvConfig)
+    env_delay: DelayConfig = field(default_factory=DelayConfig)
     agent: SACConfig = field(default_factory=SACConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -211,6 +242,7 @@ class TrainConfig(RunConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.env_delay.to_delay()  # its own one-line errors, naming env_delay.<key> and the choices
         self.offline.calql.validate()
         self.offline.iql.validate()
 

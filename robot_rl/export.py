@@ -84,6 +84,7 @@ def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[Sav
     spec = env.get("spec")
     pixels = "encoder" in state["agent"]
     cameras: dict[str, tuple[int, ...]] = {}
+    delay = None  # hil-train learns on the robot's own delay; only `train` runs have env_delay
     if "obs_dim" in config:  # hil-train's learner config; a camera learner's names its groups and image sizes
         cameras = {g: tuple(int(v) for v in shape) for g, shape in (config.get("cameras") or {}).items()}
         if pixels and not cameras:
@@ -91,14 +92,17 @@ def _sac_policy(path: Path, config: dict, state: dict, device: str) -> tuple[Sav
         obs_dim, action_dim = int(config["obs_dim"]), int(config["action_dim"])
     else:
         pixel_size = tuple(env["pixel_size"]) if pixels and env.get("pixel_size") else None
-        obs_dim, action_dim, cameras = _env_dims(spec, path, pixel_size)
+        obs_dim, action_dim, cameras, delay = _env_dims(spec, path, pixel_size, config.get("env_delay"))
         if pixels and not cameras:
             raise ExportError(f"{path}: a camera agent, but its env {spec!r} has no camera groups")
     kwargs = actor_policy_kwargs(obs_dim, action_dim, sac, int(env.get("action_repeat", 1)),
                                  cameras if pixels else None)
     policy = ActorPolicy(**kwargs)
     _load(policy, policy_state_dict(state["agent"]), path)
-    return policy.to(device).eval(), {"kind": "sac", "env_spec": spec}
+    meta: dict[str, Any] = {"kind": "sac", "env_spec": spec}
+    if delay is not None:  # trained under env_delay: deploy must feed the actions in flight (and checks the delay)
+        meta["delay"] = delay
+    return policy.to(device).eval(), meta
 
 
 def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tuple[SavedPolicy, dict[str, Any]]:
@@ -141,17 +145,21 @@ def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tupl
     return chain.base_policy().requires_grad_(False).to(device).eval(), meta
 
 
-def _env_dims(spec: str, path: Path, pixel_size: tuple[int, ...] | None = None
-              ) -> tuple[int, int, dict[str, tuple[int, ...]]]:
-    """(obs_dim, action_dim, camera groups -> (H, W, C)) of the run's env (one env built to read them, with the
-    run's `pixel_size` for a camera agent)."""
+def _env_dims(spec: str, path: Path, pixel_size: tuple[int, ...] | None = None, env_delay: dict | None = None
+              ) -> tuple[int, int, dict[str, tuple[int, ...]], dict[str, Any] | None]:
+    """(obs_dim, action_dim, camera groups -> (H, W, C), the delay's metadata or None) of the run's env (one env
+    built to read them, with the run's `pixel_size` for a camera agent and its `env_delay`: a delay-aware actor
+    reads the actions in flight after the state)."""
     from robot_rl import envs
     from robot_rl.agents.sac import camera_groups
+    from robot_rl.envs.delay import ActionDelay, DelayedEnv
 
     try:
-        with envs.make(spec, num_envs=1, pixel_size=pixel_size) as env:
+        delay = ActionDelay.from_dict(env_delay, "env_delay") if env_delay else None
+        with envs.make(spec, num_envs=1, pixel_size=pixel_size, delay=delay) as env:
             spec_ = env.observation_spec
-            return int(spec_["state"][0][0]), int(env.action_dim), camera_groups(spec_)
+            meta = env.metadata() if isinstance(env, DelayedEnv) else None
+            return int(spec_["state"][0][0]), int(env.action_dim), camera_groups(spec_), meta
     except Exception as e:
         raise checkpoint.CheckpointError(
             f"{path}: cannot build its env {spec!r} to read the policy's sizes ({type(e).__name__}: {e})"

@@ -67,6 +67,7 @@ def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **op
         action_repeat=cfg.env.action_repeat,
         max_episode_steps=cfg.env.max_episode_steps,
         pixel_size=pixel_size,
+        delay=cfg.env_delay.to_delay(),  # env_delay: the observation-to-action delay (robot_rl.envs.delay)
         **options,
     )
     if not classifier:

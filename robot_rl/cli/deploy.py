@@ -1,5 +1,6 @@
 """`robot-rl deploy`: run a trained policy (a run, checkpoint or policy directory) on the robot with every safety
-on and no learning."""
+on and no learning. A policy trained under `env_delay` gets the actions in flight it was trained to read, and the
+bridge's measured observation-to-action delay is reported against the trained one (`robot_rl.deploy_delay`)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def deploy(args: DeployArgs) -> int:
     import numpy as np
 
     from robot_rl.api import Agent
+    from robot_rl.deploy_delay import DeployDelay
     from robot_rl.export import ExportError, check_task
     from robot_rl.hil import connect
 
@@ -66,16 +68,26 @@ def deploy(args: DeployArgs) -> int:
     # bridge's [-1, 1] whatever env the run was trained on.
     agent = Agent.load(path, action_space=gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32))
     _check_cameras(path, agent.cameras, spec)
-    if (agent.obs_dim, agent.action_dim) != (spec.state_dim, spec.action_dim):
+    # A policy trained under env_delay: a delay-aware one reads the actions in flight after the state, which this
+    # client keeps from what the robot executed; either way the bridge's own delay is measured against the trained.
+    delay = DeployDelay(agent.delay, spec.action_dim, 1.0 / spec.control_hz)
+    if (agent.obs_dim, agent.action_dim) != (spec.state_dim + delay.extra, spec.action_dim):
         raise cli.CommandError(f"{path} maps {agent.obs_dim} states to {agent.action_dim} actions; {spec.name} has "
-                           f"{spec.state_dim} and {spec.action_dim}")
+                           f"{spec.state_dim}{f' (+ {delay.extra} in flight)' if delay.extra else ''} and "
+                           f"{spec.action_dim}")
 
-    def policy(state: Any) -> Any:
+    def act(state: Any) -> Any:
         return agent.predict(state, deterministic=not args.stochastic).astype("float32")
 
-    eps = connect.drive(args, client, spec, "takeover", spec.name, policy=policy, policy_reset=agent.reset)
+    def reset() -> None:
+        agent.reset()
+        delay.reset()
+
+    eps = connect.drive(args, client, spec, "takeover", spec.name, policy=delay.policy(act), policy_reset=reset,
+                        executed=delay.executed)
     print(f"done: {len(eps)} episodes | success {sum(e.success for e in eps)}/{len(eps)} | mean return "
           f"{sum(e.ret for e in eps) / max(1, len(eps)):.2f}")
+    print(delay.summary())
     return 0
 
 

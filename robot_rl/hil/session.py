@@ -176,6 +176,13 @@ class Session:
         intervention_penalty: subtracted from the reward of the policy's last step before the operator takes over,
             in the transition sent to the link only (the recorded dataset keeps the robot's reward): RLIF's
             intervention signal (Luo et al., ICLR 2024) beside the task reward. 0: off.
+        executed: called after every step with what the robot executed (``applied_action``; None for a held
+            tick), the operator's actions included (a delay-aware policy's actions in flight,
+            ``robot_rl.envs.delay.InFlightActions.sent``), and for a policy step the ticks between the observation
+            the policy acted on and the tick that applied its action, less one (0: applied at the next tick, as in
+            a simulator without delay; None for other steps and an episode's first): the observation-to-action
+            delay the bridge sees (inference, transport, queueing; not a driver's own sensing or actuation latency,
+            which the server cannot see).
     """
 
     def __init__(
@@ -197,6 +204,7 @@ class Session:
         link_cameras: Sequence[str] = (),
         reward_model: RewardModel | None = None,
         intervention_penalty: float = 0.0,
+        executed: Callable[[np.ndarray | None, int | None], None] | None = None,
     ) -> None:
         if not (math.isfinite(intervention_penalty) and intervention_penalty >= 0):
             raise ValueError(f"intervention_penalty must be a finite number >= 0, got {intervention_penalty}")
@@ -230,6 +238,7 @@ class Session:
         self.comm_errors = 0
         self.warned_missed_ticks = False  # the slow-loop warning is given once per session
         self.max_retries = max_retries
+        self.executed = executed
 
     def run(self, episodes: int | None = None, steps: int | None = None, seed: int | None = None) -> list[EpisodeStats]:
         """Run until ``episodes`` episodes or ``steps`` env steps (whichever comes first) or an operator e-stop."""
@@ -296,9 +305,14 @@ class Session:
                 self._say(f"warning: {e}; ending the episode and starting a new one")
                 label = "comm_error"
                 break
+            late = None  # ticks between the observation the policy acted on and its action's tick, less one
             if last_tick is not None:
                 missed += max(0, r.tick - last_tick - 1)
+                if action is not None and not operator:
+                    late = max(0, r.tick - last_tick - 1)
             last_tick = r.tick
+            if self.executed is not None:
+                self.executed(None if action is None else r.applied_action, late)
             if action is None:
                 state, view, current = r.observation.state, self._view(r.observation), r.observation
                 held += 1
