@@ -53,8 +53,11 @@ lint: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-## proto: regenerate the robot bridge's gRPC modules from real/proto/bridge.proto
+## proto: regenerate the gRPC modules of the robot bridge (real/proto/bridge.proto) and the policy server (policy.proto)
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I real/proto --python_out=real/proto --grpc_python_out=real/proto \
 		--pyi_out=real/proto real/proto/bridge.proto
 	sed -i 's/^import bridge_pb2 as bridge__pb2/from . import bridge_pb2 as bridge__pb2/' real/proto/bridge_pb2_grpc.py
+	$(BIN)/python -m grpc_tools.protoc -I real/proto --python_out=real/proto --grpc_python_out=real/proto \
+		--pyi_out=real/proto real/proto/policy.proto
+	sed -i 's/^import policy_pb2 as policy__pb2/from . import policy_pb2 as policy__pb2/' real/proto/policy_pb2_grpc.py
