@@ -158,7 +158,8 @@ class Session:
     Args:
         client: the robot.
         policy: observation -> action in [-1, 1] (the state vector, or on a robot with cameras the observation
-            dict, see the module docstring); None for pure teleoperation.
+            dict, see the module docstring), or None for a tick it has no action for (the robot holds); None
+            for pure teleoperation.
         policy_loader: called with new weights from the link (hil-train).
         policy_reset: called at the start of every episode (clears a chunked policy's queued actions).
         teleop: the operator's device, or None.
@@ -288,7 +289,8 @@ class Session:
             if operator:
                 action = np.asarray(cmd.action, np.float64)
             elif self.policy is not None and (self.link is None or self.link.alive):
-                action = np.asarray(self.policy(view), np.float64)
+                proposed = self.policy(view)  # None: the policy has nothing for this tick (a served chunk is late)
+                action = None if proposed is None else np.asarray(proposed, np.float64)
                 rewinding = False  # a rewind lasts while the operator drives
             else:
                 action = None

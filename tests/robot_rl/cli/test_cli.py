@@ -217,7 +217,9 @@ def test_train_without_separate_eval_env(capsys, tmp_path):
         ("teleop", ["robot=127.0.0.1:50051 ", "teleop=keyboard ", "teleop_args={} ", "episodes=10 ", "out=None "]),
         ("hil-train", ["teleop=scripted ", "device=cpu ", "steps=6000 ", "updates_per_transition=1.0 ",
                        "agent.optimiser.batch_size=256 ", "agent.optimiser.utd=1 ", "record=True "]),
-        ("deploy", ["teleop=None ", "checkpoint= ", "stochastic=False ", "step_timeout_s=0.5 "]),
+        ("deploy", ["teleop=None ", "checkpoint= ", "stochastic=False ", "step_timeout_s=0.5 ", "policy_server=None ",
+                    "splice_max_change=0.2 "]),
+        ("serve-policy", ["checkpoint= ", "port=50061 ", "max_clients=8 ", "idle_timeout_s=30.0 ", "token_file=None "]),
         ("export", ["run= ", "out= ", "format=policy "]),
         ("classifier", ["dataset= ", "out= ", "steps=2000 ", "holdout=0.2 ", "cameras=[] ", "device=cpu "]),
     ],
@@ -237,7 +239,7 @@ def test_usage_lists_eleven_commands_in_one_dialect(capsys):
     code, out, _ = _run(capsys, "--help")
     assert code == 0
     for command in ["train", "finetune", "eval", "collect", "bc", "export", "classifier", "serve-robot", "teleop",
-                    "hil-train", "deploy"]:
+                    "hil-train", "deploy", "serve-policy"]:
         assert f"  {command} " in out, command
     assert " --" not in out.replace("--help", "").replace("--version", ""), out  # no --flags left
 
@@ -276,6 +278,7 @@ def test_device_is_the_torch_device_and_teleop_the_operators():
         (["hil-train", "agent.bogus=1"], "unknown key 'agent.bogus' for hil-train; valid keys under agent: network,"),
         (["teleop", "episodes=many"], "bad value for episodes"),
         (["deploy"], "deploy needs checkpoint=<run dir, checkpoint file or policy dir>"),
+        (["serve-policy"], "serve-policy needs checkpoint=<run dir, checkpoint file or policy dir>"),
         (["collect", "env=arm:reach", "out=x"], "'env=arm:reach': the environment of collect is env.spec=<spec>, "
                                                 "e.g. env.spec=arm:reach"),
         (["eval", "policy=x", "env=arm:reach"], "the environment of eval is env.spec=<spec>"),
