@@ -38,6 +38,14 @@ class RobotArgs:
         {}, "operator device constructor arguments, one key each: teleop_args.<name>=<value> (e.g. "
             "teleop_args.noise=0.3, teleop_args.frame=beside)"
     )
+    console: bool = _help(
+        False, "serve the operator console, a web page of this session: cameras, state, loop health, who drives, "
+               "e-stop, labels, plots, episodes (robot_rl.console; docs/hardware.md)"
+    )
+    console_host: str = _help("127.0.0.1", "console address (off loopback: TLS and the token are required)")
+    console_port: int = _help(8765, "console port (0: any free port; the URL is printed)")
+    console_tls_cert: str | None = _help(None, "PEM certificate of the console (https); with console_tls_key=")
+    console_tls_key: str | None = _help(None, "PEM key of console_tls_cert=")
 
 
 # Keys that must be positive (counts, durations, rates) wherever a robot command has them.
@@ -55,6 +63,9 @@ def check_ranges(args: Any) -> None:
             value = getattr(args, name, None)
             if value is not None and not ok(value):
                 raise CommandError(f"{name}={value}: must be {rule}")
+    port = getattr(args, "console_port", None)
+    if port is not None and not 0 <= port <= 65535:
+        raise CommandError(f"console_port={port}: must be in [0, 65535]")
     threshold = getattr(args, "reward_classifier_threshold", None)
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise CommandError(f"reward_classifier_threshold={threshold}: must be in (0, 1]")

@@ -89,19 +89,24 @@ def drive(args: Any, channel: Any, spec: Any, mode: str, task: str, **policy: An
     """`args.episodes` episodes of a `Session` on `channel` (`policy`: its policy= and policy_reset=), with the
     operator's device of `teleop=` taking over in `mode`, recorded into `out=`: the episodes run. On Ctrl-C the robot
     is held; the device, dataset and channel are always released."""
+    from robot_rl.console import attach
     from robot_rl.hil.session import Session
 
-    device = writer = session = None
+    device = writer = session = console = None
     try:
         device = operator_device(args, spec, mode)
         writer = dataset_writer(args.out, spec, args.append, task, cameras=bool(spec.cameras))
-        session = Session(channel, teleop=device, writer=writer, task=task, **policy)
+        console = attach(args, channel, spec, device, writer)  # the originals unless console=true
+        session = Session(console.client, teleop=console.teleop, writer=console.writer, task=task, **policy)
+        console.bind(session)
         with sigterm_as_interrupt():
             connect_device(device)
             session.run(episodes=args.episodes, seed=args.seed)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         channel.step(None)
     finally:
+        if console is not None:
+            console.close()
         if device is not None:
             device.disconnect()
         if writer is not None:

@@ -46,6 +46,7 @@ class HilTrainer(Runner):
         torch.set_num_threads(args.threads)
         # the Ray learner's handle is kept for the whole run: a Ray actor dies with its last handle
         self.args, self.teleop, self.writer, self.link, self.handle = args, None, None, None, None
+        self.console = None  # robot_rl.console.Attached with console=true
         self.client = connect.client(args)
         try:
             self._setup()
@@ -73,12 +74,16 @@ class HilTrainer(Runner):
         self.teleop = connect.operator_device(args, spec, "takeover")
         if args.record:
             self.writer = connect.dataset_writer(str(run_dir / "episodes"), spec, True, spec.name, bool(self.cameras))
+        from robot_rl.console import attach
+
+        on = self.console = attach(args, self.client, spec, self.teleop, self.writer, self.reward)
         # after the first weights, the learner sends all but a pretrained encoder's frozen backbone
-        self.session = Session(self.client, policy=self._act, policy_loader=partial(load_acting_weights, self.actor),
-                               teleop=self.teleop, link=self.link, writer=self.writer, rewind=args.rewind,
+        self.session = Session(on.client, policy=self._act, policy_loader=partial(load_acting_weights, self.actor),
+                               teleop=on.teleop, link=self.link, writer=on.writer, rewind=args.rewind,
                                metrics_path=run_dir / "hil_metrics.csv", task=spec.name,
-                               link_cameras=tuple(self.cameras), reward_model=self.reward,
+                               link_cameras=tuple(self.cameras), reward_model=on.reward_model,
                                intervention_penalty=args.intervention_penalty)
+        on.bind(self.session)
         settings = RunSettings(steps=args.steps, eval_every=args.log_every, seed=args.seed, command="hil-train",
                                title=f"hil-train {spec.name}", checkpoint_every=args.steps,
                                checkpoint_every_s=args.checkpoint_every_s, score="autonomous_success",
@@ -203,6 +208,8 @@ class HilTrainer(Runner):
 
     def close(self) -> None:
         """Release the operator's device, the recording, the Ray learner and the channel, whichever were set up."""
+        if self.console is not None:
+            self.console.close()
         if self.teleop is not None:
             self.teleop.disconnect()
         if self.writer is not None:
