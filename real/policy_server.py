@@ -94,15 +94,16 @@ class PolicyServerConfig:
             raise ValueError(f"port must be in 0-65535, got {self.port}")
 
 
-def chunk_of(policy: Any, obs: dict[str, Any]) -> Any:
-    """One action chunk [H, A] for a single observation: a chunked policy's (``predict_chunk``, deterministic), or
-    any other saved policy's next action as a chunk of one."""
+def chunk_of(policy: Any, obs: dict[str, Any], deterministic: bool = True) -> Any:
+    """One action chunk [H, A] for a single observation: a chunked policy's (``predict_chunk``; a diffusion or flow
+    policy from zero noise when ``deterministic``, else from fresh noise), or any other saved policy's next action
+    as a chunk of one."""
     import torch
 
     with torch.no_grad():
         if int(getattr(policy, "horizon", 1)) > 1 and hasattr(policy, "predict_chunk"):
-            return policy.predict_chunk(obs, deterministic=True)[0]
-        return policy.act(obs, deterministic=True)[0][None]
+            return policy.predict_chunk(obs, deterministic=deterministic)[0]
+        return policy.act(obs, deterministic=deterministic)[0][None]
 
 
 @dataclass
@@ -129,10 +130,13 @@ class Counters:
 
 class PolicyServer:
     """Serves one loaded policy (``robot_rl.policies.io`` kinds; module docstring). ``metadata``: the policy
-    directory's (kind, env_spec, delay), sent to clients in ``GetInfo``."""
+    directory's (kind, env_spec, delay), sent to clients in ``GetInfo``; ``stochastic``: sample chunks (a
+    diffusion/flow policy's fresh noise per chunk) instead of the deterministic ones."""
 
-    def __init__(self, policy: Any, config: PolicyServerConfig, metadata: dict[str, Any] | None = None) -> None:
+    def __init__(self, policy: Any, config: PolicyServerConfig, metadata: dict[str, Any] | None = None,
+                 stochastic: bool = False) -> None:
         config.validate()
+        self.stochastic = stochastic
         self.policy, self.config, self.metadata = policy.eval(), config, dict(metadata or {})
         self.server_id = secrets.token_hex(8)
         self.obs_dim, self.action_dim = int(policy.obs_dim), int(policy.action_dim)
@@ -276,7 +280,7 @@ class PolicyServer:
                 if request.reset and hasattr(policy, "reset"):
                     policy.reset()
                 t0 = time.perf_counter()
-                chunk = chunk_of(policy, obs).detach().to("cpu", dtype=torch.float32).numpy()
+                chunk = chunk_of(policy, obs, not self.stochastic).detach().to("cpu", dtype=torch.float32).numpy()
                 dt = time.perf_counter() - t0
                 with self._lock:
                     self.counters.chunks += 1

@@ -23,6 +23,7 @@ class ServePolicyArgs:
             "policy directory (robot-rl bc, export, ReinFlow, DPPO); chunked policies send their whole chunk"
     )
     device: str = _help("cpu", "torch device the policy runs on (cpu, cuda)")
+    stochastic: bool = _help(False, "sample actions (diffusion/flow: fresh noise per chunk) instead of the mean")
     threads: int | None = _help(None, "torch CPU threads of the policy (default: torch's)")
     host: str = _help("127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
     port: int = _help(50061, "port to listen on (0: any free port, printed at start)")
@@ -77,7 +78,7 @@ def serve_policy(args: ServePolicyArgs) -> int:
         raise CommandError(str(e)) from None
     except Exception as e:  # a checkpoint of another kind: CheckpointError and friends
         raise CommandError(f"{args.checkpoint}: {e}") from None
-    server = PolicyServer(policy, config, meta)
+    server = PolicyServer(policy, config, meta, stochastic=args.stochastic)
     try:
         port = server.start()
     except OSError as e:
