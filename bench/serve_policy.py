@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ def _serve(policy_dir: Path) -> tuple[subprocess.Popen, int]:
     match = re.search(r"on 127\.0\.0\.1:(\d+)", line)
     if not match:
         raise RuntimeError(f"serve-policy did not start: {line}")
+    # Its output drained from here on (kept for the report): an unread pipe must not be what slows or stops it.
+    proc.lines = []  # type: ignore[attr-defined]
+    threading.Thread(target=lambda: proc.lines.extend(proc.stdout), daemon=True).start()  # type: ignore[attr-defined]
     return proc, int(match.group(1))
 
 
@@ -106,6 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="per configuration (the issue's target: 600)")
     parser.add_argument("--hz", type=float, default=20.0, help="control rate of the robot-side loop")
+    parser.add_argument("--raw-seconds", type=float, default=120.0, help="the unblended comparison's duration")
     parser.add_argument("--max-change", type=float, default=0.2, help="per-step action change bound at splices")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -121,14 +126,23 @@ def main() -> None:
         proc, port = _serve(policy_dir)
         try:
             for name, blend, limit in (("blended", 3, args.max_change), ("raw", 0, None)):
-                row = {"config": name, **run_loop(port, args.seconds, args.hz, blend, limit)}
+                seconds = args.seconds if name == "blended" else min(args.seconds, args.raw_seconds)
+                row = {"config": name, "load_1min_before": os.getloadavg()[0],
+                       **run_loop(port, seconds, args.hz, blend, limit)}
                 rows.append(row)
                 print(markdown_table([row]), flush=True)
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=20)
+            try:
+                proc.wait(timeout=20)
+                stopped = "clean" if any("policy server stopped" in x for x in proc.lines) else "exited"
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stopped = "did not exit within 20 s of SIGINT (killed)"
+            print(f"serve-policy: {stopped}; its last lines: {proc.lines[-5:]}", flush=True)
     payload = {"benchmark": "serve-policy loopback", "policy": "flow 256x3, 10 Euler steps, horizon 16",
-               "machine": machine_info(1, "cpu"), "load_1min": os.getloadavg()[0], "rows": rows}
+               "machine": machine_info(1, "cpu"), "load_1min": os.getloadavg()[0], "server_shutdown": stopped,
+               "rows": rows}
     print(f"wrote {write_json(results_path('serve-policy'), payload)}")
 
 

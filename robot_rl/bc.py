@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -296,11 +297,13 @@ def evaluate_policy(
     max_episode_steps: int | None = None,
     episodes: int | None = None,
     message: Callable[[str], None] | None = None,
+    delay: Any = None,
 ) -> dict[str, float | None]:
     """`episodes` episodes (default: one in each env) in `num_envs` envs of `spec`, in rounds if there are more
     episodes than envs: mean return, mean length and success rate (None where the task defines no success). The
     policy's action queue is reset for every env that finishes. A camera policy (`cameras`: an exported pixel SAC
-    agent) gets the env's camera observations at its own image size."""
+    agent) gets the env's camera observations at its own image size; `delay` (`robot_rl.envs.delay.ActionDelay`):
+    the observation-to-action delay a policy was trained under (its metadata's `delay`)."""
     from robot_rl import envs
     from robot_rl.evaluation import evaluate
 
@@ -309,7 +312,7 @@ def evaluate_policy(
     if len(sizes) > 1:
         raise BCError(f"the policy's cameras have different image sizes {sizes}; an env renders one pixel_size")
     env = envs.make(spec, num_envs=num_envs, seed=seed, max_episode_steps=max_episode_steps,
-                    pixel_size=sizes[0] if sizes else None)
+                    pixel_size=sizes[0] if sizes else None, delay=delay)
     try:
         check_env_dims(env, spec, policy.obs_dim, policy.action_dim, cameras)
         policy.reset()

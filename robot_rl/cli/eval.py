@@ -135,16 +135,24 @@ def _eval_finetune_run(a: EvalArgs, run_dir: Path) -> int:
 
 
 def _eval_policy_dir(a: EvalArgs) -> int:
+    from robot_rl.api import delay_text
     from robot_rl.bc import evaluate_policy
+    from robot_rl.envs.delay import ActionDelay
     from robot_rl.evaluation import MAX_EVAL_ENVS
     from robot_rl.export import check_task
-    from robot_rl.policies.io import load_policy
+    from robot_rl.policies.io import load_policy, read_metadata
 
     check_task(a.policy, a.env.spec, a.allow_other_task)
     policy = load_policy(a.policy, device=a.device)
+    # A policy trained under env_delay is evaluated under the same delay (a delay-aware one reads the actions in
+    # flight: without the delay its input would not even fit).
+    trained = read_metadata(a.policy).get("delay")
+    delay = ActionDelay.from_dict(trained) if trained else None
     result = evaluate_policy(policy, a.env.spec, num_envs=min(a.episodes, MAX_EVAL_ENVS),
-                             seed=0 if a.seed is None else a.seed, episodes=a.episodes, message=print)
+                             seed=0 if a.seed is None else a.seed, episodes=a.episodes, message=print, delay=delay)
     line = f"{a.env.spec} | {a.policy} | {a.episodes} episodes | return {result['return_mean']:.2f}"
+    if trained:
+        line += f" | under its trained delay of {delay_text(trained)}"
     line += f" | length {result['length_mean']:.1f}"
     if result["success_rate"] is not None:
         line += f" | success rate {result['success_rate']:.0%}"

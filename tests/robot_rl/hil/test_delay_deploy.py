@@ -93,3 +93,13 @@ def test_deploy_refuses_a_delay_aware_policy_of_the_wrong_size_naming_the_action
         code = main(["deploy", f"robot={address}", "step_timeout_s=5", f"checkpoint={tmp_path / 'policy'}"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and f"maps {STATE_DIM} states to 4 actions" in err and "(+ 12 in flight)" in err, err
+
+
+def test_eval_of_an_exported_delay_aware_policy_runs_it_under_its_trained_delay(tmp_path, capsys):
+    """`eval policy=` builds the env with the policy's own delay (without it the policy's input would not fit)."""
+    from robot_rl.export import export
+
+    run, _ = _delay_checkpoint(tmp_path)
+    out = export(run, tmp_path / "exported")
+    assert main(["eval", f"policy={out}", "env.spec=arm:reach", "episodes=2"]) == 0
+    assert "under its trained delay of 3 steps (150 ms)" in capsys.readouterr().out
