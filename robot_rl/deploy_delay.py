@@ -23,11 +23,15 @@ EARLY_CHECK_STEPS = 20  # policy steps measured before the first verdict (an epi
 
 class DeployDelay:
     """The in-flight actions and delay measurement of one deploy (module docstring). `trained`: the policy's
-    `delay` metadata (None: trained without delay); `period_s`: the robot's control period."""
+    `delay` metadata (None: trained without delay); `period_s`: the robot's control period; `added_steps`: delay
+    the policy's own path adds to what the bridge measures (`deploy policy_server=`: a served chunk's actions are
+    for the steps after the one its observation was taken at, `RemotePolicy.lead`)."""
 
     def __init__(self, trained: dict[str, Any] | None, action_dim: int, period_s: float,
-                 say: Callable[[str], None] = print) -> None:
+                 say: Callable[[str], None] = print, added_steps: int = 0) -> None:
         self.trained, self.period_s, self.say = trained, period_s, say
+        # Steps the policy's path adds before the bridge (a served chunk is for the steps after its observation's).
+        self.added_steps = added_steps
         self.flight = InFlightActions(trained, action_dim) if trained else None
         self.extra = self.flight.extra if self.flight is not None else 0
         self.ticks: list[int] = []
@@ -56,7 +60,7 @@ class DeployDelay:
             self.flight.sent(action)
         if late is None:
             return
-        self.ticks.append(int(late))
+        self.ticks.append(int(late) + self.added_steps)
         if self.flight is not None and self.flight.sampled:  # the drawn delay's input: what the bridge measures
             self.flight.delay = int(np.median(self.ticks[-50:]))
         if not self.warned and len(self.ticks) >= EARLY_CHECK_STEPS and (line := self.mismatch()) is not None:

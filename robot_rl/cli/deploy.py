@@ -150,7 +150,8 @@ def _deploy_remote(args: DeployArgs) -> int:
             except ExportError as e:
                 raise cli.CommandError(str(e)) from None
         _check_cameras(Path(args.policy_server), info.cameras, spec)
-        delay = DeployDelay(info.metadata.get("delay"), spec.action_dim, 1.0 / spec.control_hz)
+        delay = DeployDelay(info.metadata.get("delay"), spec.action_dim, 1.0 / spec.control_hz,
+                            added_steps=remote.lead)
         if (info.obs_dim, info.action_dim) != (spec.state_dim + delay.extra, spec.action_dim):
             raise cli.CommandError(f"the policy at {args.policy_server} maps {info.obs_dim} states to "
                                    f"{info.action_dim} actions; {spec.name} has {spec.state_dim}"

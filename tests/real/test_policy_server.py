@@ -213,7 +213,7 @@ def test_the_control_loop_never_waits_for_a_slow_policy(policy_dir):
 
 def test_serve_policy_then_deploy_through_it_on_the_served_arm(policy_dir, capsys, monkeypatch):
     """The commands end to end: serve-policy (its own process) and serve-robot (the simulated arm, its own process);
-    deploy policy_server= drives the arm from the served chunks and reports them."""
+    deploy policy_server= drives the arm from the served chunks and reports them, and the step of delay they add."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "robot_rl", "hil"))
     from test_robot_commands import TOKEN as ROBOT_TOKEN
     from test_robot_commands import served_robot
@@ -239,6 +239,9 @@ def test_serve_policy_then_deploy_through_it_on_the_served_arm(policy_dir, capsy
         assert code == 0, out.err
         assert "done: 1 episodes" in out.out and "served policy:" in out.out
         assert int(re.search(r"served policy: (\d+) chunks", out.out).group(1)) >= 2
+        # a chunk is for the steps after its observation's: one step of delay the policy was not trained with
+        assert "observation-to-action delay on the bridge: median 1 steps" in out.out
+        assert "trained with no delay (differs: see the warning)" in out.out
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=20)
