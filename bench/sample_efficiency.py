@@ -60,6 +60,9 @@ class Task:
     action_repeat: int
     seeds: int  # the default number of seeds (the issue's minimum)
     reference: str  # the task's name in bench/reference/published_curves.csv (their runs: gymnasium v4)
+    # the return whose training time the table reports (time to a return, issue 57): about what SAC reaches at
+    # 100k on the task, so that both libraries' times exist on most seeds
+    threshold: float
 
     @property
     def agent_steps(self) -> int:
@@ -67,11 +70,11 @@ class Task:
 
 
 TASKS = {
-    "hopper": Task("gym:Hopper-v5", 100_000, 1, 5, "hopper"),
-    "walker2d": Task("gym:Walker2d-v5", 100_000, 1, 5, "walker2d"),
-    "halfcheetah": Task("gym:HalfCheetah-v5", 100_000, 1, 3, "halfcheetah"),
-    "cartpole-swingup": Task("dmc:cartpole-swingup", 100_000, 2, 3, "cartpole-swingup"),
-    "walker-walk": Task("dmc:walker-walk", 100_000, 2, 3, "walker-walk"),
+    "hopper": Task("gym:Hopper-v5", 100_000, 1, 5, "hopper", 1_000),
+    "walker2d": Task("gym:Walker2d-v5", 100_000, 1, 5, "walker2d", 1_000),
+    "halfcheetah": Task("gym:HalfCheetah-v5", 100_000, 1, 3, "halfcheetah", 4_000),
+    "cartpole-swingup": Task("dmc:cartpole-swingup", 100_000, 2, 3, "cartpole-swingup", 800),
+    "walker-walk": Task("dmc:walker-walk", 100_000, 2, 3, "walker-walk", 500),
 }
 LIBRARIES = ("ours", "sb3")
 
@@ -265,6 +268,26 @@ def _training_rate(path: Path, task: Task) -> tuple[float | None, float | None]:
     return wall, (frames / (wall - eval_s) if eval_s is not None and wall > eval_s else None)
 
 
+def time_to_return(path: Path, threshold: float) -> float | None:
+    """Training seconds (wall time less evaluation time) until the first evaluation whose mean return reaches
+    `threshold`, from a run's metrics.csv; None when no evaluation of the run reached it.
+
+    Why beside frames/s: the default agent does more work per step than SB3's SAC and needs fewer steps, and what a
+    user waits for is the policy, not the step (issue 57's "time to a return")."""
+    with open(path / "metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("eval_return_mean") not in (None, "") and float(row["eval_return_mean"]) >= threshold:
+                return float(row["wall_time_s"]) - float(row.get("eval_time_s") or 0.0)
+    return None
+
+
+def median_time(times: list[float | None]) -> float | None:
+    """The median over seeds, a seed that never reached the return counting as the slowest (None: the median
+    seed did not reach it)."""
+    ordered = sorted(times, key=lambda t: float("inf") if t is None else t)
+    return ordered[len(ordered) // 2] if ordered else None
+
+
 def tasks_with_runs(out: Path) -> list[str]:
     """The benchmark's tasks that have at least one finished run (of either library) under `out`."""
     return [name for name, task in TASKS.items()
@@ -294,7 +317,8 @@ def report(tasks: list[str], libs: list[str], out: Path) -> dict:
     }, "tasks": {}}
     for name in tasks:
         task = TASKS[name]
-        entry: dict = {"spec": task.spec, "frames": task.frames, "action_repeat": task.action_repeat, "libraries": {}}
+        entry: dict = {"spec": task.spec, "frames": task.frames, "action_repeat": task.action_repeat,
+                       "threshold": task.threshold, "libraries": {}}
         groups = {}
         for lib in libs:
             dirs = sorted(p.parent for p in (out / name / lib).glob("seed_*/metrics.csv") if finished(p.parent, task))
@@ -310,7 +334,9 @@ def report(tasks: list[str], libs: list[str], out: Path) -> dict:
                 "final": summary["final"], "curve": summary["curve"], "runs": [str(d) for d in dirs],
                 "wall_time_s_median": sorted(walls)[len(walls) // 2],
                 "train_frames_per_s_median": sorted(rates)[len(rates) // 2] if rates else None,
+                "time_to_return_s": [time_to_return(d, task.threshold) for d in dirs],
             }
+            entry["libraries"][lib]["time_to_return_s_median"] = median_time(entry["libraries"][lib]["time_to_return_s"])
             label = ours_label if lib == "ours" else "SB3 SAC (defaults)"
             groups[label] = {**summary, "x": "frames"}
         ours, sb3 = entry["libraries"].get("ours"), entry["libraries"].get("sb3")
@@ -329,8 +355,9 @@ def report(tasks: list[str], libs: list[str], out: Path) -> dict:
 def table(results: dict) -> str:
     lines = [
         "| task | robot_rl IQM [95% CI] | robot_rl mean [95% CI] | SB3 SAC mean [95% CI] | ratio of means | "
-        "wall time per run, ours / SB3 | training frames/s, ours / SB3 |",
-        "|---|---|---|---|---|---|---|",
+        "wall time per run, ours / SB3 | training frames/s, ours / SB3 | training minutes to the return, ours / SB3 "
+        "(seeds that reached it) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(s: dict | None, key: str) -> str:
@@ -348,7 +375,8 @@ def table(results: dict) -> str:
         rate = (f"{ours['train_frames_per_s_median']:.0f} / {sb3['train_frames_per_s_median']:.0f}"
                 if ours and sb3 and ours["train_frames_per_s_median"] and sb3["train_frames_per_s_median"] else "-")
         lines.append(f"| {entry['spec']} @{entry['frames'] // 1000}k frames (repeat {entry['action_repeat']}) | "
-                     f"{cell(ours, 'iqm')} | {cell(ours, 'mean')} | {cell(sb3, 'mean')} | {ratio} | {wall} | {rate} |")
+                     f"{cell(ours, 'iqm')} | {cell(ours, 'mean')} | {cell(sb3, 'mean')} | {ratio} | {wall} | {rate} | "
+                     f"{reach_cell(entry)} |")
     lines.append("")
     for entry in results["tasks"].values():
         per_lib = []
@@ -360,6 +388,22 @@ def table(results: dict) -> str:
         lines.append(f"- {entry['spec']}: per seed at the last evaluation, {'; '.join(per_lib) or 'none'}"
                      + (f". Published at 100k: {refs}." if refs else "."))
     return "\n".join(lines)
+
+
+def reach_cell(entry: dict) -> str:
+    """'<return>: <ours> / <SB3> min (<reached>/<seeds>, <reached>/<seeds>)' for the table (`time_to_return`)."""
+    if "threshold" not in entry:  # a results file written before the column
+        return "-"
+    parts, counts = [], []
+    for lib in ("ours", "sb3"):
+        s = entry["libraries"].get(lib)
+        if not s or "time_to_return_s" not in s:
+            parts.append("-")
+            continue
+        times, median = s["time_to_return_s"], s["time_to_return_s_median"]
+        parts.append("not reached" if median is None else f"{median / 60:.0f}")
+        counts.append(f"{sum(t is not None for t in times)}/{len(times)}")
+    return f"{entry['threshold']:,.0f}: {' / '.join(parts)} ({', '.join(counts)})"
 
 
 def update_readme(text: str) -> None:

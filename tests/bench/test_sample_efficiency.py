@@ -71,3 +71,18 @@ def test_seed_list_runs_exactly_the_given_seeds_in_order_and_skips_finished_ones
     with pytest.raises(SystemExit):
         sb.main(["--tasks", "halfcheetah", "--seeds", "3", "--seed-list", "2", "--out-dir", str(out)])
     assert "not both" in capsys.readouterr().err
+
+
+def test_time_to_return_is_training_time_at_the_first_evaluation_that_reaches_it(tmp_path):
+    rows = ["env_step,wall_time_s,eval_time_s,eval_return_mean",
+            "10000,100,2,300", "20000,210,4,1200", "30000,320,6,900", "40000,430,8,1500"]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    assert sb.time_to_return(tmp_path, 1000) == 206  # 210 s of wall time less 4 s of evaluations, not the later 1,500
+    assert sb.time_to_return(tmp_path, 2000) is None
+    # a seed that never reached the return counts as the slowest in the median
+    assert sb.median_time([50.0, None, 10.0]) == 50.0
+    assert sb.median_time([None, None, 10.0]) is None
+    entry = {"threshold": 1000, "libraries": {
+        "ours": {"time_to_return_s": [600.0, None, 1200.0], "time_to_return_s_median": 1200.0},
+        "sb3": {"time_to_return_s": [None, None, 60.0], "time_to_return_s_median": None}}}
+    assert sb.reach_cell(entry) == "1,000: 20 / not reached (2/3, 1/3)"
