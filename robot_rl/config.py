@@ -166,8 +166,9 @@ class RunConfig:
     seed: int = _help(0, "seed of networks, sampling and environments")
     device: str = _help("cpu", "torch device of the networks and replay (cpu, cuda, cuda:1)")
     threads: int | None = _help(
-        None, "torch CPU threads (default: torch's, one per core; the free cores, with a notice, where other processes "
-              "keep them busy)")
+        None, "torch CPU threads (default: an equal share of the cores among the robot-rl runs alive on this machine, "
+              "kept up to date as runs start and end, and less where other work keeps cores busy; a notice says when "
+              "it is below torch's one per core)")
     name: str | None = _help(None, "run name (default: derived from the env spec, and in finetune the method)")
     run_dir: str | None = _help(None, "run directory (default: runs/<date>_<name>)")
     resume: str | None = _help(None, "run directory to resume from its latest checkpoint")

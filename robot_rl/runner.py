@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from robot_rl import checkpoint
+from robot_rl.core_share import CoreShare
 from robot_rl.device import choose_threads
 from robot_rl.evaluation import evaluate
 from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress, start_wandb
@@ -79,10 +80,31 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# torch's thread count before any run of this process set it: the most a run that shares the cores takes
+_TORCH_THREADS = torch.get_num_threads()
+# this process's share of the machine's cores (`robot_rl.core_share`), when `threads=` was left unset
+_core_share: CoreShare | None = None
+
+
 def prepare(cfg: Any) -> None:
-    """The set-up before any env or network exists: validate the config, set torch's threads, seed."""
+    """The set-up before any env or network exists: validate the config, set torch's threads, seed.
+
+    With `threads=` unset the run joins the machine's count of runs (`robot_rl.core_share`) and takes its share
+    of the cores, which `Runner.run` keeps up to date as other runs start and end."""
+    global _core_share
     cfg.validate()
-    threads, notice = choose_threads(cfg.threads)
+    threads, notice = choose_threads(cfg.threads, default=_TORCH_THREADS)
+    if _core_share is not None:
+        _core_share.close()
+        _core_share = None
+    if cfg.threads is None:
+        _core_share = CoreShare(threads, default=_TORCH_THREADS)
+        share = _core_share.threads()
+        if share < threads:
+            runs = len(_core_share.live_runs())
+            threads, notice = share, (f"threads={share}: {runs} robot-rl runs share this machine's "
+                                      f"{_core_share.cores} cores (set threads= to choose)")
+        _core_share.settle(threads)
     torch.set_num_threads(threads)
     if notice and not getattr(cfg, "quiet", False):  # stdout, with the run's header: stderr is for errors
         print(notice, flush=True)
@@ -255,6 +277,9 @@ class Runner:
                 # (evaluation and pretraining excluded)
                 span_t, span_steps = time.monotonic(), method.env_steps
                 while method.env_steps < s.steps and not method.stopped:
+                    if _core_share is not None and (threads := _core_share.rebalance()) is not None:
+                        self.progress.message(f"threads={threads}: {len(_core_share.live_runs())} robot-rl runs "
+                                              f"share this machine's {_core_share.cores} cores now")
                     means.add(method.advance())
                     done = method.env_steps >= s.steps or method.stopped
                     self.progress.update(method.env_steps, self._last_score(), self._shown_losses)
@@ -278,6 +303,8 @@ class Runner:
             raise
         finally:
             self.logger.close()
+            if _core_share is not None:  # this process no longer takes a share (a notebook lives on after a run)
+                _core_share.close()
             if not completed:  # interrupted or failed: close W&B now, there is no final video to wait for
                 self._finish_wandb()
         self.progress.close()
