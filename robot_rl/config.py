@@ -17,6 +17,7 @@ from robot_rl.agents.iql import IQLConfig
 from robot_rl.agents.sac import FLAT_KEYS, SACConfig, nest_flat_keys
 from robot_rl.errors import UserError
 from robot_rl.fields import help_field as _help
+from robot_rl.jump_start import JumpStartConfig
 from robot_rl.logger import LOGGERS, WANDB_MODES, wandb_missing
 from robot_rl.replay import PRIOR_FRACTION_RANGE, prior_fraction_ok
 
@@ -200,11 +201,12 @@ class TrainConfig(RunConfig):
     train: LoopConfig = field(default_factory=LoopConfig)
     data: DataConfig = field(default_factory=DataConfig)
     offline: OfflineConfig = field(default_factory=OfflineConfig)
+    jsrl: JumpStartConfig = field(default_factory=JumpStartConfig)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad value (types are checked by the schema merge)."""
         self.agent.validate()
-        checks = [
+        checks = [*self.jsrl.checks(),
             (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
             (self.env.num_eval_envs >= 0, "env.num_eval_envs must be >= 0"),
             (self.env.action_repeat >= 1, "env.action_repeat must be >= 1"),

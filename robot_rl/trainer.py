@@ -23,6 +23,7 @@ from robot_rl.agents.sac import SAC, camera_groups, resolve_critics
 from robot_rl.config import ConfigError, TrainConfig
 from robot_rl.device import fit_default_replay_capacity
 from robot_rl.evaluation import record_video
+from robot_rl.jump_start import JumpStart, make_guide
 from robot_rl.logger import METRIC_COLUMNS, Episodes
 from robot_rl.observations import Mirror, ObservationPipeline
 from robot_rl.offline import pretrain
@@ -140,6 +141,13 @@ class OnlineSAC(MethodDefaults):
         self.env_steps = 0
         self.updates = 0
         self._obs: dict[str, torch.Tensor] | None = None
+        self.jump_start: JumpStart | None = None
+        if cfg.jsrl.guide is not None:  # JSRL: a guide drives each training episode's first steps
+            if env.max_episode_steps is None:
+                raise ConfigError(f"jsrl.guide: {cfg.env.spec} has no episode length to start the handover from; set "
+                                  "env.max_episode_steps")
+            guide, guide_reset = make_guide(cfg.jsrl, env, cfg.seed, cfg.device)
+            self.jump_start = JumpStart(cfg.jsrl, guide, guide_reset, env.num_envs, env.max_episode_steps, env.device)
 
     @staticmethod
     def _mirror(env: envs.BatchedEnv, spec: str, key: str, cameras: tuple[str, ...] = ()) -> Mirror:
@@ -198,8 +206,12 @@ class OnlineSAC(MethodDefaults):
             action = torch.rand(n, env.action_dim, device=env.device) * 2 - 1
         else:
             action = agent.act(self.pipeline.acting(obs)).to(env.device)
+        if self.jump_start is not None:
+            action = self.jump_start.act(obs, action)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
+        if self.jump_start is not None:  # an episode's score: its success where the task has one, else its return
+            self.jump_start.step(done, info["success"].float() if "success" in info else info["episode_return"])
         # A pretrained agent's networks were fit to its dataset's statistics: moving them with online data changes
         # the WSRL warm-up policy without an update (70% -> 55% on reach). Frozen, with the temperature from 0.05
         # the dip once updates began was deeper; from 0.001 there was none (bench/results/wsrl_reach_temperature):
@@ -230,7 +242,10 @@ class OnlineSAC(MethodDefaults):
         return lambda o: self.agent.act(o, deterministic=True).to(self.env.device), None
 
     def log_fields(self) -> dict[str, float | None]:
-        return {"updates": self.updates}
+        fields: dict[str, float | None] = {"updates": self.updates}
+        if self.jump_start is not None:
+            fields["jsrl_horizon"] = self.jump_start.horizon
+        return fields
 
     def finish(self, run: Runner) -> dict[str, Any]:
         if self.cfg.train.video:
@@ -258,14 +273,19 @@ class OnlineSAC(MethodDefaults):
             run.progress.message(f"warning: no video recorded ({type(e).__name__}: {e})")
 
     def state_dict(self) -> dict[str, Any]:
-        return {"env_steps": self.env_steps, "offline_updates": self.offline_updates, "updates": self.updates,
-                "agent": self.agent.state_dict(), "replay": self.replay.state_dict()}
+        state = {"env_steps": self.env_steps, "offline_updates": self.offline_updates, "updates": self.updates,
+                 "agent": self.agent.state_dict(), "replay": self.replay.state_dict()}
+        if self.jump_start is not None:
+            state["jsrl"] = self.jump_start.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
         self.replay.load_state_dict(state["replay"])
         self.env_steps, self.updates = state["env_steps"], state["updates"]
         self.offline_updates = state.get("offline_updates", 0)
+        if self.jump_start is not None and "jsrl" in state:
+            self.jump_start.load_state_dict(state["jsrl"])
 
 
 class Trainer(Runner):
@@ -284,7 +304,8 @@ class Trainer(Runner):
         settings = RunSettings(
             steps=t.steps, eval_every=t.eval_every, checkpoint_every=t.checkpoint_every, seed=cfg.seed,
             command=command, method=method_name, title=cfg.env.spec, quiet=cfg.quiet,
-            columns=[*METRIC_COLUMNS, *LEARNED_REWARD_COLUMNS] if cfg.env.reward_classifier else None,
+            columns=[*METRIC_COLUMNS, *(LEARNED_REWARD_COLUMNS if cfg.env.reward_classifier else []),
+                     *(["jsrl_horizon"] if cfg.jsrl.guide else [])],
         )
         super().__init__(method, eval_env, run_dir, cfg, settings, resume=resume)
 
