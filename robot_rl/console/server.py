@@ -258,9 +258,9 @@ class ConsoleServer:
         return self._encoded
 
     def _episodes_message(self) -> tuple[int, str]:
-        _, episodes, drivers = self.hub.snapshot()
+        _, episodes, _ = self.hub.snapshot()
         rows = [{**vars(e), "videos": dict(e.videos)} for e in episodes]
-        return len(episodes), json.dumps({"type": "episodes", "episodes": rows, "drivers": drivers[-200:]})
+        return len(episodes), json.dumps({"type": "episodes", "episodes": rows})
 
     def _latency_summary(self) -> dict[str, float | int | None]:
         lat = np.asarray(self.latencies)
@@ -301,7 +301,8 @@ class ConsoleServer:
                 await page.ws.send(message)
             if self._status is not None and self._status_version != page.sent_status:
                 page.sent_status = self._status_version
-                await page.ws.send(json.dumps({"type": "status", **self._status}))
+                _, _, drivers = self.hub.snapshot()  # the strip of who drove, twice a second
+                await page.ws.send(json.dumps({"type": "status", **self._status, "drivers": drivers[-200:]}))
 
     async def _handler(self, ws: ServerConnection) -> None:
         page = _Page(ws, asyncio.Event())

@@ -100,6 +100,7 @@ const HANDLERS = {
 
   status(m) {
     S.status = m;
+    drawStrip(m.drivers || []);
     const latched = m.state === "estop";
     badge("robot-state", "robot: " + (latched ? "E-STOP LATCHED" : m.state), latched ? "bad" :
           m.health === "ok" && m.state === "running" ? "ok" : "warn");
@@ -116,7 +117,6 @@ const HANDLERS = {
 
   episodes(m) {
     S.episodes = m.episodes;
-    drawStrip(m.drivers);
     const body = $("episodes");
     body.textContent = "";
     for (const e of m.episodes.slice().reverse()) {

@@ -146,6 +146,7 @@ def test_a_label_click_lands_in_the_dataset_and_the_classifier_probability_is_sh
 
 
 def test_plots_and_episode_list_update_as_hil_train_runs(browser, tmp_path):
+    """hil-train's own console (console=true console_port=0, the URL read from its output), the learner in process."""
     from tests.robot_rl.hil.test_robot_commands import served_robot
 
     env = {**os.environ, "ROBOT_RL_TOKEN": "cli-test-token"}
@@ -178,6 +179,9 @@ def test_plots_and_episode_list_update_as_hil_train_runs(browser, tmp_path):
             rows = browser.find_elements(By.CSS_SELECTOR, "#episodes tr")
             assert len(rows) == len(episodes)
             assert browser.execute_script("return consoleState.status.state") in {"running", "holding", "resetting"}
+            drivers = set(browser.execute_script("return consoleState.status.drivers"))
+            assert drivers & {"policy", "operator"} and drivers <= {"policy", "operator", "hold", "reset"}  # the strip
+            screenshot(browser, "console_hil_train.png", tmp_path)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
