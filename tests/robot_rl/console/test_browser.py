@@ -185,3 +185,32 @@ def test_plots_and_episode_list_update_as_hil_train_runs(browser, tmp_path):
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_teleop_serves_the_console_of_its_demonstrations(browser, tmp_path):
+    """teleop console=true (the hook in robot_rl.hil.connect.drive, shared with deploy): the operator drives, the
+    page lists the recorded episodes, and Ctrl-C (SIGTERM) leaves them in the dataset."""
+    from robot_rl.datasets import read_dataset
+    from tests.robot_rl.hil.test_robot_commands import served_robot
+
+    env = {**os.environ, "ROBOT_RL_TOKEN": "cli-test-token"}
+    out = tmp_path / "demos"
+    with served_robot(control_hz=50) as address:
+        proc = subprocess.Popen(
+            [*CLI, "teleop", f"robot={address}", "teleop=scripted", "episodes=500", f"out={out}", "console=true",
+             "console_port=0", "step_timeout_s=5"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            url = next((m.group(1) for line in proc.stdout
+                        if (m := re.search(r"console: (http://127\.0\.0\.1:\d+/)", line))), None)
+            assert url, "teleop printed no console URL"
+            _open(browser, url)
+            wait_js(browser, "document.getElementById('driver').textContent.includes('operator')")
+            wait_js(browser, "consoleState.episodes.length >= 2", timeout=40)
+            listed = browser.execute_script("return consoleState.episodes.length")
+            assert all(e["interventions"] == e["length"] for e in browser.execute_script(
+                "return consoleState.episodes"))  # a demonstration: the operator drove every step
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert len(set(read_dataset(out).episode_index.tolist())) >= listed
