@@ -48,7 +48,7 @@ from websockets.http11 import Request, Response
 from robot_rl.console.hub import Hub
 from robot_rl.errors import UserError
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent  # index.html, console.js (package data)
 _PAGES = {"/": ("index.html", "text/html; charset=utf-8"), "/console.js": ("console.js", "text/javascript")}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
         "media-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
