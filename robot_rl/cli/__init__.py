@@ -20,7 +20,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 #: every command, in the order `robot-rl --help` lists them: robot_rl.cli.<module>.COMMAND
 COMMANDS: dict[str, Command] = {c.name: c for c in (import_module(f"robot_rl.cli.{m}").COMMAND for m in (
-    "train", "finetune", "eval", "collect", "bc", "aggregate", "export", "classifier",
+    "train", "finetune", "eval", "collect", "bc", "distill", "aggregate", "export", "classifier",
     "serve_robot", "teleop", "hil_train", "deploy", "serve_policy",
 ))}
 ROBOT_COMMANDS = ("serve-robot", "teleop", "hil-train", "deploy", "serve-policy")
