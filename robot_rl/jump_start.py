@@ -7,10 +7,12 @@ With a guide (the task's scripted expert, a BC policy, an earlier run's exported
 horizon shrinks until the learner acts from the first step (horizon 0), which is the policy evaluated and
 deployed. Every transition, the guide's included, goes into the replay, as in JSRL.
 
-The curriculum (JSRL's "curriculum" variant): `stages` horizons evenly spaced from the episode length down to
-0. The score of a finished training episode is its success where the task reports one, else its return. The
-first `window` episodes at stage 0 (the guide's own episodes) set the reference; the run moves to the next
-stage once the mean score of the last `window` episodes at the current stage reaches the reference within
+The curriculum (JSRL's "curriculum" variant): at stage 0 the guide drives whole episodes; its first `window`
+episodes set the reference score and the guide's mean episode length L, and stages 1..`stages` hand over at
+horizons evenly spaced from L down to 0. Spacing from L rather than from the time limit matters where episodes end
+at success: an expert that pushes the object home in 40 of 100 steps made the first half of the stages pass
+without the learner acting at all. The score of a finished training episode is its success where the task reports
+one, else its return. The run moves to the next stage once the mean score of the last `window` episodes at the current stage reaches the reference within
 `tolerance` (`reference - |reference| * (1 - tolerance)`). The stage is logged as `jsrl_horizon` with every
 evaluation and saved in checkpoints.
 """
@@ -54,6 +56,7 @@ class JumpStart:
                  episode_steps: int, device: torch.device | str = "cpu") -> None:
         self.cfg, self.guide, self.guide_reset = cfg, guide, guide_reset
         self.horizons = [round(episode_steps * (1 - k / cfg.stages)) for k in range(cfg.stages)] + [0]
+        self.guide_lengths: list[int] = []  # stage 0's episode lengths, until the reference is set
         self.stage = 0
         self.steps = torch.zeros(num_envs, dtype=torch.long, device=device)  # each env's step in its episode
         self.scores: deque[float] = deque(maxlen=cfg.window)
@@ -75,7 +78,10 @@ class JumpStart:
         self.steps += 1
         if not bool(done.any()):
             return
-        self.steps[done.to(self.steps.device)] = 0
+        done = done.to(self.steps.device)
+        if self.reference is None:
+            self.guide_lengths += self.steps[done].tolist()
+        self.steps[done] = 0
         self.guide_reset(done)
         for value in score[done].tolist():
             self.scores.append(float(value))
@@ -87,15 +93,20 @@ class JumpStart:
         mean = sum(self.scores) / len(self.scores)
         if self.reference is None:  # stage 0: the guide drove whole episodes
             self.reference = mean
+            length = sum(self.guide_lengths) / len(self.guide_lengths)
+            stages = self.cfg.stages
+            self.horizons = self.horizons[:1] + [round(length * (1 - k / stages)) for k in range(1, stages)] + [0]
         if mean >= self.reference - abs(self.reference) * (1.0 - self.cfg.tolerance):
             self.stage += 1
             self.scores.clear()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "reference": self.reference, "scores": list(self.scores)}
+        return {"stage": self.stage, "reference": self.reference, "scores": list(self.scores),
+                "horizons": list(self.horizons)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stage, self.reference = int(state["stage"]), state["reference"]
+        self.horizons = [int(h) for h in state.get("horizons", self.horizons)]  # absent in checkpoints before
         self.scores = deque(state["scores"], maxlen=self.cfg.window)
 
 

@@ -16,6 +16,13 @@ def _jump_start(stages=2, window=2, tolerance=0.9, envs=2, length=10):
     return js, resets
 
 
+def _finish(js, done, score, steps=10):
+    """`steps` env steps, the last ending the episodes of `done` with `score`."""
+    for _ in range(steps - 1):
+        js.step(torch.zeros_like(done), torch.zeros_like(score))
+    js.step(done, score)
+
+
 def test_the_guide_acts_within_the_horizon_and_each_env_counts_its_own_episode():
     js, resets = _jump_start(stages=2, length=4)
     assert js.horizons == [4, 2, 0]
@@ -34,7 +41,7 @@ def test_the_guide_acts_within_the_horizon_and_each_env_counts_its_own_episode()
 def test_the_handover_moves_earlier_once_the_learner_scores_near_the_guide():
     js, _ = _jump_start(stages=2, window=2, tolerance=0.9)
     both = torch.tensor([True, True])
-    js.step(both, torch.tensor([1.0, 1.0]))  # stage 0: the guide's own episodes set the reference (1.0)
+    _finish(js, both, torch.tensor([1.0, 1.0]))  # stage 0: the guide's own episodes set the reference (1.0)
     assert js.reference == 1.0 and js.horizon == 5
     js.step(both, torch.tensor([1.0, 0.0]))  # 0.5 < 0.9: stays
     assert js.horizon == 5
@@ -43,7 +50,16 @@ def test_the_handover_moves_earlier_once_the_learner_scores_near_the_guide():
     state = js.state_dict()
     fresh, _ = _jump_start(stages=2, window=2)
     fresh.load_state_dict(state)
-    assert fresh.horizon == 0 and fresh.reference == 1.0
+    assert fresh.horizon == 0 and fresh.reference == 1.0 and fresh.horizons == js.horizons
+
+
+def test_the_handover_starts_from_the_guides_episode_length_not_the_time_limit():
+    # the guide finishes its episodes in 40 of 100 steps: handing over at 90, 80 .. 50 would leave the learner
+    # nothing to do; the stages after the guide's own hand over at 32, 24, 16, 8 and 0
+    js, _ = _jump_start(stages=5, window=2, envs=2, length=100)
+    assert js.horizons == [100, 80, 60, 40, 20, 0]
+    _finish(js, torch.tensor([True, True]), torch.tensor([1.0, 1.0]), steps=40)
+    assert js.horizons == [100, 32, 24, 16, 8, 0] and js.horizon == 32
 
 
 def test_negative_returns_are_judged_within_tolerance_below_the_reference():
@@ -51,7 +67,7 @@ def test_negative_returns_are_judged_within_tolerance_below_the_reference():
     js.step(torch.tensor([True, False]), torch.tensor([-100.0, 0.0]))
     assert js.reference == -100.0 and js.horizon == 0  # the guide's own window always passes its reference
     js, _ = _jump_start(stages=2, window=1, tolerance=0.9)
-    js.step(torch.tensor([True, False]), torch.tensor([-100.0, 0.0]))
+    _finish(js, torch.tensor([True, False]), torch.tensor([-100.0, 0.0]))
     js.step(torch.tensor([True, False]), torch.tensor([-115.0, 0.0]))  # below -110: stays
     assert js.horizon == 5
     js.step(torch.tensor([True, False]), torch.tensor([-105.0, 0.0]))
