@@ -17,7 +17,9 @@ Steps in `distill`: load the teacher; read the dataset's observations (the state
 teacher's demos are the natural choice); compute the teacher's conditioning once (its normalised state, or for a
 camera policy its state fused with its frozen camera features: the student copies the teacher's encoder and
 normalisers, so both see the same inputs); train the student's network, initialised from the teacher's where
-names and shapes match (a flow teacher's velocity network is a good start; a diffusion teacher's is not); save it as any other policy (it
+names and shapes match (a flow teacher's velocity network is a good start; a diffusion teacher's is not); optionally (`dagger_episodes`, after half the steps) add the observations of the
+student's own episodes, which the teacher labels like the rest (DAgger: the states where a student that drifts
+from the demos would otherwise extrapolate); save it as any other policy (it
 exports to ONNX like one); measure both policies' latency per chunk at batch 1 and, with `env.spec`, their success
 on the same evaluation episodes.
 """
@@ -64,6 +66,8 @@ class DistillConfig:
     lr: float = _help(3e-4, "Adam learning rate")
     teacher_steps: int | None = _help(None, "the teacher's sampling steps (Euler or DDIM); null: its own setting")
     zero_noise_fraction: float = _help(0.125, "share of each batch with zero noise (what deterministic deploy uses)")
+    dagger_episodes: int = _help(0, "after half the steps, the student's own episodes on env.spec (one per env) whose "
+                                 "observations the teacher labels too (DAgger: where the student drifts); 0: off")
     warm_start: bool = _help(True, "a flow teacher's velocity network initialises the student's (a diffusion teacher's "
                                    "noise-prediction network is a worse start than none, measured)")
     seed: int = _help(0, "seed of the initialisation, minibatches, noise and eval envs")
@@ -89,6 +93,9 @@ class DistillConfig:
             (self.threads is None or self.threads >= 1, "threads must be >= 1 or null"),
             (self.eval_episodes >= 1, "eval_episodes must be >= 1"),
             (self.latency_repeats >= 0, "latency_repeats must be >= 0"),
+            (self.dagger_episodes >= 0, "dagger_episodes must be >= 0"),
+            (not self.dagger_episodes or bool(self.env.spec),
+             "dagger_episodes needs env.spec=<the teacher's env> to run the student in"),
         ]
         for ok, message in checks:
             if not ok:
@@ -167,6 +174,34 @@ def chunk_latency_ms(policy: ChunkPolicy, obs: dict[str, Tensor] | Tensor, repea
     return {"median_ms": float(ordered.median()), "p99_ms": float(ordered.quantile(0.99))}
 
 
+@torch.no_grad()
+def student_observations(student: FlowPolicy, spec: str, episodes: int, seed: int,
+                         max_episode_steps: int | None = None) -> tuple[Tensor, dict[str, Tensor], dict[str, Any]]:
+    """The states (and camera frames) of `episodes` deterministic episodes of `student` on `spec`, one per env: the
+    observations a student that drifts from its teacher's demos meets, for the teacher to label (DAgger)."""
+    from robot_rl import envs
+    from robot_rl.evaluation import evaluate
+
+    sizes = sorted({tuple(shape[:2]) for shape in student.cameras.values()})
+    env = envs.make(spec, num_envs=episodes, seed=seed, max_episode_steps=max_episode_steps,
+                    pixel_size=sizes[0] if sizes else None)
+    seen: list[dict[str, Tensor]] = []
+
+    def act(obs: dict[str, Tensor]) -> Tensor:
+        seen.append({g: obs[g].cpu() for g in ("state", *student.cameras)})
+        return student.act(obs, deterministic=True).to(env.device)
+
+    try:
+        student.reset()
+        result = evaluate(act, env, seed=seed, on_done=student.reset)
+    finally:
+        env.close()
+        student.reset()
+    states = torch.cat([o["state"] for o in seen]).float()
+    frames = {g: torch.cat([o[g] for o in seen]) for g in student.cameras}
+    return states, frames, result
+
+
 def default_run_dir() -> Path:
     return Path("runs") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_distill"
 
@@ -221,6 +256,7 @@ def distill(cfg: DistillConfig, message: Callable[[str], None] = print) -> dict[
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
     zero_rows = round(cfg.batch_size * cfg.zero_noise_fraction)
+    demo_rows = cond.shape[0]
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "distill_config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
@@ -233,6 +269,15 @@ def distill(cfg: DistillConfig, message: Callable[[str], None] = print) -> dict[
     student.train()
     try:
         for step in range(1, cfg.steps + 1):
+            if cfg.dagger_episodes and step == cfg.steps // 2 + 1:
+                student.eval()
+                states, seen_frames, seen = student_observations(
+                    student, cfg.env.spec, cfg.dagger_episodes, cfg.seed + 10_000, cfg.eval_max_episode_steps)
+                student.train()
+                cond = torch.cat([cond, conditioning(teacher, states.to(cfg.device),
+                                                     {g: f.to(cfg.device) for g, f in seen_frames.items()})])
+                say(f"[distill] step {step}: {states.shape[0]:,} observations of the student's own "
+                    f"{cfg.dagger_episodes} episodes (success {seen['success_rate'] or 0:.0%}) labelled by the teacher")
             idx = torch.randint(0, cond.shape[0], (cfg.batch_size,), device=cfg.device)
             noise = torch.randn(cfg.batch_size, *teacher.noise_shape, device=cfg.device)
             noise[:zero_rows] = 0.0
@@ -270,6 +315,7 @@ def distill(cfg: DistillConfig, message: Callable[[str], None] = print) -> dict[
         "run_dir": str(run_dir), "policy_dir": str(policy_dir), "first_loss": curve[0][1],
         "final_loss": curve[-1][1], "loss_curve": curve, "train_time_s": train_time, "teacher_steps": k,
         "threads": torch.get_num_threads(), "latency": None, "eval": None,
+        "observations": {"dataset": demo_rows, "student_episodes": cond.shape[0] - demo_rows},
     }
     if cfg.latency_repeats:
         one = {"state": obs[:1].to(cfg.device), **{g: f[:1].to(cfg.device) for g, f in frames.items()}}

@@ -8,7 +8,7 @@ import torch
 from robot_rl.policies.flow import FlowPolicy
 from robot_rl.policies.io import load_policy, read_metadata
 
-from robot_rl.bc import BCConfig, train_bc
+from robot_rl.bc import BCConfig, BCEnvArgs, train_bc
 from robot_rl.cli import main
 from robot_rl.collect import CollectArgs, CollectEnvArgs, collect
 from robot_rl.datasets import read_dataset
@@ -136,3 +136,16 @@ def test_a_diffusion_teachers_noise_network_does_not_initialise_the_student(reac
     student = make_student(tutor)  # warm_start=True, but a noise predictor is no velocity field
     assert torch.equal(student.obs_norm.scale, tutor.obs_norm.scale)
     assert not torch.equal(next(student.net.parameters()), next(tutor.net.parameters()))
+
+
+def test_dagger_adds_the_students_own_observations_labelled_by_the_teacher(reach_demos, tmp_path):
+    run = tmp_path / "flow"
+    train_bc(BCConfig(dataset=str(reach_demos), policy="flow", run_dir=str(run), **TINY_BC))
+    summary = distill(DistillConfig(teacher=str(run / "policy"), dataset=str(reach_demos), run_dir=str(tmp_path / "d"),
+                                    steps=20, batch_size=16, log_every=10, threads=1, latency_repeats=0, quiet=True,
+                                    dagger_episodes=3, env=BCEnvArgs("arm:reach"), eval_episodes=1,
+                                    eval_max_episode_steps=8))
+    # 3 envs x 8 steps of the student's episodes join the dataset's frames
+    assert summary["observations"] == {"dataset": len(read_dataset(reach_demos)), "student_episodes": 24}
+    with pytest.raises(DistillError, match="dagger_episodes needs env.spec"):
+        DistillConfig(teacher="t", dataset="d", dagger_episodes=2).validate()
