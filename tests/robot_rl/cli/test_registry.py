@@ -8,7 +8,7 @@ from robot_rl.cli import COMMANDS, main
 def test_help_lists_every_registered_command_with_its_summary(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert len(COMMANDS) == 13
+    assert len(COMMANDS) == 14
     for name, command in COMMANDS.items():
         assert f"  {name} " in out and command.summary in out, name
     assert main(["trian"]) == 2
