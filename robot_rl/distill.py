@@ -300,7 +300,8 @@ def distill(cfg: DistillConfig, message: Callable[[str], None] = print) -> dict[
     train_time = time.monotonic() - t0
     plot_loss_curve(run_dir / "metrics.csv", run_dir / "learning_curve.png", f"distill {cfg.teacher}")
     metadata = {
-        **read_metadata(cfg.teacher),  # the teacher's tasks, dataset and trained delay hold for the student
+        # the teacher's tasks, dataset and trained delay hold for the student; its training counts do not
+        **{k: v for k, v in read_metadata(cfg.teacher).items() if k not in ("steps", "final_loss", "trained_by")},
         "trained_by": "robot-rl distill",
         "teacher": str(cfg.teacher),
         "teacher_class": type(teacher).__name__,
