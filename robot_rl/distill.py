@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robot_rl.bc import BCEnvArgs, check_env_dims, dataset_cameras, evaluate_policy
+from robot_rl.bc import BCEnvArgs, check_env, dataset_cameras, evaluate_policy
 from robot_rl.device import choose_threads
 from robot_rl.errors import UserError
 from robot_rl.fields import help_field as _help
@@ -235,14 +235,7 @@ def distill(cfg: DistillConfig, message: Callable[[str], None] = print) -> dict[
                            "use the dataset it was trained on")
     frames = {g: data.transitions.obs[g] for g in groups}
     if cfg.env.spec:  # fail before training, not after it
-        from robot_rl import envs
-
-        sizes = sorted({tuple(s[:2]) for s in teacher.cameras.values()})
-        env = envs.make(cfg.env.spec, num_envs=1, pixel_size=sizes[0] if sizes else None)
-        try:
-            check_env_dims(env, cfg.env.spec, teacher.obs_dim, teacher.action_dim, teacher.cameras)
-        finally:
-            env.close()
+        check_env(cfg.env.spec, teacher.obs_dim, teacher.action_dim, teacher.cameras)
 
     threads, notice = choose_threads(cfg.threads)
     torch.set_num_threads(threads)
