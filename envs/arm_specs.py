@@ -12,7 +12,7 @@ import difflib
 from .core import UnknownEnvError
 
 PREFIX = "arm:"
-TASKS = ("reach", "push", "pick_place")
+TASKS = ("reach", "push", "pick_place", "track")
 
 
 def spec_names() -> list[str]:

@@ -13,14 +13,14 @@ import numpy as np
 from ..arm_specs import TASKS  # noqa: F401  (re-exported: the arm package reads its task names here)
 from .model import CUBE_HALF, TIMESTEP
 
-TIME_LIMITS = {"reach": 50, "push": 100, "pick_place": 100}  # control steps at 20 Hz
+TIME_LIMITS = {"reach": 50, "push": 100, "pick_place": 100, "track": 100}  # control steps at 20 Hz
 REWARDS = ("dense", "sparse")
 N_SUBSTEPS = 10
 CONTROL_DT = N_SUBSTEPS * TIMESTEP  # 0.05 s, i.e. 20 Hz
 MAX_DELTA = 0.025  # metres of grip-point displacement per control step at |action| = 1 (at 20 Hz)
 WORKSPACE_LOW = np.array([0.15, -0.28, 0.018])  # the floor keeps the pads 3 mm off the table
 WORKSPACE_HIGH = np.array([0.6, 0.28, 0.32])
-SUCCESS_RADIUS = {"reach": 0.03, "push": 0.05, "pick_place": 0.05}
+SUCCESS_RADIUS = {"reach": 0.03, "push": 0.05, "pick_place": 0.05, "track": 0.03}
 LIFT_MARGIN = 0.015  # pick_place: the cube centre must be this far above its resting height
 
 STATE_LAYOUT: dict[str, slice] = {
@@ -79,4 +79,15 @@ TARGET_XY_BOX = ((0.27, -0.18), (0.48, 0.18))  # push and pick_place
 MAX_YAW = math.pi / 4  # cube yaw in [-MAX_YAW, MAX_YAW]
 PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)  # pick_place target centre height
 MIN_TARGET_DIST = 0.1  # target at least this far from the start (reach: grip point; else cube, in the plane)
-CUBE_PARKED = (0.68, 0.42, CUBE_HALF)  # reach: the cube sits out of the way
+CUBE_PARKED = (0.68, 0.42, CUBE_HALF)  # reach and track: the cube sits out of the way
+
+# track: the target circles a vertical axis through TRACK_CENTRE_XY, counter-clockwise seen from above, at
+# TRACK_SPEED, on a circle of radius uniform in TRACK_RADIUS at a height uniform in TRACK_HEIGHT, from a uniform
+# phase. Direction and speed are fixed, so the target's velocity is a function of its position (the state stays
+# Markov without a velocity entry): ``speed * (-(y - cy), x - cx) / r``. At 0.15 m/s the target moves 3.75 cm
+# during a 5-step (250 ms) delay, more than the success radius: a policy must act ahead of it.
+TRACK_CENTRE_XY = (0.38, 0.0)
+TRACK_RADIUS = (0.06, 0.12)
+TRACK_HEIGHT = (0.08, 0.2)
+TRACK_SPEED = 0.15  # m/s along the circle
+TRACK_SPEED_TOL = 0.05  # m/s: success needs the hand's velocity within this of the target's

@@ -11,6 +11,8 @@ and maps a batch of observations (``{"state": [N, 29], ...}`` or the bare ``[N, 
 point towards a waypoint, saturated at the env's 2.5 cm per step:
 
 * ``reach``: straight to the target, gripper open.
+* ``track``: to where the moving target will be two control steps ahead (its velocity follows from its position),
+  gripper open.
 * ``push``: gripper closed; rise to 7 cm, move to a point 6 cm behind the cube on the target-cube line,
   descend to the table, then push along the line while steering back onto it; if the hand drifts more than
   2 cm off the line (or ends up beside or in front of the cube) it lifts and approaches again.
@@ -52,7 +54,7 @@ from __future__ import annotations
 import torch
 
 from ..arm_specs import PREFIX, parse
-from .constants import MAX_DELTA, STATE_LAYOUT, TASKS
+from .constants import CONTROL_DT, MAX_DELTA, STATE_LAYOUT, TASKS, TRACK_CENTRE_XY, TRACK_SPEED
 
 _L = STATE_LAYOUT
 _OPEN, _CLOSED = -1.0, 1.0
@@ -62,6 +64,7 @@ _BEHIND = 0.06  # push start point, distance behind the cube centre
 _OFF_LINE = 0.02  # push: lateral drift that triggers a new approach
 _GAIN = 1.0  # action per MAX_DELTA of position error
 _PUSH_STRIDE = 0.015  # push speed (m per step): faster pushes kick the cube and it slides off the line
+_TRACK_LEAD = 2.0  # track: aim this many control steps ahead of the target (the servos lag the command)
 
 # Phases.
 _APPROACH, _DESCEND, _PUSH, _CLOSE, _CARRY, _LIFT = range(6)
@@ -71,7 +74,7 @@ class ScriptedExpert:
     """Batched scripted policy for one arm task (see the module docstring).
 
     Args:
-        task: ``"reach"``, ``"push"`` or ``"pick_place"``.
+        task: ``"reach"``, ``"push"``, ``"pick_place"`` or ``"track"``.
         num_envs: batch size of the observations it will be given.
         noise: std of Gaussian noise added to each action component before clipping to [-1, 1].
         seed: seed of the noise generator (None: nondeterministic).
@@ -130,6 +133,8 @@ class ScriptedExpert:
 
         if self.task == "reach":
             waypoint, grip = target, torch.full_like(target[:, 0], _OPEN)
+        elif self.task == "track":
+            waypoint, grip = self._track(target), torch.full_like(target[:, 0], _OPEN)
         elif self.task == "push":
             waypoint, grip = self._push(state)
         else:
@@ -183,6 +188,13 @@ class ScriptedExpert:
         waypoint = torch.where((phase == _PUSH)[:, None], push, waypoint)
         waypoint = torch.where((phase == _LIFT)[:, None], lift, waypoint)
         return waypoint, torch.full_like(ee[:, 0], _CLOSED)
+
+    def _track(self, target: torch.Tensor) -> torch.Tensor:
+        """Where the target will be ``_TRACK_LEAD`` steps from now (its velocity follows from its position)."""
+        rel = target[:, :2] - torch.tensor(TRACK_CENTRE_XY, dtype=target.dtype, device=target.device)
+        tangent = torch.stack([-rel[:, 1], rel[:, 0]], dim=1) / rel.norm(dim=1, keepdim=True).clamp_min(1e-6)
+        ahead = target[:, :2] + tangent * (TRACK_SPEED * CONTROL_DT * _TRACK_LEAD)
+        return torch.cat([ahead, target[:, 2:]], dim=1)
 
     def _pick_place(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ee, cube, target = state[:, _L["ee_pos"]], state[:, _L["cube_pos"]], state[:, _L["target_pos"]]

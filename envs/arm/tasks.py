@@ -63,13 +63,20 @@ reset without a seed continues it, and the first reset without any seed seeds it
   the table, i.e. the cube's underside 5..20 cm up), at least 10 cm away horizontally. Success: cube-target
   distance < 5 cm with the cube off the table (centre more than 1.5 cm above its resting height).
 
+* ``track`` (100 steps): catch a target that circles above the table (``TRACK_*`` in
+  ``robot_rl.envs.arm.constants``: counter-clockwise about a vertical axis at x 0.38, y 0, radius 6..12 cm,
+  height 8..20 cm, 15 cm/s, random phase) and move with it. Success: grip point within 3 cm of the target with its
+  velocity within 5 cm/s of the target's. The target's velocity follows from its position, so the state is Markov;
+  at 15 cm/s it moves 3.75 cm during a 5-step (250 ms) delay, which is what makes it the task where latency
+  matters (``env_delay``). The cube is parked out of reach, as in reach.
+
 The grip point starts at a random position above the table (x 0.3..0.42, y -0.12..0.12, z 0.1..0.2) with the
 gripper open.
 
 Rewards. ``reward="dense"`` (shaped, always <= 0, so ending the episode early by succeeding is never
 penalised):
 
-* reach: ``-|ee - target|``
+* reach and track: ``-|ee - target|``
 * push: ``-|cube_xy - target_xy| - 0.5 |ee - cube|``
 * pick_place: ``-|cube - target| - 0.5 |ee - cube|``
 
@@ -112,7 +119,7 @@ class ArmEnv(gym.Env):
     """One tabletop manipulation task (see the module docstring for control, observations and rewards).
 
     Args:
-        task: ``"reach"``, ``"push"`` or ``"pick_place"``.
+        task: ``"reach"``, ``"push"``, ``"pick_place"`` or ``"track"``.
         reward: ``"dense"`` (shaped negative distances) or ``"sparse"`` (1.0 on success).
         pixels: observe ``{"state": proprioception, "pixels/front": ..., "pixels/wrist": ...}`` instead of the full
             state vector (see the module docstring).

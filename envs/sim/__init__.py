@@ -52,7 +52,7 @@ def _arm(name: str) -> Callable[[], SimTask]:
 _TASKS: dict[str, Callable[[], SimTask]] = {
     "cartpole-swingup": _cartpole,
     **{name: _locomotion(name) for name in ("Hopper-v5", "Walker2d-v5", "HalfCheetah-v5")},
-    **{f"{t}{r}": _arm(f"{t}{r}") for t in ("reach", "push", "pick_place") for r in ("", "-sparse")},
+    **{f"{t}{r}": _arm(f"{t}{r}") for t in ("reach", "push", "pick_place", "track") for r in ("", "-sparse")},
 }
 
 

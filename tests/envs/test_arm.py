@@ -47,7 +47,7 @@ def test_layout_covers_state_once() -> None:
     assert covered == list(range(STATE_DIM))
 
 
-@pytest.mark.parametrize("task", ["reach", "push", "pick_place"])
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place", "track"])
 def test_spaces_limits_and_layout(make, task: str) -> None:
     env = make(f"arm:{task}", num_envs=2, seed=0)
     assert env.observation_spec == {"state": ((STATE_DIM,), torch.float32)}
@@ -301,12 +301,25 @@ def test_unknown_spec(spec: str) -> None:
         make_expert("gym:Hopper-v5", 1)
 
 
-@pytest.mark.parametrize("task", ["reach", "push", "pick_place"])
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place", "track"])
 def test_expert_succeeds(make, task: str) -> None:
     env = make(f"arm:{task}-sparse", num_envs=10, seed=123)
     results = run_expert(env, ScriptedExpert(task, 10, seed=0), episodes_per_env=3)
     assert len(results) == 30
     assert sum(results) / len(results) >= 0.95
+
+
+def test_track_is_where_latency_matters(make) -> None:
+    """The track expert acts on where the target is now: under a 5-step (250 ms) delay it no longer catches the
+    target, while reach's expert still succeeds sometimes (what ``bench/results/delay_arm`` trains against)."""
+    from robot_rl.envs.delay import ActionDelay
+
+    results = {}
+    for task in ("track", "reach"):
+        env = make(f"arm:{task}-sparse", num_envs=10, seed=3, delay=ActionDelay(steps=5))
+        results[task] = run_expert(env, ScriptedExpert(task, 10, seed=0), episodes_per_env=1)
+    assert sum(results["track"]) == 0
+    assert sum(results["reach"]) >= 1
 
 
 def test_noisy_expert_is_worse(make) -> None:
@@ -321,7 +334,7 @@ def test_the_arm_tasks_are_registered_with_gymnasium() -> None:
     import robot_rl.envs  # noqa: F401  (registers the ids)
     from robot_rl.envs.arm_backend import gym_ids
 
-    assert len(gym_ids()) == 12 and gym_ids()["robot_rl/ArmPickPlaceSparsePixels-v0"] == "arm:pick_place-sparse-pixels"
+    assert len(gym_ids()) == 16 and gym_ids()["robot_rl/ArmPickPlaceSparsePixels-v0"] == "arm:pick_place-sparse-pixels"
     env = gymnasium.make("robot_rl/ArmReachSparse-v0", render_mode="rgb_array", render_size=(48, 64))
     obs, _ = env.reset(seed=0)
     assert obs.shape == (29,) and env.action_space.shape == (4,)

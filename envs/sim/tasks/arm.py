@@ -1,4 +1,4 @@
-"""The tabletop arm tasks (reach, push, pick_place): their one definition, in torch, batched, for every physics backend.
+"""The tabletop arm tasks (reach, push, pick_place, track): their one definition, in torch, batched, for every physics backend.
 
 ``ArmTask`` is the MDP; every number it uses (time limits, workspace, action scale, success radii, lift margin,
 IK damping and step limit, hand orientation, reset boxes, parked cube, observation layout) is in
@@ -20,10 +20,12 @@ only expose ``qpos``/``qvel`` and accept ``ctrl``, so everything is computed fro
   those calls), the step clipped to ``IK_MAX_DQ``
   and to the joint ranges; the hand quaternion is ``qz(j1) qy(j2+j3+j4) qz(j5)`` multiplied out;
 * reset: the grip point uniform in ``EE0_BOX`` (joints from the closed-form ``analytic_ik``), gripper open; the
-  cube uniform in ``CUBE_XY_BOX`` with yaw in ``[-MAX_YAW, MAX_YAW]`` (reach: parked at ``CUBE_PARKED``); the
+  cube uniform in ``CUBE_XY_BOX`` with yaw in ``[-MAX_YAW, MAX_YAW]`` (reach, track: parked at ``CUBE_PARKED``); the
   target at least ``MIN_TARGET_DIST`` from the start, drawn as ``_CANDIDATES`` = 16 candidates at once per env,
   taking the first far enough, else the farthest (with 16 the fallback has probability below 1e-6 per reset for
-  every task, and the accepted target is uniform over the valid region);
+  every task, and the accepted target is uniform over the valid region); track's target is a uniform phase,
+  radius and height of its circle (``TRACK_*``), wherever the grip point starts;
+* track's target moved along its circle after each control step (``evaluate``; its velocity ``target_velocity``);
 * observation (``STATE_LAYOUT``, 29-D), dense and sparse rewards, success and termination on success (``score``).
 
 ``control_hz`` (default 20 Hz) picks another control rate whose period is a whole number of physics steps, with
@@ -68,6 +70,11 @@ from robot_rl.envs.arm.constants import (
     TARGET_XY_BOX,
     TASKS,
     TIME_LIMITS,
+    TRACK_CENTRE_XY,
+    TRACK_HEIGHT,
+    TRACK_RADIUS,
+    TRACK_SPEED,
+    TRACK_SPEED_TOL,
     WORKSPACE_HIGH,
     WORKSPACE_LOW,
 )
@@ -326,6 +333,7 @@ class ArmTask(SimTask):
             "target_xy": (const(TARGET_XY_BOX[0], f64), const(TARGET_XY_BOX[1], f64)),
         }
         self._parked = const(CUBE_PARKED, f64)
+        self._track_centre = const(TRACK_CENTRE_XY)
 
         n = num_envs
         z3 = torch.zeros(n, 3, dtype=dtype, device=device)
@@ -354,10 +362,18 @@ class ArmTask(SimTask):
     def initial_state(self, rng: ResetRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, dtype = self.num_envs, self.dtype
         ee0 = self._uniform(rng, "ee0")
-        if self.task == "reach":
+        if self.task in ("reach", "track"):
             cube_xy = self._parked[:2].expand(n, 2)
             yaw = torch.zeros(n, dtype=torch.float64, device=self.device)
-            target = self._sample_far(rng, "reach_target", ee0)
+            if self.task == "reach":
+                target = self._sample_far(rng, "reach_target", ee0)
+            else:  # a point of the target's circle (constants: TRACK_*)
+                phase = rng.uniform((), -math.pi, math.pi)
+                radius = rng.uniform((), *TRACK_RADIUS)
+                height = rng.uniform((), *TRACK_HEIGHT)
+                centre = self._track_centre.to(torch.float64)
+                target = torch.stack([centre[0] + radius * torch.cos(phase), centre[1] + radius * torch.sin(phase),
+                                      height], dim=1)
         else:
             cube_xy = self._uniform(rng, "cube_xy")
             yaw = rng.uniform((), -MAX_YAW, MAX_YAW)
@@ -422,16 +438,34 @@ class ArmTask(SimTask):
         ee = grip_position(qpos[:, self._arm])
         self.ee_vel = (ee - self.prev_ee) / self.control_dt
         self.prev_ee = ee
+        if self.task == "track":  # the target moves on with the control step
+            rel = self.target[:, :2] - self._track_centre
+            angle = TRACK_SPEED * self.control_dt / torch.linalg.vector_norm(rel, dim=1).clamp_min(1e-6)
+            c, s = torch.cos(angle), torch.sin(angle)
+            rotated = torch.stack([c * rel[:, 0] - s * rel[:, 1], s * rel[:, 0] + c * rel[:, 1]], dim=1)
+            self.target = torch.cat([self._track_centre + rotated, self.target[:, 2:]], dim=1)
         reward, success = self.score(qpos)
         return reward, success, success
+
+    def target_velocity(self) -> torch.Tensor:
+        """The target's velocity ``[N, 3]`` (m/s): zero but on ``track``, where it follows from its position."""
+        if self.task != "track":
+            return torch.zeros_like(self.target)
+        rel = self.target[:, :2] - self._track_centre
+        tangent = torch.stack([-rel[:, 1], rel[:, 0]], dim=1) / torch.linalg.vector_norm(
+            rel, dim=1, keepdim=True).clamp_min(1e-6)
+        return torch.cat([TRACK_SPEED * tangent, torch.zeros_like(rel[:, :1])], dim=1)
 
     def score(self, qpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(reward [N], success [N])`` of the state ``qpos``, with the grip point of the last ``evaluate``."""
         ee, cube, target = self.prev_ee, qpos[:, self._cube_pos], self.target
         radius = SUCCESS_RADIUS[self.task]
-        if self.task == "reach":
+        if self.task in ("reach", "track"):
             task_dist = torch.linalg.vector_norm(ee - target, dim=1)
             success = task_dist < radius
+            if self.task == "track":  # caught: at the target and moving with it
+                slip = torch.linalg.vector_norm(self.ee_vel - self.target_velocity(), dim=1)
+                success = success & (slip < TRACK_SPEED_TOL)
         elif self.task == "push":
             task_dist = torch.linalg.vector_norm(cube[:, :2] - target[:, :2], dim=1)
             success = task_dist < radius
@@ -440,7 +474,7 @@ class ArmTask(SimTask):
             success = (cube[:, 2] > CUBE_HALF + LIFT_MARGIN) & (task_dist < radius)
         if self.reward_type == "sparse":
             reward = success.to(self.dtype)
-        elif self.task == "reach":
+        elif self.task in ("reach", "track"):
             reward = -task_dist
         else:
             reward = -task_dist - 0.5 * torch.linalg.vector_norm(ee - cube, dim=1)

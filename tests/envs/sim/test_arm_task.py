@@ -206,7 +206,46 @@ def test_reward_and_success_definitions() -> None:
     )
 
 
-CASES = [("reach", "dense"), ("push", "dense"), ("pick_place", "dense"), ("pick_place", "sparse")]
+def test_track_target_circles_and_success_needs_its_velocity() -> None:
+    """track: the target moves 15 cm/s counter-clockwise on its circle (radius and height kept); a hand at the
+    target but standing still is not a catch, one at the target moving with it is."""
+    env = SimEnv(ArmTask("track", "sparse"), "cpu", num_envs=4, seed=0)
+    try:
+        env.reset()
+        task = env.task
+        centre = torch.tensor([0.38, 0.0], dtype=torch.float64)
+        before = task.target.clone()
+        velocity = task.target_velocity()
+        env.step(torch.zeros(4, 4))
+        after = task.target
+        step = after - before
+        torch.testing.assert_close(step.norm(dim=1), torch.full((4,), 0.15 * 0.05, dtype=torch.float64), rtol=1e-3,
+                                   atol=0)
+        # along the tangent: a chord of at most 0.125 rad (radius 6 cm) is off it by at most 0.15 sin(0.0625) m/s
+        torch.testing.assert_close(step / 0.05, velocity, rtol=0, atol=0.0095)
+        torch.testing.assert_close((after[:, :2] - centre).norm(dim=1), (before[:, :2] - centre).norm(dim=1))
+        torch.testing.assert_close(after[:, 2], before[:, 2], rtol=0, atol=0)
+        rel = before[:, :2] - centre
+        assert torch.all(rel[:, 0] * step[:, 1] - rel[:, 1] * step[:, 0] > 0)  # counter-clockwise
+        # Scored at the target: moving with it is a catch, standing still (or moving the wrong way) is not.
+        qpos, _ = env.physics.state()
+        task.prev_ee = task.target.clone()
+        task.ee_vel = task.target_velocity()
+        reward, success = task.score(qpos)
+        assert torch.all(success) and torch.all(reward == 1.0)
+        task.ee_vel = torch.zeros_like(task.ee_vel)
+        assert not task.score(qpos)[1].any()
+        task.ee_vel = -task.target_velocity()
+        assert not task.score(qpos)[1].any()
+        task.ee_vel = task.target_velocity() + torch.tensor([0.0, 0.0, 0.045], dtype=torch.float64)  # within 5 cm/s
+        assert task.score(qpos)[1].all()
+        task.prev_ee = task.target + torch.tensor([0.0, 0.031, 0.0], dtype=torch.float64)  # outside 3 cm
+        assert not task.score(qpos)[1].any()
+    finally:
+        env.close()
+
+
+CASES = [("reach", "dense"), ("push", "dense"), ("pick_place", "dense"), ("pick_place", "sparse"), ("track", "sparse")]
 
 
 @pytest.mark.parametrize("policy", ["random", "expert"])
@@ -331,7 +370,7 @@ def test_reset_position_and_hold() -> None:
     arm.close()
 
 
-@pytest.mark.parametrize("task_name", ["reach", "push", "pick_place"])
+@pytest.mark.parametrize("task_name", ["reach", "push", "pick_place", "track"])
 def test_reset_distribution(task_name: str) -> None:
     """Starts follow ArmEnv.reset's rules; the task state agrees with the reset physics state."""
     n = 64
@@ -356,6 +395,12 @@ def test_reset_distribution(task_name: str) -> None:
         if task_name == "reach":
             assert torch.all((target - ee).norm(dim=1) >= 0.1 - 1e-6)
             assert torch.all(obs[:, L["cube_quat"]] == torch.tensor([1.0, 0.0, 0.0, 0.0]))
+        elif task_name == "track":  # on its circle: radius 6..12 cm about (0.38, 0), height 8..20 cm, any phase
+            rel = target[:, :2] - torch.tensor([0.38, 0.0], dtype=target.dtype)
+            assert torch.all((rel.norm(dim=1) >= 0.06 - 1e-9) & (rel.norm(dim=1) <= 0.12 + 1e-9))
+            assert torch.all((target[:, 2] >= 0.08) & (target[:, 2] <= 0.2))
+            phase = torch.atan2(rel[:, 1], rel[:, 0])
+            assert (phase > 0).any() and (phase < 0).any() and phase.std() > 1.0
         else:
             assert torch.all((target[:, :2] - cube[:, :2]).norm(dim=1) >= 0.1 - 1e-6)
             yaw = 2 * torch.atan2(obs[:, 13], obs[:, 10])
