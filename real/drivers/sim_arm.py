@@ -62,7 +62,7 @@ class SimArm(Robot):
     """The simulated arm.
 
     Args:
-        task: ``reach``, ``push`` or ``pick_place``.
+        task: ``reach``, ``push``, ``pick_place`` or ``track`` (the target moves: the dynamic task).
         reward: ``dense`` or ``sparse`` (see ``robot_rl.envs.arm.tasks``).
         control_hz: control rate (20 Hz is the tasks' own; 50 Hz for the latency bench). A given action is the same
             hand speed at any rate.
