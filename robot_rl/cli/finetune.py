@@ -1,6 +1,6 @@
 """`robot-rl finetune`: one command, several methods registered by name. `wsrl` is offline-to-online SAC from a
-dataset (the keys of `train`, TrainConfig); `residual`, `dsrl`, `reinflow` and `dppo` fine-tune a saved BC policy
-(FinetuneConfig). The method comes from the command line (`method=`, or the `experiment=` preset) or, on
+dataset (the keys of `train`, TrainConfig); `residual`, `dsrl`, `reinflow`, `dppo` and `rl100` fine-tune a saved BC
+policy (FinetuneConfig). The method comes from the command line (`method=`, or the `experiment=` preset) or, on
 `resume=`, from the run's run.json: nothing is guessed from which keys a config happens to have.
 """
 
@@ -21,6 +21,7 @@ METHODS = {
     "dsrl": "SAC in the initial-noise space of a frozen diffusion or flow policy",
     "reinflow": "PPO on a flow policy with learned noise at each Euler step (many envs)",
     "dppo": "PPO over the last DDIM steps of a diffusion policy (many envs)",
+    "rl100": "RL-100: rounds of offline improvement on the policy's rollouts, each kept only if an OPE says so",
 }
 POLICY_METHODS = [m for m in METHODS if m != "wsrl"]
 LOOP_KEYS = ("steps", "eval_every", "replay_capacity")
@@ -143,6 +144,8 @@ def _finetune_policy(overrides: list[str]) -> int:
 EXAMPLES = [
     "robot-rl finetune experiment=residual_push                  # a BC policy (robot-rl bc), the preset's base",
     "robot-rl finetune method=dsrl base_policy=runs/<bc run>/policy env.spec=arm:push-sparse steps=20000",
+    "robot-rl finetune method=rl100 base_policy=runs/<bc run>/policy data=<its demos> env.spec=arm:push-sparse "
+    "rl100.rounds=3",
     "robot-rl finetune experiment=wsrl_push                      # method=wsrl: Cal-QL, warm-up, online SAC",
     "robot-rl finetune experiment=wsrl_push train.learning_starts=0  # naive fine-tuning",
     "robot-rl finetune experiment=wsrl_push offline.algorithm=iql",
@@ -181,14 +184,14 @@ def _help(settings: list[str]) -> str:
             *(f"  {name:<9} {summary}" for name, summary in METHODS.items()),
             "",
             "1. Fine-tuning a behaviour-cloning policy saved by `robot-rl bc` (docs/finetuning.md): residual, dsrl,",
-            "reinflow, dppo. Writes config.yaml, run.json, metrics.csv (steps = executed env actions),",
-            "learning_curve.png, checkpoints/{latest,best}.pt, and for reinflow/dppo the fine-tuned policy in",
-            "<run_dir>/policy.",
+            "reinflow, dppo, rl100. Writes config.yaml, run.json, metrics.csv (steps = executed env actions),",
+            "learning_curve.png, checkpoints/{latest,best}.pt, and for reinflow/dppo/rl100 the fine-tuned policy in",
+            "<run_dir>/policy (rl100: also rl100_rounds.json, each round's OPE values and decision).",
             "",
             f"Presets: experiment=  {', '.join(presets('finetune'))}",
             "",
             "steps=, eval_every= and replay_capacity= may also be spelt train.steps= etc. (as in train), with every",
-            "method; these are the keys of methods residual, dsrl, reinflow and dppo:",
+            "method; these are the keys of methods residual, dsrl, reinflow, dppo and rl100:",
         ],
         EXAMPLES, FinetuneConfig, *_resolved_policy_config(settings), max_width=48,
     )

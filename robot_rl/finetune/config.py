@@ -1,5 +1,5 @@
 """The typed configuration of `robot-rl finetune` for fine-tuning a saved BC policy (residual RL, DSRL,
-ReinFlow, DPPO). Hydra composes configs/finetune.yaml and a preset of configs/finetune/ over this schema;
+ReinFlow, DPPO, RL-100's gated offline rounds). Hydra composes configs/finetune.yaml and a preset of configs/finetune/ over this schema;
 every key is named and checked, as for `robot-rl train`."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from robot_rl.fields import help_field as _help
 from robot_rl.finetune.dsrl import DSRLConfig
 from robot_rl.finetune.ppo import PPOConfig
 from robot_rl.finetune.residual import ResidualConfig
+from robot_rl.finetune.rl100 import RL100Config
 
-METHODS = ("residual", "dsrl", "reinflow", "dppo")
+METHODS = ("residual", "dsrl", "reinflow", "dppo", "rl100")
 
 
 @dataclass
@@ -49,12 +50,14 @@ class DPPOConfig:
 class FinetuneConfig(RunConfig):
     GROUPS = ("env", "finetune")  # preset groups: env=<configs/env preset>, finetune=<configs/finetune preset>
 
-    method: str = _help("residual", "fine-tuning method: residual, dsrl, reinflow or dppo")
+    method: str = _help("residual", "fine-tuning method: residual, dsrl, reinflow, dppo or rl100")
     base_policy: str = _help("", "the BC policy to start from: a policy directory written by robot-rl bc")
-    steps: int = _help(50_000, "executed environment steps (actions, summed over envs) to fine-tune for")
-    eval_every: int = _help(5_000, "evaluate and checkpoint every this many executed env steps")
+    steps: int = _help(50_000, "executed environment steps (actions, summed over envs) to fine-tune for (rl100: "
+                               "unused, its length is rl100.rounds)")
+    eval_every: int = _help(5_000, "evaluate and checkpoint every this many executed env steps (rl100: every round)")
     replay_capacity: int = _help(1_000_000, "replay size in transitions (residual, dsrl)")
-    data: str | None = _help(None, "residual: demonstrations (dataset dir) for a prior buffer sampled 50/50")
+    data: str | None = _help(None, "residual: demonstrations (dataset dir) for a prior buffer sampled 50/50; rl100: the "
+                                   "demos the base was trained on, the first rows of its growing dataset")
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: SACConfig = field(default_factory=SACConfig)
     residual: ResidualConfig = field(default_factory=ResidualConfig)
@@ -62,6 +65,7 @@ class FinetuneConfig(RunConfig):
     ppo: PPOConfig = field(default_factory=PPOConfig)
     reinflow: ReinFlowConfig = field(default_factory=ReinFlowConfig)
     dppo: DPPOConfig = field(default_factory=DPPOConfig)
+    rl100: RL100Config = field(default_factory=RL100Config)
 
     def validate(self) -> None:
         checks = [
@@ -77,7 +81,8 @@ class FinetuneConfig(RunConfig):
             (self.env.num_eval_envs >= 1, "env.num_eval_envs must be >= 1"),
             (self.env.action_repeat == 1, "env.action_repeat must be 1: the base policy was trained without it"),
             (self.replay_capacity >= self.env.num_envs, "replay_capacity must be >= env.num_envs"),
-            (self.data is None or self.method == "residual", "data= (demos) is used by method=residual only"),
+            (self.data is None or self.method in ("residual", "rl100"),
+             "data= (demos) is used by method=residual and method=rl100 only"),
             *self.run_checks(),
         ]
         for ok, message in checks:
@@ -85,7 +90,8 @@ class FinetuneConfig(RunConfig):
                 raise ValueError(message)
         if self.method in ("residual", "dsrl"):
             self.agent.validate()
-        section = {"residual": self.residual, "dsrl": self.dsrl, "reinflow": self.reinflow, "dppo": self.dppo}
+        section = {"residual": self.residual, "dsrl": self.dsrl, "reinflow": self.reinflow, "dppo": self.dppo,
+                   "rl100": self.rl100}
         section[self.method].validate()
         if self.method in ("reinflow", "dppo"):
             self.ppo.validate()

@@ -5,7 +5,9 @@ envs and the method, and the `robot_rl.runner.Runner` does the rest: an evaluati
 step 0 and then every `eval_every` executed env steps (ranked by success rate where the task has one),
 `metrics.csv`, `learning_curve.png`, checkpoints (`checkpoints/latest.pt` to resume, `checkpoints/best.pt`).
 ReinFlow and DPPO save the fine-tuned policy as a policy directory when the run ends (`<run_dir>/policy`,
-loadable with `robot_rl.policies.io.load_policy`; `PPO.finish`).
+loadable with `robot_rl.policies.io.load_policy`; `PPO.finish`). RL-100 (`rl100`) runs one gated offline round per
+`advance()`, is evaluated after each and ends after `rl100.rounds`; it keeps `<run_dir>/policy` (the accepted policy)
+and `<run_dir>/rl100_rounds.json` up to date after every round.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def build_method(cfg: FinetuneConfig, base: ChunkPolicy, env: envs.BatchedEnv) -
                                       env_spec=cfg.env.spec)
             demos.check_fits(base.obs_dim, base.action_dim, f"dataset {cfg.data}", base.cameras)
         return ResidualRL(cfg.residual, cfg.agent, base, env, cfg.replay_capacity, cfg.device, demos)
+    if cfg.method == "rl100":
+        from robot_rl.finetune.rl100 import RL100
+
+        return RL100(cfg.rl100, base, env, cfg.device, cfg.data, cfg.base_policy)
     if cfg.method == "dsrl":
         from robot_rl.finetune.dsrl import DSRL
 
@@ -92,10 +98,19 @@ class Finetuner(Runner):
             check_env_dims(self.env, cfg.env.spec, base.obs_dim, base.action_dim, base.cameras)
         except BCError as e:
             raise FinetuneError(f"base_policy {cfg.base_policy}: {e}") from None
+        steps, eval_every, columns = cfg.steps, cfg.eval_every, COLUMNS
+        if cfg.method == "rl100":  # one round per advance, evaluated after each; the run ends after rl100.rounds
+            from robot_rl.finetune.rl100 import COLUMNS as RL100_COLUMNS
+
+            r = cfg.rl100
+            horizon = cfg.env.max_episode_steps or getattr(self.env, "max_episode_steps", None) or 1000
+            episodes = -(-r.episodes_per_round // cfg.env.num_envs) * cfg.env.num_envs + cfg.env.num_envs
+            steps, eval_every = r.rounds * episodes * horizon, 1
+            columns = list(dict.fromkeys([*METRIC_COLUMNS, "train_success_rate", *RL100_COLUMNS]))
         settings = RunSettings(
-            steps=cfg.steps, eval_every=cfg.eval_every, seed=cfg.seed, command="finetune", method=cfg.method,
+            steps=steps, eval_every=eval_every, seed=cfg.seed, command="finetune", method=cfg.method,
             title=f"{cfg.method} on {cfg.env.spec}", quiet=cfg.quiet, evaluate_first=True, score="success",
-            columns=COLUMNS, means_on_host=True,
+            columns=columns, means_on_host=True,
         )
         super().__init__(build_method(cfg, base, self.env), eval_env, run_dir, cfg, settings, resume=resume)
 
