@@ -71,6 +71,8 @@ def _options(spec: str, *args: object) -> EnvOptions:
         raise ValueError(f"full_state=True: only arm:<task>-pixels specs observe cameras beside a state, got {spec!r}")
     if not options.end_on_success and not spec.startswith("arm:"):
         raise ValueError(f"end_on_success=False: only arm: specs can go on past a task's success, got {spec!r}")
+    if options.practice and not spec.startswith("arm:"):
+        raise ValueError(f"practice=True: only arm: specs practise without resets (their scene can go on), got {spec!r}")
     return options
 
 
@@ -86,6 +88,7 @@ def make_single(
     pixel_size: tuple[int, int] | None = None,
     full_state: bool = False,
     end_on_success: bool = True,
+    practice: bool = False,
 ) -> gym.Env:
     """One gymnasium env for ``spec`` with float32 observations and actions in [-1, 1].
 
@@ -93,7 +96,8 @@ def make_single(
     ``reset()`` calls form a reproducible stream. Options are as for ``make``.
     """
     options = _options(
-        spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success
+        spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success,
+        practice,
     )
     backend, name = _backend(spec)
     env, _ = backend.make_env(name, options)
@@ -117,6 +121,7 @@ def make(
     pixel_size: tuple[int, int] | None = None,
     full_state: bool = False,
     end_on_success: bool = True,
+    practice: bool = False,
     delay: Any = None,
 ) -> BatchedEnv:
     """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
@@ -133,6 +138,9 @@ def make(
             for a camera reward classifier beside a state learner; such an env is no pixel task).
         end_on_success: ``arm:`` only: False lets episodes go on past the task's success (only the time limit, or
             a reward classifier around the env, ends them); ``info["success"]`` still reports each solved step.
+        practice: ``arm:`` only: autonomous practice without resets (``robot_rl.envs.arm.ArmEnv``'s ``practice``):
+            an episode goes on from the scene the last one left, with a new target; a scene the arm cannot recover
+            is reset and flagged in ``info["human_reset"]`` (bool [N], in the infos of the steps where one happened).
         delay: an observation-to-action delay (``robot_rl.envs.delay.ActionDelay``, or an int: that many agent
             steps): each action lands that many steps after the observation it was computed from; with
             ``aware=True`` the actions in flight are appended to ``state``. None or 0: no delay.
@@ -141,7 +149,8 @@ def make(
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
     options = _options(
-        spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success
+        spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success,
+        practice,
     )
     delay = _delay(delay)
     backend, name = _backend(spec)

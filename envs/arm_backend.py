@@ -42,6 +42,7 @@ def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
         pixel_size=pixel_size,
         full_state=options.full_state,
         end_on_success=options.end_on_success,
+        practice=options.practice,
         render_mode="rgb_array" if options.render else None,
         render_size=options.render_size,
         camera="front" if options.camera_id is None else options.camera_id,

@@ -113,6 +113,9 @@ class EnvOptions:
     # arm tasks: False keeps an episode going past the task's success (only the time limit, or a reward classifier
     # around the env, ends it): training on a learned reward. Other backends' tasks do not end at a success.
     end_on_success: bool = True
+    # arm tasks: autonomous practice (reset-free): a new episode goes on from the scene as it is, with a new target;
+    # only a stuck scene is reset, counted as a human reset (``ArmEnv``'s ``practice``; ``info["human_reset"]``).
+    practice: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.action_repeat) or self.action_repeat < 1:
@@ -450,6 +453,7 @@ class SyncBatchedEnv(BatchedEnv):
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
         success: np.ndarray | None = None
+        human: np.ndarray | None = None
         final_rows: dict[int, Any] = {}
         rows = []
         for i, env in enumerate(self._envs):
@@ -464,7 +468,10 @@ class SyncBatchedEnv(BatchedEnv):
                 success[i] = flag
             if term or trunc:
                 final_rows[i] = obs
-                obs, _ = env.reset()
+                obs, reset_info = env.reset()
+                if reset_info.get("human_reset"):  # autonomous practice: a scene a person had to put back
+                    human = np.zeros(n, dtype=bool) if human is None else human
+                    human[i] = True
             rows.append(obs)
 
         obs_out = self._batch_obs(rows)
@@ -473,6 +480,8 @@ class SyncBatchedEnv(BatchedEnv):
             final_out = self._batch_obs([final_rows.get(i, row) for i, row in enumerate(rows)])
         to_torch = self._to_torch
         info = None if success is None else {"success": to_torch(success)}
+        if human is not None:
+            info = {**(info or {}), "human_reset": to_torch(human)}
         return BackendStep(
             obs_out, to_torch(rewards), to_torch(terminated), to_torch(truncated), final_out, info
         )

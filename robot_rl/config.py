@@ -26,7 +26,7 @@ from robot_rl.replay import PRIOR_FRACTION_RANGE, prior_fraction_ok
 class EnvConfig:
     spec: str = _help(
         "gym:Pendulum-v1", "environment spec: gym:<gymnasium id> (or gym:<module>:<id>), dmc:<domain>-<task>, "
-        "mujoco:<task>, arm:<reach|push|pick_place>[-sparse][-pixels], mjx:<task>, warp:<task> or isaaclab:<task id>"
+        "mujoco:<task>, arm:<reach|push|pick_place|track>[-sparse][-pixels], mjx:<task>, warp:<task> or isaaclab:<task id>"
     )
     num_envs: int = _help(1, "parallel training environments")
     num_eval_envs: int = _help(
@@ -51,6 +51,12 @@ class EnvConfig:
         "time limit or the reward classifier's success ends them, as on a robot, where nothing but the classifier "
         "knows of success (with the task's end, a success the classifier misses or sees a frame late earns 0 and "
         "ends the episode, and consecutive > 1 can never reward it). Evaluation episodes always end there"
+    )
+    practice: bool = _help(
+        False, "arm: tasks: autonomous practice without resets. A training episode goes on from the scene the last one "
+        "left (hand and cube where they are) with a new target; only a scene the arm cannot recover (the cube pushed "
+        "out of reach or off the table) is reset, and counted as a human reset (metrics column human_resets). "
+        "Evaluation episodes start from the task's own resets"
     )
 
 
@@ -219,6 +225,8 @@ class TrainConfig(RunConfig):
             (self.env.end_on_task_success or self.env.spec.startswith("arm:"),
              f"env.end_on_task_success=false needs an arm: spec (only that backend can go on past a task's success), "
              f"got {self.env.spec}"),
+            (not self.env.practice or self.env.spec.startswith("arm:"),
+             f"env.practice=true needs an arm: spec (only its scene can go on without a reset), got {self.env.spec}"),
             (self.train.steps >= 1, "train.steps must be >= 1"),
             (self.train.learning_starts >= 0, "train.learning_starts must be >= 0"),
             (self.train.critic_warmup_updates >= 0, "train.critic_warmup_updates must be >= 0"),

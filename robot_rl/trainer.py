@@ -41,6 +41,10 @@ LEARNED_REWARD_COLUMNS = ["train_success_rate", "train_env_success_rate", "train
                           "train_reward_missed_success"]
 
 
+# env.practice: the training episodes' success rate, how many episodes ran and how many scenes a person put back.
+PRACTICE_COLUMNS = ["train_success_rate", "train_episodes", "human_resets"]
+
+
 def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **options) -> envs.BatchedEnv:
     """The env of `cfg.env`; with `learned_reward` (the training envs) and `env.reward_classifier` set, its reward
     and success come from that classifier (`robot_rl.classifier_reward`); evaluation envs keep the task's own. On
@@ -61,6 +65,8 @@ def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **op
             options["full_state"] = True
     if learned_reward and not cfg.env.end_on_task_success:
         options["end_on_success"] = False
+    if learned_reward and cfg.env.practice:  # the training envs practise without resets; evaluation keeps them
+        options["practice"] = True
     env = envs.make(
         spec,
         num_envs=num_envs,
@@ -140,6 +146,8 @@ class OnlineSAC(MethodDefaults):
         self.offline_updates = 0
         self.env_steps = 0
         self.updates = 0
+        self.episodes = 0  # env.practice: training episodes run, and scenes a person had to reset among them
+        self.human_resets = 0
         self._obs: dict[str, torch.Tensor] | None = None
         self.jump_start: JumpStart | None = None
         if cfg.jsrl.guide is not None:  # JSRL: a guide drives each training episode's first steps
@@ -221,6 +229,12 @@ class OnlineSAC(MethodDefaults):
         self._obs = next_obs
         self.env_steps += n
         metrics: dict[str, Any] = {"episode_return": Episodes(info["episode_return"], done)}
+        if cfg.env.practice:  # what a person did for the run (robot time only: no person resets the scene otherwise)
+            self.episodes += int(done.sum())
+            if "human_reset" in info:
+                self.human_resets += int(info["human_reset"].sum())
+            if "success" in info and "env_success" not in info:
+                metrics["success"] = Episodes(info["success"].float(), done)
         if "env_success" in info:  # a learned reward (env.reward_classifier): its verdicts against the task's own
             learned, task = info["success"], info["env_success"]
             metrics |= {"success": Episodes(learned.float(), done),
@@ -245,6 +259,8 @@ class OnlineSAC(MethodDefaults):
         fields: dict[str, float | None] = {"updates": self.updates}
         if self.jump_start is not None:
             fields["jsrl_horizon"] = self.jump_start.horizon
+        if self.cfg.env.practice:
+            fields |= {"train_episodes": self.episodes, "human_resets": self.human_resets}
         return fields
 
     def finish(self, run: Runner) -> dict[str, Any]:
@@ -277,6 +293,8 @@ class OnlineSAC(MethodDefaults):
                  "agent": self.agent.state_dict(), "replay": self.replay.state_dict()}
         if self.jump_start is not None:
             state["jsrl"] = self.jump_start.state_dict()
+        if self.cfg.env.practice:
+            state["practice"] = {"episodes": self.episodes, "human_resets": self.human_resets}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -286,6 +304,8 @@ class OnlineSAC(MethodDefaults):
         self.offline_updates = state.get("offline_updates", 0)
         if self.jump_start is not None and "jsrl" in state:
             self.jump_start.load_state_dict(state["jsrl"])
+        practice = state.get("practice", {})
+        self.episodes, self.human_resets = practice.get("episodes", 0), practice.get("human_resets", 0)
 
 
 class Trainer(Runner):
@@ -304,8 +324,9 @@ class Trainer(Runner):
         settings = RunSettings(
             steps=t.steps, eval_every=t.eval_every, checkpoint_every=t.checkpoint_every, seed=cfg.seed,
             command=command, method=method_name, title=cfg.env.spec, quiet=cfg.quiet,
-            columns=[*METRIC_COLUMNS, *(LEARNED_REWARD_COLUMNS if cfg.env.reward_classifier else []),
-                     *(["jsrl_horizon"] if cfg.jsrl.guide else [])],
+            columns=list(dict.fromkeys([*METRIC_COLUMNS, *(LEARNED_REWARD_COLUMNS if cfg.env.reward_classifier else []),
+                                        *(["jsrl_horizon"] if cfg.jsrl.guide else []),
+                                        *(PRACTICE_COLUMNS if cfg.env.practice else [])])),
         )
         super().__init__(method, eval_env, run_dir, cfg, settings, resume=resume)
 

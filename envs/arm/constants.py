@@ -78,6 +78,10 @@ CUBE_XY_BOX = ((0.28, -0.15), (0.45, 0.15))
 TARGET_XY_BOX = ((0.27, -0.18), (0.48, 0.18))  # push and pick_place
 MAX_YAW = math.pi / 4  # cube yaw in [-MAX_YAW, MAX_YAW]
 PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)  # pick_place target centre height
+# Autonomous practice (reset-free): a cube outside this box needs a person (``ArmTask.practice_target``). The hand's
+# workspace ends at x 0.15..0.6 and y +-0.28 (x 0.6 beyond the arm's reach at the table), and pushing a cube back
+# needs the hand 6 cm behind it, so beyond these edges the cube can no longer be pushed towards the middle.
+PRACTICE_XY_BOX = ((0.21, -0.22), (0.54, 0.22))
 MIN_TARGET_DIST = 0.1  # target at least this far from the start (reach: grip point; else cube, in the plane)
 CUBE_PARKED = (0.68, 0.42, CUBE_HALF)  # reach and track: the cube sits out of the way
 

@@ -138,6 +138,12 @@ class ArmEnv(gym.Env):
             the time limit, or a reward classifier wrapped around the env, ends it) while ``info["success"]`` and
             the sparse reward still report every solved step: training on a learned reward, where on a robot
             nothing but the classifier knows of success.
+        practice: autonomous practice (reset-free). A ``reset()`` without a seed after an episode does not put the
+            scene back: the hand and the cube stay where they are and only a new target is drawn, by the task's
+            rule, from there (``ArmTask.practice_target``). Only a scene the arm cannot recover from (push,
+            pick_place: the cube outside ``PRACTICE_XY_BOX`` or off the table) gets a full reset, a *human reset*:
+            counted in ``human_resets`` and flagged ``info["human_reset"]``. A seeded reset is the setup, always
+            full, and not counted.
 
     The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``robot_rl.envs.make``. Stepping
     after ``terminated`` goes on simulating the same episode. ``arm_task`` holds the ``ArmTask`` (its per-env state:
@@ -159,6 +165,7 @@ class ArmEnv(gym.Env):
         camera: str | int = "front",
         control_hz: float = 1.0 / CONTROL_DT,
         end_on_success: bool = True,
+        practice: bool = False,
     ) -> None:
         # Lazy: robot_rl.envs.sim.tasks.arm imports this package's model and constants.
         from ..sim.physics import CpuPhysics
@@ -170,6 +177,10 @@ class ArmEnv(gym.Env):
         self.arm_task = ArmTask(task, reward, control_hz=control_hz)  # checks task, reward and control_hz
         self.task, self.reward_type, self.render_mode = task, reward, render_mode
         self.end_on_success = bool(end_on_success)
+        self.practice = bool(practice)
+        self.human_resets = 0  # practice: full resets a person would have had to do (the seeded setup not counted)
+        self.practice_resets = 0  # practice: episodes that went on from the scene as it was
+        self._episode_ran = False
         self.n_substeps, self.control_dt, self.max_delta = (
             self.arm_task.frame_skip,
             self.arm_task.control_dt,
@@ -216,15 +227,30 @@ class ArmEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         """Draw a new start (grip position, cube pose, target); see the module docstring for the random stream."""
         super().reset(seed=seed)
-        self._seed_stream(seed)
         task, physics = self.arm_task, self.physics
-        qpos, qvel, ctrl = task.initial_state(self._rng)
-        physics.reset(self._all, qpos, qvel, ctrl)
-        task.commit_reset(self._all)
-        self._rng.advance()
+        human_reset = False
+        if self.practice and seed is None and self._episode_ran:
+            qpos, qvel = physics.state()
+            target, stuck = task.practice_target(self._rng, qpos)
+            self._rng.advance()
+            human_reset = bool(stuck[0])
+            if not human_reset:
+                task.commit_practice(self._all, target, qpos)
+                self.practice_resets += 1
+            self.human_resets += human_reset
+        if not self.practice or seed is not None or not self._episode_ran or human_reset:
+            self._seed_stream(seed)
+            qpos, qvel, ctrl = task.initial_state(self._rng)
+            physics.reset(self._all, qpos, qvel, ctrl)
+            task.commit_reset(self._all)
+            self._rng.advance()
+        self._episode_ran = False
         qpos, qvel = physics.state()
         _, success = task.score(qpos)
-        return self._observation(qpos, qvel), {"success": bool(success[0])}
+        info = {"success": bool(success[0])}
+        if self.practice:
+            info["human_reset"] = human_reset
+        return self._observation(qpos, qvel), info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """Apply one control step (20 Hz unless ``control_hz`` says otherwise); returns ``(obs, reward, terminated, truncated=False, info)``."""
@@ -234,6 +260,7 @@ class ArmEnv(gym.Env):
         if not np.all(np.isfinite(a)):
             raise ValueError(f"action contains NaN or inf ({a}); refusing to send it to the simulator")
         task, physics = self.arm_task, self.physics
+        self._episode_ran = True
         qpos, qvel = physics.state()
         ctrl = task.control(torch.from_numpy(np.clip(a, -1.0, 1.0)[None]), qpos, qvel)
         physics.step(ctrl, task.frame_skip)
@@ -303,6 +330,11 @@ class ArmEnv(gym.Env):
     def reset_position(self, seed: int | None = None) -> np.ndarray:
         """The grip position that ``reset(seed=seed)`` would start from; this env's random stream is untouched."""
         rng = copy.deepcopy(self._rng)
+        if self.practice and seed is None and self._episode_ran:  # practice: the hand stays, unless a person resets
+            qpos = self.physics.state()[0]
+            if not bool(self.arm_task.practice_target(rng, qpos)[1][0]):
+                return self.arm_task.prev_ee[0].numpy().copy()
+            rng.advance()
         if seed is not None:
             rng.seed(seed)
         elif not self._seeded:  # the first reset would seed from np_random: draw from a copy of it

@@ -36,6 +36,7 @@ what ``hil-train mirror_demos=true mirror_online=true`` learns from.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,8 @@ from robot_rl.envs.arm.constants import (
 
 from ..robot import CameraSpec, CartesianLimits, Robot, RobotObservation, RobotSpec
 
+log = logging.getLogger(__name__)
+
 
 class SimArm(Robot):
     """The simulated arm.
@@ -72,6 +75,9 @@ class SimArm(Robot):
             docstring).
         pixel_size: (height, width) of both cameras' frames.
         full_state: with ``pixels``, keep the full 29-number state instead of proprioception.
+        practice: autonomous practice (``robot_rl.envs.arm.ArmEnv``'s ``practice``): a reset without a seed keeps the
+            scene (the hand, the cube) and draws a new target; only a stuck scene is put back, logged as a human
+            reset and counted in ``human_resets``.
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class SimArm(Robot):
         pixels: bool = False,
         pixel_size: Sequence[int] = (84, 84),
         full_state: bool = False,
+        practice: bool = False,
     ) -> None:
         size = tuple(int(v) for v in pixel_size)
         if len(size) != 2:
@@ -94,7 +101,7 @@ class SimArm(Robot):
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sim-arm-gl") if self.pixels else None
         try:
             self.env = self._call(ArmEnv, task, reward, control_hz=control_hz, pixels=self.pixels, pixel_size=size,
-                                  full_state=self.full_state)
+                                  full_state=self.full_state, practice=practice)
         except BaseException:
             if self._thread is not None:
                 self._thread.shutdown(wait=False)
@@ -158,8 +165,15 @@ class SimArm(Robot):
     def _stamp(self) -> float:
         return self._clock0 + self._sim_s
 
+    @property
+    def human_resets(self) -> int:
+        """``practice``: scenes that were put back because the arm could not go on from them."""
+        return self.env.human_resets
+
     def reset(self, seed: int | None = None) -> RobotObservation:
         obs, info = self._call(self.env.reset, seed=seed)
+        if info.get("human_reset"):
+            log.info("practice: the scene was stuck and was put back (human reset %d)", self.env.human_resets)
         state, images = self._split(obs)
         self._gripper = -1.0
         self._obs = RobotObservation(state, 0.0, bool(info["success"]), self._stamp(), images, self._scene())

@@ -22,7 +22,7 @@ class ServeRobotArgs:
     driver_args: dict[str, Any] = _help(
         {}, "driver constructor arguments, one key each: driver_args.<name>=<value> (ur_rtde: driver_args.ip=...)"
     )
-    task: str = _help("reach", "sim_arm: reach, push or pick_place")
+    task: str = _help("reach", "sim_arm: reach, push, pick_place or track (a moving target)")
     reward: str = _help("dense", "sim_arm: dense or sparse")
     control_hz: float = _help(20.0, "sim_arm: control rate of the loop")
     seed: int = _help(0, "sim_arm: seed of the first episode")
@@ -32,6 +32,11 @@ class ServeRobotArgs:
                "serves it as the state: privileged)"
     )
     pixel_size: list[int] = _help([84, 84], "sim_arm: camera frames' height and width")
+    practice: bool = _help(
+        False, "sim_arm: autonomous practice: a client's reset keeps the scene (hand and cube where they are) and "
+               "draws a new target; only a stuck scene (the cube out of reach or off the table) is put back, logged "
+               "as a human reset"
+    )
     image_encoding: str = _help("jpeg", "camera frames on the wire: jpeg, or png (lossless, larger)")
     max_frame_bytes: int = _help(256 * 1024, "an encoded camera frame above this fails its step (DATA_LOSS)")
     host: str = _help("127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
@@ -76,9 +81,12 @@ def serve_robot(args: ServeRobotArgs) -> int:
     if args.pixels and args.driver != "sim_arm":
         raise CommandError(f"pixels=true is the simulated arm's cameras; {args.driver} takes its cameras as "
                            "driver_args.cameras (see docs/hardware.md, Cameras)")
+    if args.practice and args.driver != "sim_arm":
+        raise CommandError(f"practice=true is the simulated arm's reset-free scene; a physical robot's scene is what "
+                           f"it is: {args.driver} has no reset to skip")
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
-                  "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), **kwargs}
+                  "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), "practice": args.practice, **kwargs}
     token = connect.token(args)
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
                           allow_plaintext_token=args.allow_plaintext_token, max_connections=args.max_connections,

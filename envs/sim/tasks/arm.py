@@ -60,6 +60,7 @@ from robot_rl.envs.arm.constants import (
     MIN_TARGET_DIST,
     MIRROR_TASKS,
     PICK_HEIGHT,
+    PRACTICE_XY_BOX,
     REACH_MAX,
     REACH_TARGET_BOX,
     REWARDS,
@@ -331,6 +332,7 @@ class ArmTask(SimTask):
             "reach_target": (const(REACH_TARGET_BOX[0], f64), const(REACH_TARGET_BOX[1], f64)),
             "cube_xy": (const(CUBE_XY_BOX[0], f64), const(CUBE_XY_BOX[1], f64)),
             "target_xy": (const(TARGET_XY_BOX[0], f64), const(TARGET_XY_BOX[1], f64)),
+            "practice_xy": (const(PRACTICE_XY_BOX[0], f64), const(PRACTICE_XY_BOX[1], f64)),
         }
         self._parked = const(CUBE_PARKED, f64)
         self._track_centre = const(TRACK_CENTRE_XY)
@@ -359,30 +361,35 @@ class ArmTask(SimTask):
         idx = torch.where(ok.any(dim=1), first_ok, torch.argmax(dist, dim=1))
         return torch.gather(cand, 1, idx[:, None, None].expand(-1, 1, cand.shape[-1])).squeeze(1)
 
+    def _draw_target(self, rng: ResetRNG, ee: torch.Tensor, cube_xy: torch.Tensor) -> torch.Tensor:
+        """Targets ``[N, 3]`` (float64) for a scene whose grip point is ``ee`` and cube ``cube_xy``: reach's at least
+        ``MIN_TARGET_DIST`` from the hand, push's and pick_place's from the cube, track's a point of its circle."""
+        if self.task == "reach":
+            return self._sample_far(rng, "reach_target", ee)
+        if self.task == "track":  # a point of the target's circle (constants: TRACK_*)
+            phase = rng.uniform((), -math.pi, math.pi)
+            radius = rng.uniform((), *TRACK_RADIUS)
+            height = rng.uniform((), *TRACK_HEIGHT)
+            centre = self._track_centre.to(torch.float64)
+            return torch.stack([centre[0] + radius * torch.cos(phase), centre[1] + radius * torch.sin(phase), height],
+                               dim=1)
+        xy = self._sample_far(rng, "target_xy", cube_xy)
+        if self.task == "push":
+            height = torch.full_like(xy[:, :1], CUBE_HALF)
+        else:
+            height = rng.uniform((1,), *PICK_HEIGHT)
+        return torch.cat([xy, height], dim=1)
+
     def initial_state(self, rng: ResetRNG) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, dtype = self.num_envs, self.dtype
         ee0 = self._uniform(rng, "ee0")
         if self.task in ("reach", "track"):
             cube_xy = self._parked[:2].expand(n, 2)
             yaw = torch.zeros(n, dtype=torch.float64, device=self.device)
-            if self.task == "reach":
-                target = self._sample_far(rng, "reach_target", ee0)
-            else:  # a point of the target's circle (constants: TRACK_*)
-                phase = rng.uniform((), -math.pi, math.pi)
-                radius = rng.uniform((), *TRACK_RADIUS)
-                height = rng.uniform((), *TRACK_HEIGHT)
-                centre = self._track_centre.to(torch.float64)
-                target = torch.stack([centre[0] + radius * torch.cos(phase), centre[1] + radius * torch.sin(phase),
-                                      height], dim=1)
         else:
             cube_xy = self._uniform(rng, "cube_xy")
             yaw = rng.uniform((), -MAX_YAW, MAX_YAW)
-            xy = self._sample_far(rng, "target_xy", cube_xy)
-            if self.task == "push":
-                height = torch.full_like(xy[:, :1], CUBE_HALF)
-            else:
-                height = rng.uniform((1,), *PICK_HEIGHT)
-            target = torch.cat([xy, height], dim=1)
+        target = self._draw_target(rng, ee0, cube_xy)
 
         q = analytic_ik(ee0).to(dtype)
         qpos = self.qpos0.expand(n, -1).clone()
@@ -416,6 +423,32 @@ class ArmTask(SimTask):
         self.prev_ee = torch.where(m, p["ee"], self.prev_ee)
         self.ee_vel = torch.where(m, 0.0, self.ee_vel)
         self._pending = None
+
+    # -- reset-free practice ----------------------------------------------------------------------------------
+    def practice_target(self, rng: ResetRNG, qpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A new episode on the scene as it is (autonomous practice, no one resets it): ``(target [N, 3], stuck
+        [N])``. The target is drawn by the task's rule from where the hand and the cube are now; ``stuck`` marks
+        scenes a person must reset: a cube outside ``PRACTICE_XY_BOX`` (where the hand can no longer get round it to
+        push it back) or off the table. reach and track are never stuck."""
+        cube = qpos[:, self._cube_pos].to(torch.float64)
+        ee = grip_position(qpos[:, self._arm]).to(torch.float64)
+        target = self._draw_target(rng, ee, cube[:, :2])
+        if self.task in ("reach", "track"):
+            return target.to(self.dtype), torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        low, high = self._boxes["practice_xy"]
+        outside = ((cube[:, :2] < low) | (cube[:, :2] > high)).any(dim=1)
+        return target.to(self.dtype), outside | (cube[:, 2] < CUBE_HALF - 0.01)
+
+    def commit_practice(self, mask: torch.Tensor, target: torch.Tensor, qpos: torch.Tensor) -> None:
+        """Envs in ``mask`` go on from their scene with a new ``target``: the servo targets are put on the measured pose
+        (``hold``) so the new episode starts from a hand at rest where it is."""
+        m = mask[:, None]
+        q = qpos[:, self._arm]
+        self.target = torch.where(m, target, self.target)
+        self.q_cmd = torch.where(m, q, self.q_cmd)
+        ee = grip_position(q)
+        self.x_des = torch.where(m, ee, self.x_des)
+        self.prev_ee = torch.where(m, ee, self.prev_ee)
 
     # -- step -------------------------------------------------------------------------------------------------
     def _ctrl(self, q_cmd: torch.Tensor, finger: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,114 @@
+"""Autonomous practice on the arm tasks (``practice=True``): an episode goes on from the scene the last one left,
+with a new target; only a scene the arm cannot recover from is reset, and counted as a human reset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from robot_rl.envs.arm import STATE_LAYOUT, ArmEnv, make_expert
+from robot_rl.envs.arm.constants import PRACTICE_XY_BOX
+
+from robot_rl import envs
+
+L = STATE_LAYOUT
+
+
+def _cube_qpos(env: ArmEnv) -> slice:
+    adr = int(env.model.joint("cube").qposadr[0])
+    return slice(adr, adr + 3)
+
+
+def test_practice_goes_on_from_the_scene_with_a_new_target() -> None:
+    env = ArmEnv("push", practice=True)
+    try:
+        obs, info = env.reset(seed=0)
+        assert info == {"success": False, "human_reset": False}
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            obs, *_ = env.step(rng.uniform(-1, 1, 4))
+        qpos_before = env.physics.state()[0].clone()
+        old_target, old_ee = obs[L["target_pos"]].copy(), obs[L["ee_pos"]].copy()
+        obs, info = env.reset()
+        assert info == {"success": False, "human_reset": False}
+        torch.testing.assert_close(env.physics.state()[0], qpos_before, rtol=0, atol=0)  # nothing was put back
+        np.testing.assert_array_equal(obs[L["ee_pos"]], old_ee)
+        cube, target = obs[L["cube_pos"]], obs[L["target_pos"]]
+        assert not np.allclose(target, old_target)
+        assert np.linalg.norm(target[:2] - cube[:2]) >= 0.1 - 1e-6  # the task's rule, from where the cube is
+        # the hand holds where it is: servo targets on the measured pose
+        torch.testing.assert_close(env.arm_task.q_cmd, qpos_before[:, :5])
+        assert (env.practice_resets, env.human_resets) == (1, 0)
+        # a reset with no step in between is the task's own reset (nothing ran to go on from)
+        env.reset()
+        assert not torch.equal(env.physics.state()[0], qpos_before)
+        assert (env.practice_resets, env.human_resets) == (1, 0)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("where", ["beyond the box", "off the table"])
+def test_a_stuck_scene_is_reset_and_counted_as_a_human_reset(where: str) -> None:
+    env = ArmEnv("push", practice=True)
+    try:
+        env.reset(seed=1)
+        env.step(np.zeros(4))
+        qpos, qvel = env.physics.state()
+        qpos = qpos.clone()
+        cube = _cube_qpos(env)
+        if where == "beyond the box":
+            qpos[0, cube.start] = PRACTICE_XY_BOX[1][0] + 0.02
+        else:
+            qpos[0, cube.start + 2] = -0.1
+        env.physics.set_state(qpos, qvel)
+        obs, info = env.reset()
+        assert info["human_reset"] is True
+        assert (env.practice_resets, env.human_resets) == (0, 1)
+        low, high = (0.28, -0.15), (0.45, 0.15)  # CUBE_XY_BOX: a fresh start
+        assert np.all(obs[L["cube_pos"]][:2] >= np.array(low) - 1e-6) and np.all(obs[L["cube_pos"]][:2] <= high)
+        env.step(np.zeros(4))
+        assert env.reset()[1]["human_reset"] is False and env.human_resets == 1
+    finally:
+        env.close()
+
+
+def test_practice_through_the_batched_env_and_its_refusals() -> None:
+    env = envs.make("arm:push", num_envs=2, seed=0, practice=True, max_episode_steps=5)
+    try:
+        env.reset()
+        humans = 0
+        for _ in range(5):
+            obs, _, terminated, truncated, info = env.step(torch.zeros(2, 4))
+        done = terminated | truncated
+        assert bool(done.all())
+        # the next episode starts where the last one ended: the same cube, another target
+        final = info["final_obs"]["state"]
+        torch.testing.assert_close(obs["state"][:, L["cube_pos"]], final[:, L["cube_pos"]])
+        assert not torch.allclose(obs["state"][:, L["target_pos"]], final[:, L["target_pos"]])
+        humans += int(info.get("human_reset", torch.zeros(2, dtype=torch.bool)).sum())
+        assert humans == 0
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="only arm: specs practise"):
+        envs.make("gym:Pendulum-v1", practice=True)
+
+
+def test_the_expert_practises_push_with_few_human_resets() -> None:
+    """The scripted expert on push, reset-free for 40 episodes: each new target is pushed to from where the cube
+    lies, and the scene never needs a person (the targets keep the cube in the middle of the table)."""
+    env = envs.make("arm:push", num_envs=4, seed=0, practice=True)
+    expert = make_expert("arm:push", 4, seed=0)
+    try:
+        obs = env.reset()
+        episodes = successes = humans = 0
+        while episodes < 40:
+            obs, _, terminated, truncated, info = env.step(expert.act(obs))
+            done = terminated | truncated
+            expert.reset(done)
+            episodes += int(done.sum())
+            successes += int(terminated.sum())
+            humans += int(info["human_reset"].sum()) if "human_reset" in info else 0
+        assert successes / episodes >= 0.9
+        assert humans <= 1
+    finally:
+        env.close()
