@@ -130,7 +130,9 @@ def _finetune_policy(overrides: list[str]) -> int:
     finetuner = Finetuner(cfg, run_dir, resume=bool(resume))
     if not cfg.quiet:
         print(f"run directory: {run_dir}", flush=True)
-        print(f"fine-tuning {cfg.base_policy} with {cfg.method} on {cfg.env.spec} for {cfg.steps:,} env steps "
+        length = (f"{cfg.rl100.rounds} rounds of {cfg.rl100.episodes_per_round} episodes" if cfg.method == "rl100"
+                  else f"{cfg.steps:,} env steps")
+        print(f"fine-tuning {cfg.base_policy} with {cfg.method} on {cfg.env.spec} for {length} "
               f"({cfg.env.num_envs} env(s), {cfg.device})", flush=True)
     summary = finetuner.run()
     last = summary["last"] or {}
