@@ -40,7 +40,7 @@ TOKEN = "bench-serve-policy-token"
 
 
 def _serve(policy_dir: Path) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN}
+    env = {**os.environ, "ROBOT_RL_TOKEN": TOKEN, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack
     cmd = [sys.executable, "-c", "import sys; from robot_rl.cli import main; sys.exit(main())", "serve-policy",
            f"checkpoint={policy_dir}", "port=0", "status_every=0", "threads=1", "stochastic=true"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -137,9 +137,15 @@ def main() -> None:
                 proc.wait(timeout=20)
                 stopped = "clean" if any("policy server stopped" in x for x in proc.lines) else "exited"
             except subprocess.TimeoutExpired:
-                proc.kill()
-                stopped = "did not exit within 20 s of SIGINT (killed)"
-            print(f"serve-policy: {stopped}; its last lines: {proc.lines[-5:]}", flush=True)
+                proc.send_signal(signal.SIGABRT)  # faulthandler: where each thread is stuck, into its output
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                time.sleep(0.5)
+                stopped = "did not exit within 20 s of SIGINT (aborted)"
+            tail = proc.lines[-5:] if stopped != "did not exit within 20 s of SIGINT (aborted)" else proc.lines[-80:]
+            print(f"serve-policy: {stopped}; its last lines: {''.join(tail)}", flush=True)
     payload = {"benchmark": "serve-policy loopback", "policy": "flow 256x3, 10 Euler steps, horizon 16",
                "machine": machine_info(1, "cpu"), "load_1min": os.getloadavg()[0], "server_shutdown": stopped,
                "rows": rows}
