@@ -396,7 +396,7 @@ def test_finetune_takes_the_method_from_the_command_line_or_the_runs_record(tmp_
         ([f"resume={sac_run}"], f"{sac_run} is a train run: resume it with robot-rl train resume={sac_run}"),
         ([f"resume={policy_run}", "method=residual"], "is a method=dsrl run; resume it without method=residual"),
         (["method=ppo"], "method=ppo: choose one of wsrl, residual, dsrl, reinflow, dppo"),
-        (["base_policy=x", "env.spec=arm:push"], "base_policy= is read by method=<residual|dsrl|reinflow|dppo>"),
+        (["base_policy=x", "env.spec=arm:push"], "base_policy= is read by method=<residual|dsrl|reinflow|dppo|rl100>"),
     ):
         code, _, err = _run(capsys, "finetune", *args)
         assert code == 2 and err.count("\n") == 1 and expected in err, err
