@@ -162,6 +162,8 @@ def test_a_tiny_run_writes_its_rounds_and_a_loadable_policy_and_resumes(base, tm
     capsys.readouterr()
     assert main(["eval", f"run={run_dir}", "episodes=2", "video=false"]) == 0, capsys.readouterr().err
     assert "rl100 fine-tuning" in capsys.readouterr().out
+    assert main(["export", f"run={run_dir}", f"out={tmp_path / 'exported'}"]) == 0, capsys.readouterr().err
+    assert isinstance(load_policy(tmp_path / "exported"), MLPPolicy)
 
 
 @pytest.mark.parametrize(
