@@ -21,7 +21,8 @@ class Float32Observation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs
     A flat Box is cast to float32 (torch's default dtype, half the memory of float64 in replay buffers). A Dict
     (a third-party env's, e.g. ``agent_pos`` + ``environment_state`` + a camera) is mapped onto groups:
     ``"state"``: its vector entries (scalar or 1-D Boxes of any numeric dtype) concatenated as float32, a
-    ``"state"`` entry first, then the others in sorted key order (``state_keys`` records the order);
+    ``"state"`` entry first, then the others in sorted key order, nested Dicts depth first with ``a/b`` keys
+    (``state_keys`` records the order);
     ``"pixels"``: its image entry (uint8, H x W x C) when there is one, or ``"pixels/<key>"`` for each of
     several. Any other entry is refused with its key named.
     """
@@ -45,34 +46,54 @@ class Float32Observation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs
 
     def _map_dict(self, space: gym.spaces.Dict) -> gym.spaces.Dict:
         vectors, images = [], []
-        for key in sorted(space.spaces, key=lambda k: (k != "state", k)):
-            sub = space.spaces[key]
+        for path, sub in _leaves(space):
+            key = "/".join(path)
             if isinstance(sub, gym.spaces.Box) and len(sub.shape) <= 1 and np.issubdtype(sub.dtype, np.number):
-                vectors.append(key)
+                vectors.append((key, path, sub))
             elif isinstance(sub, gym.spaces.Box) and len(sub.shape) == 3 and sub.dtype == np.uint8:
-                images.append(key)
+                images.append((key, path, sub))
             else:
                 raise ValueError(
                     f"observation entry {key!r} is {sub}; supported are numeric vectors (joined into 'state') and "
-                    f"uint8 H x W x C images (as 'pixels')"
+                    f"uint8 H x W x C images (as 'pixels'), also inside nested Dicts"
                 )
         if not vectors:
             raise ValueError(f"a Dict observation needs at least one vector entry for 'state', got {space}")
-        self.state_keys = tuple(vectors)
-        low = np.concatenate([np.ravel(space[k].low).astype(np.float32) for k in vectors])
-        high = np.concatenate([np.ravel(space[k].high).astype(np.float32) for k in vectors])
+        self.state_keys = tuple(key for key, _, _ in vectors)
+        self._state_paths = [path for _, path, _ in vectors]
+        low = np.concatenate([np.ravel(sub.low).astype(np.float32) for _, _, sub in vectors])
+        high = np.concatenate([np.ravel(sub.high).astype(np.float32) for _, _, sub in vectors])
         groups: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(low, high, low.shape, np.float32)}
-        for key in images:
+        self._image_paths: dict[str, tuple[str, ...]] = {}
+        for key, path, sub in images:
             name = "pixels" if len(images) == 1 else f"pixels/{key}"
             self.image_keys[name] = key
-            groups[name] = space[key]
+            self._image_paths[name] = path
+            groups[name] = sub
         return gym.spaces.Dict(groups)
 
     def observation(self, observation: Any) -> Any:
         if not self.state_keys:
             return np.asarray(observation, dtype=np.float32)
-        state = np.concatenate([np.ravel(np.asarray(observation[k], dtype=np.float32)) for k in self.state_keys])
-        return {"state": state, **{name: observation[key] for name, key in self.image_keys.items()}}
+        state = np.concatenate([np.ravel(np.asarray(_at(observation, p), dtype=np.float32)) for p in self._state_paths])
+        return {"state": state, **{name: _at(observation, path) for name, path in self._image_paths.items()}}
+
+
+def _leaves(space: gym.spaces.Dict, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], gym.spaces.Space]]:
+    """The non-Dict entries of a (nested) Dict space with their key paths: a ``"state"`` entry first, then the others
+    in sorted key order, depth first (goal-conditioned envs nest ``observation`` / ``achieved_goal`` /
+    ``desired_goal``, robot suites a robot's and an object's entries)."""
+    out = []
+    for key in sorted(space.spaces, key=lambda k: (k != "state", k)):
+        sub = space.spaces[key]
+        out += _leaves(sub, (*prefix, key)) if isinstance(sub, gym.spaces.Dict) else [((*prefix, key), sub)]
+    return out
+
+
+def _at(observation: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        observation = observation[key]
+    return observation
 
 
 class NormalizedAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
@@ -132,7 +153,8 @@ class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 
 class ResizeRender(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Make ``render()`` return frames of exactly (height, width), for backends that cannot render to size.
+    """Make ``render()`` return frames of exactly (height, width), for backends that cannot render to size; an env
+    whose ``render()`` returns several images (a list, a dict of cameras, a stack) gets them side by side.
 
     Nearest-neighbour resampling is enough for videos and avoids an image-library dependency. It is a no-op
     when the backend already renders at the requested size.
@@ -147,13 +169,46 @@ class ResizeRender(gym.Wrapper, gym.utils.RecordConstructorArgs):
         frame = self.env.render()
         if frame is None:
             return None
-        frame = np.asarray(frame)
         height, width = self._size
-        if frame.shape[:2] == (height, width):
-            return frame
-        rows = np.arange(height) * frame.shape[0] // height
-        cols = np.arange(width) * frame.shape[1] // width
-        return frame[rows[:, None], cols[None, :]]
+        views = _views(frame)
+        if len(views) == 1:
+            return _resize(views[0], height, width)
+        # Several images (cameras): side by side in one frame of the requested size, each of an equal share.
+        shares = np.diff(np.linspace(0, width, len(views) + 1).astype(int))
+        return np.concatenate([_resize(view, height, int(w)) for view, w in zip(views, shares, strict=True)], axis=1)
+
+
+def _views(frame: Any) -> list[np.ndarray]:
+    """The images of a ``render()`` result: one H x W x C frame, or several (a list or tuple, a dict of camera
+    name to frame, or an N x H x W x C stack), each as H x W x 3 uint8."""
+    if isinstance(frame, dict):
+        parts = [frame[key] for key in sorted(frame)]
+    elif isinstance(frame, (list, tuple)):
+        parts = list(frame)
+    else:
+        array = np.asarray(frame)
+        parts = list(array) if array.ndim == 4 else [array]
+    views = []
+    for part in parts:
+        image = np.asarray(part)
+        if image.ndim == 2:
+            image = np.repeat(image[..., None], 3, axis=2)
+        if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
+            raise ValueError(f"render() returned an image of shape {image.shape}; expected H x W x 3 frames")
+        if image.shape[2] == 1:
+            image = np.repeat(image, 3, axis=2)
+        views.append(np.ascontiguousarray(image[..., :3]))
+    if not views:
+        raise ValueError("render() returned no image")
+    return views
+
+
+def _resize(frame: np.ndarray, height: int, width: int) -> np.ndarray:
+    if frame.shape[:2] == (height, width):
+        return frame
+    rows = np.arange(height) * frame.shape[0] // height
+    cols = np.arange(width) * frame.shape[1] // width
+    return frame[rows[:, None], cols[None, :]]
 
 
 def default_time_limit(task_limit: int | None, action_repeat: int) -> int | None:

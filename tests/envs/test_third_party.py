@@ -52,8 +52,31 @@ class SlideEnv(gym.Env):
         return self._obs(), -dist, dist < 0.1, False, {"is_success": dist < 0.1}
 
 
+class NestedGoalEnv(SlideEnv):
+    """The same point, observed as goal-conditioned robot suites nest it ({"observation": {"robot": ..., "object":
+    ...}, "desired_goal": ..., "achieved_goal": ...}), with a render() that returns two cameras at once."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        super().__init__()
+        box = lambda n: gym.spaces.Box(-5, 5, (n,), np.float64)  # noqa: E731
+        self.observation_space = gym.spaces.Dict({
+            "observation": gym.spaces.Dict({"robot": box(2), "object": gym.spaces.Dict({"dist": box(1)})}),
+            "desired_goal": box(2), "achieved_goal": box(2)})
+        self.render_mode = render_mode
+
+    def _obs(self):
+        return {"observation": {"robot": self.pos.copy(), "object": {"dist": np.array([np.linalg.norm(self.pos)])}},
+                "desired_goal": np.zeros(2), "achieved_goal": self.pos.copy()}
+
+    def render(self):
+        return {"front": np.full((6, 10, 3), 10, np.uint8), "side": np.full((12, 8, 3), 200, np.uint8)}
+
+
 gym.register("SlideEnv-v0", entry_point=SlideEnv, max_episode_steps=50)
 gym.register("SlideCamEnv-v0", entry_point=SlideEnv, max_episode_steps=50, kwargs={"camera": True})
+gym.register("NestedGoalEnv-v0", entry_point=NestedGoalEnv, max_episode_steps=50)
 '''
 
 
@@ -64,7 +87,7 @@ def lab_envs(tmp_path, monkeypatch) -> Path:
     (tmp_path / "lab_envs" / "__init__.py").write_text(textwrap.dedent(PACKAGE))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    for env_id in ("SlideEnv-v0", "SlideCamEnv-v0"):
+    for env_id in ("SlideEnv-v0", "SlideCamEnv-v0", "NestedGoalEnv-v0"):
         gym.registry.pop(env_id, None)
     sys.modules.pop("lab_envs", None)
 
@@ -84,6 +107,24 @@ def test_image_entries_become_pixels(lab_envs) -> None:
         env.reset()
         obs, *_ = env.step(torch.zeros(2, 2))
         assert obs["pixels"].dtype == torch.uint8 and obs["pixels"].shape == (2, 8, 8, 3)
+
+
+def test_nested_goal_observations_and_a_render_of_several_cameras(lab_envs) -> None:
+    """Nested Dicts flatten depth first into state (a/b keys, sorted: achieved_goal, desired_goal, observation/object/
+    dist, observation/robot); a render() of two cameras becomes one frame of the requested size, side by side."""
+    with envs.make("gym:lab_envs:NestedGoalEnv-v0", num_envs=2, seed=0, render=True, render_size=(24, 40)) as env:
+        assert env.observation_spec == {"state": ((7,), torch.float32)}
+        obs = env.reset()["state"]
+        torch.testing.assert_close(obs[:, 0:2], obs[:, 5:7])  # achieved_goal is the robot's position
+        assert torch.all(obs[:, 2:4] == 0)  # desired_goal
+        torch.testing.assert_close(obs[:, 4], obs[:, 5:7].norm(dim=1))  # observation/object/dist
+        frame = env.render(0)
+        assert frame.shape == (24, 40, 3) and frame.dtype == np.uint8
+        assert np.all(frame[:, :20] == 10) and np.all(frame[:, 20:] == 200)  # front left, side right
+    wrapped = envs.make_single("gym:lab_envs:NestedGoalEnv-v0")
+    assert wrapped.get_wrapper_attr("state_keys") == ("achieved_goal", "desired_goal", "observation/object/dist",
+                                                      "observation/robot")
+    wrapped.close()
 
 
 def test_unknown_ids_name_the_closest_only(lab_envs) -> None:
