@@ -17,7 +17,9 @@ was trained on (`data=`), each round (one `advance()` of the `robot_rl.runner.Ru
    A = mean_e Q_e(s, a) - V(s). Resampling, not a weighted loss, so any `ChunkPolicy.loss` works unchanged;
 4. gate (`gate`): fitted-Q evaluation (`fitted_q`) of each policy on the same dataset, its zero-noise action (what
    evaluation and deployment run) at every next state as the bootstrap, each ensemble member bootstrapping from
-   itself; each policy is scored (`ope_value`) by the mean over the start states of every episode in the dataset of
+   itself; both evaluations start from the same fresh weights every round and see the same minibatches (a critic
+   carried over for the current policy only drifted away from the candidate's fresh one and decided the gate by
+   itself: on push its value fell to -1.2 for a policy with 56% success); each policy is scored (`ope_value`) by the mean over the start states of every episode in the dataset of
    mean_e Q_e(s0, pi(s0)) - `pessimism` * std_e Q_e(s0, pi(s0)). The candidate replaces the current policy only if
    its score beats the current policy's by more than `margin`. The ensemble's spread is the guard against actions
    the data never showed: there the members extrapolate apart and the score drops. It is a guard, not a proof: on
@@ -199,19 +201,20 @@ class ChunkCritic(nn.Module):
         return self.v(self.obs_norm(state)).squeeze(-1)
 
     def fit(self, windows: dict[str, Tensor], steps: int, next_action: Tensor | None = None,
-            tau: float = 0.02) -> dict[str, float]:
+            tau: float = 0.02, generator: torch.Generator | None = None) -> dict[str, float]:
         """`steps` updates on uniform batches of `windows` (`decision_windows`). Without `next_action`: IQL (V an
         expectile of the target ensemble's mean Q(s, a_data); Q regressed onto r + discount * V(s')). With
         `next_action` [M, k*A], a policy's action at every window's next state: fitted-Q evaluation of that policy,
         each member regressed onto r + discount * its own target Q(s', pi(s')) (so the members' spread carries the
-        uncertainty of where pi leaves the data)."""
+        uncertainty of where pi leaves the data). `generator` draws the minibatches (the gate gives both policies'
+        evaluations the same batches)."""
         if not bool(self.fitted):
             self.obs_norm.fit(windows["state"])
             self.fitted.fill_(True)
         n = windows["state"].shape[0]
         q_sum = v_sum = 0.0
         for _ in range(steps):
-            i = torch.randint(0, n, (min(self.cfg.batch_size, n),), device=windows["state"].device)
+            i = torch.randint(0, n, (min(self.cfg.batch_size, n),), generator=generator).to(windows["state"].device)
             s, a, r, d, s2 = (windows[k][i] for k in ("state", "action", "reward", "discount", "next_state"))
             if next_action is None:
                 with torch.no_grad():
@@ -255,13 +258,15 @@ def policy_actions(policy: ChunkPolicy, states: Tensor, execute: int, batch: int
 
 
 def fitted_q(policy: ChunkPolicy, windows: dict[str, Tensor], cfg: RL100Config, execute: int,
-             init: ChunkCritic | None = None) -> tuple[ChunkCritic, dict[str, float]]:
-    """Fitted-Q evaluation of `policy`'s zero-noise actions on the dataset's decisions: a fresh critic (or a copy of
-    `init`, the same policy's critic of the previous round) trained for `cfg.ope_steps` updates."""
+             init: ChunkCritic | None = None, batch_seed: int = 0) -> tuple[ChunkCritic, dict[str, float]]:
+    """Fitted-Q evaluation of `policy`'s zero-noise actions on the dataset's decisions: a copy of `init` (or a fresh
+    critic) trained for `cfg.ope_steps` updates on minibatches drawn from `batch_seed`."""
     state = windows["state"]
     critic = copy.deepcopy(init) if init is not None else ChunkCritic(state.shape[1], policy.action_dim, execute, cfg)
     critic = critic.to(state.device)
-    losses = critic.fit(windows, cfg.ope_steps, next_action=policy_actions(policy, windows["next_state"], execute))
+    generator = torch.Generator().manual_seed(batch_seed)
+    losses = critic.fit(windows, cfg.ope_steps, next_action=policy_actions(policy, windows["next_state"], execute),
+                        generator=generator)
     return critic, losses
 
 
@@ -274,13 +279,16 @@ def ope_value(critic: ChunkCritic, policy: ChunkPolicy, states: Tensor, pessimis
 
 
 def gate(windows: dict[str, Tensor], starts: Tensor, current: ChunkPolicy, candidate: ChunkPolicy, cfg: RL100Config,
-         execute: int, current_critic: ChunkCritic | None = None) -> dict[str, Any]:
-    """The OPE gate, from the dataset alone (no env): fitted-Q evaluation of each policy (`fitted_q`; the current
-    one's continues from `current_critic`), both scored by `ope_value` on the same start states `starts`; the
-    candidate is accepted if its value exceeds the current policy's by more than `cfg.margin`. Returns the two
-    values, the decision and the two critics (`critics`: current, candidate)."""
-    now_critic, _ = fitted_q(current, windows, cfg, execute, current_critic)
-    new_critic, _ = fitted_q(candidate, windows, cfg, execute)
+         execute: int) -> dict[str, Any]:
+    """The OPE gate, from the dataset alone (no env): fitted-Q evaluation of each policy (`fitted_q`; the two start
+    from the same fresh weights and see the same minibatches, so they differ only by the policy they evaluate), both
+    scored by `ope_value` on the same start states `starts`; the candidate is accepted if its value exceeds the
+    current policy's by more than `cfg.margin`. Returns the two values, the decision and the two critics (`critics`:
+    current, candidate)."""
+    init = ChunkCritic(windows["state"].shape[1], current.action_dim, execute, cfg).to(windows["state"].device)
+    seed = int(torch.randint(0, 2**31 - 1, ()))
+    now_critic, _ = fitted_q(current, windows, cfg, execute, init, seed)
+    new_critic, _ = fitted_q(candidate, windows, cfg, execute, init, seed)
     now = ope_value(now_critic, current, starts, cfg.pessimism)
     new = ope_value(new_critic, candidate, starts, cfg.pessimism)
     return {"ope_current": now, "ope_candidate": new, "accepted": bool(new > now + cfg.margin),
@@ -331,7 +339,6 @@ class RL100(MethodDefaults):
         self.current = base.to(self.device).eval()
         self.k = self.current.execute
         self.critic = ChunkCritic(base.obs_dim, base.action_dim, self.k, cfg).to(self.device)  # IQL, for the weights
-        self.ope_critic: ChunkCritic | None = None  # the current policy's fitted-Q evaluation, kept between rounds
         self.data = empty_data(base.obs_dim, base.action_dim)
         if demos:
             self.data = concat_data(self.data, demo_data(demos, base.obs_dim, base.action_dim))
@@ -411,9 +418,8 @@ class RL100(MethodDefaults):
         candidate = copy.deepcopy(self.current)
         bc_loss = weighted_bc(candidate, obs.to(self.device), chunks.to(self.device), weights, cfg.policy_steps,
                               cfg.policy_lr, cfg.batch_size)
-        decision = gate(windows, start_states(data).to(self.device), self.current, candidate, cfg, self.k,
-                        self.ope_critic)
-        critics = decision.pop("critics")
+        decision = gate(windows, start_states(data).to(self.device), self.current, candidate, cfg, self.k)
+        decision.pop("critics")
         before = None if self.run is None or self.run.last_result is None else self.run.last_result.get("success_rate")
         measured = self.measure(candidate) if cfg.evaluate_candidate else None
         accepted = decision["accepted"]
@@ -433,7 +439,6 @@ class RL100(MethodDefaults):
         # the round is complete: commit it
         self.data, self.critic, self.round = data, critic, rnd
         self.env_steps += steps
-        self.ope_critic = critics[1] if accepted else critics[0]
         if accepted:
             self.current = candidate
         self.records = [*self.records, record]
@@ -504,10 +509,8 @@ class RL100(MethodDefaults):
         return {"policy_dir": str(Path(run.run_dir) / "policy"), "rounds": self.records}
 
     def state_dict(self) -> dict[str, Any]:
-        ope = self.ope_critic
         return {"policy": self.current.state_dict(), "critic": self.critic.state_dict(),
                 "critic_opt": [self.critic.q_opt.state_dict(), self.critic.v_opt.state_dict()],
-                "ope_critic": None if ope is None else [ope.state_dict(), ope.q_opt.state_dict()],
                 "replay": dict(self.data), "env_steps": self.env_steps, "rl100_round": self.round,
                 "rl100_records": self.records}
 
@@ -517,11 +520,6 @@ class RL100(MethodDefaults):
         if "critic_opt" in state:
             self.critic.q_opt.load_state_dict(state["critic_opt"][0])
             self.critic.v_opt.load_state_dict(state["critic_opt"][1])
-        self.ope_critic = None
-        if state.get("ope_critic") is not None:
-            self.ope_critic = ChunkCritic(self.current.obs_dim, self.current.action_dim, self.k, self.cfg).to(self.device)
-            self.ope_critic.load_state_dict(state["ope_critic"][0])
-            self.ope_critic.q_opt.load_state_dict(state["ope_critic"][1])
         if "replay" in state:  # best.pt leaves the dataset out
             self.data = {k: v.cpu() for k, v in state["replay"].items()}
         self.env_steps, self.round = state["env_steps"], state["rl100_round"]
