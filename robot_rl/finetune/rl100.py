@@ -24,9 +24,10 @@ was trained on (`data=`), each round (one `advance()` of the `robot_rl.runner.Ru
    its score beats the current policy's by more than `margin`. The ensemble's spread is the guard against actions
    the data never showed: there the members extrapolate apart and the score drops. It is a guard, not a proof: on
    reach (tests/robot_rl/finetune/test_rl100.py's set-up, seeds 0-2, `pessimism=2`) a constant-action candidate
-   was rejected in 3 of 3 seeds where the data held both policies' episodes, in 3 of 3 whole rounds (data from the
-   noisy current policy), but accepted in 1 of 3 seeds with data from the current policy alone and no noise.
-   Candidates of step 3 stay near the data.
+   was rejected in 3 of 3 seeds where the data held both policies' episodes and in 3 of 3 whole rounds (data from
+   the noisy current policy), but accepted in 1 of 3 seeds with data from the current policy alone and no noise;
+   the expert's BC policy was preferred to the constant one in 2 of 3 seeds (the third: a tie within the critics'
+   error). Candidates of step 3 stay near the data.
 
 The env is never asked which policy is better: the run also measures the candidate's real success on the eval envs
 (`evaluate_candidate`) and the Runner evaluates the accepted policy after every round, for the log only.
