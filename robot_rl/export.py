@@ -127,6 +127,9 @@ def _finetune_policy(path: Path, config: dict, state: dict, device: str) -> tupl
         policy.base.load_state_dict(base.state_dict())
         _load(net, state["agent"]["actor"], path)
         return policy.to(device).eval(), meta
+    if method == "rl100":  # the accepted policy: the base policy's network with the rounds' weights
+        _load(base, state["policy"], path)
+        return base.requires_grad_(False).to(device).eval(), meta
     if method == "reinflow":
         from robot_rl.finetune.reinflow import ReinFlowChain
 

@@ -164,6 +164,12 @@ def test_a_tiny_run_writes_its_rounds_and_a_loadable_policy_and_resumes(base, tm
     assert "rl100 fine-tuning" in capsys.readouterr().out
     assert main(["export", f"run={run_dir}", f"out={tmp_path / 'exported'}"]) == 0, capsys.readouterr().err
     assert isinstance(load_policy(tmp_path / "exported"), MLPPolicy)
+    # a checkpoint file too (a run stopped before its first round has no policy/ yet): the accepted policy's weights
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    assert main(["export", f"run={ckpt}", f"out={tmp_path / 'from_ckpt'}"]) == 0, capsys.readouterr().err
+    exported, saved = load_policy(tmp_path / "from_ckpt"), load_policy(run_dir / "policy")
+    for (name, a), b in zip(exported.state_dict().items(), saved.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize(
