@@ -5,7 +5,7 @@
 ``mujoco``'s thread pool, bit-identical to ``gym:``; see ``robot_rl.envs.mujoco_backend``) return a ``BatchedEnv`` (see ``robot_rl.envs.core`` for the full
 contract); ``make_single`` returns one plain gymnasium env with the same normalisation, for tools that expect
 the gymnasium API. ``make("arm:pick_place", num_envs=8)`` builds the tabletop arm tasks of ``robot_rl.envs.arm``
-(reach, push, pick_place; ``-sparse`` and ``-pixels`` variants, see ``robot_rl.envs.arm_backend``).
+(reach, push, pick_place, track; ``-sparse`` and ``-pixels`` variants, see ``robot_rl.envs.arm_backend``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ rewards). Suffixes, in this order:
   still sets it (the default ``render_size`` of 240x320 is meant for videos, not for learning from pixels).
 
 Examples: ``arm:reach``, ``arm:push-sparse``, ``arm:pick_place-sparse-pixels``. The default time limit is the
-task's (``robot_rl.envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100 control steps at 20 Hz), divided by
+task's (``robot_rl.envs.arm.TIME_LIMITS``: reach 50, push 100, pick_place 100, track 100 control steps at 20 Hz), divided by
 ``action_repeat``. ``camera_id`` picks the camera for ``render()`` (0 = ``front``, 1 = ``side``, 2 = ``wrist``).
 """
 

@@ -1,4 +1,4 @@
-"""Tabletop manipulation tasks (reach, push, pick_place) for a simulated 5-DoF arm with a parallel gripper:
+"""Tabletop manipulation tasks (reach, push, pick_place, track) for a simulated 5-DoF arm with a parallel gripper:
 ``ArmEnv``, the gymnasium single env behind ``arm:`` specs and the ``sim_arm`` robot driver.
 
 The tasks are defined once, in torch, by ``robot_rl.envs.sim.tasks.arm.ArmTask`` (which also runs batched on the
