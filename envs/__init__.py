@@ -139,7 +139,7 @@ def make(
         end_on_success: ``arm:`` only: False lets episodes go on past the task's success (only the time limit, or
             a reward classifier around the env, ends them); ``info["success"]`` still reports each solved step.
         practice: ``arm:`` only: autonomous practice without resets (``robot_rl.envs.arm.ArmEnv``'s ``practice``):
-            an episode goes on from the scene the last one left, with a new target; a scene the arm cannot recover
+            an episode starts with the cube where the last one left it, the arm at home and a new target; a scene the arm cannot recover
             is reset and flagged in ``info["human_reset"]`` (bool [N], in the infos of the steps where one happened).
         delay: an observation-to-action delay (``robot_rl.envs.delay.ActionDelay``, or an int: that many agent
             steps): each action lands that many steps after the observation it was computed from; with

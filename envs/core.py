@@ -113,7 +113,7 @@ class EnvOptions:
     # arm tasks: False keeps an episode going past the task's success (only the time limit, or a reward classifier
     # around the env, ends it): training on a learned reward. Other backends' tasks do not end at a success.
     end_on_success: bool = True
-    # arm tasks: autonomous practice (reset-free): a new episode goes on from the scene as it is, with a new target;
+    # arm tasks: autonomous practice (reset-free): a new episode keeps the cube where it is (arm home, new target);
     # only a stuck scene is reset, counted as a human reset (``ArmEnv``'s ``practice``; ``info["human_reset"]``).
     practice: bool = False
 

@@ -53,8 +53,9 @@ class EnvConfig:
         "ends the episode, and consecutive > 1 can never reward it). Evaluation episodes always end there"
     )
     practice: bool = _help(
-        False, "arm: tasks: autonomous practice without resets. A training episode goes on from the scene the last one "
-        "left (hand and cube where they are) with a new target; only a scene the arm cannot recover (the cube pushed "
+        False, "arm: tasks: autonomous practice without resets. A training episode starts from the scene the last one "
+        "left (the cube where it is, the arm sent home by its own reset motion) with a new target; only a scene the "
+        "arm cannot recover (the cube pushed "
         "out of reach or off the table) is reset, and counted as a human reset (metrics column human_resets). "
         "Evaluation episodes start from the task's own resets"
     )

@@ -139,11 +139,12 @@ class ArmEnv(gym.Env):
             the sparse reward still report every solved step: training on a learned reward, where on a robot
             nothing but the classifier knows of success.
         practice: autonomous practice (reset-free). A ``reset()`` without a seed after an episode does not put the
-            scene back: the hand and the cube stay where they are and only a new target is drawn, by the task's
-            rule, from there (``ArmTask.practice_target``). Only a scene the arm cannot recover from (push,
-            pick_place: the cube outside ``PRACTICE_XY_BOX`` or off the table) gets a full reset, a *human reset*:
-            counted in ``human_resets`` and flagged ``info["human_reset"]``. A seeded reset is the setup, always
-            full, and not counted.
+            scene back: the arm goes home to a fresh start pose (as a robot's own reset motion takes it; gripper
+            open), the cube stays where the last episode left it, and a new target is drawn for it by the task's
+            rule (``ArmTask.practice_state``). Only a scene the arm cannot recover from (push, pick_place: the cube
+            outside ``PRACTICE_XY_BOX`` or off the table) gets a full reset, a *human reset*: counted in
+            ``human_resets`` and flagged ``info["human_reset"]``. A seeded reset is the setup, always full, and not
+            counted.
 
     The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``robot_rl.envs.make``. Stepping
     after ``terminated`` goes on simulating the same episode. ``arm_task`` holds the ``ArmTask`` (its per-env state:
@@ -229,21 +230,18 @@ class ArmEnv(gym.Env):
         super().reset(seed=seed)
         task, physics = self.arm_task, self.physics
         human_reset = False
-        if self.practice and seed is None and self._episode_ran:
-            qpos, qvel = physics.state()
-            target, stuck = task.practice_target(self._rng, qpos)
-            self._rng.advance()
+        if self.practice and seed is None and self._episode_ran:  # the arm goes home, the cube stays
+            qpos_now, qvel_now = physics.state()
+            qpos, qvel, ctrl, stuck = task.practice_state(self._rng, qpos_now, qvel_now)
             human_reset = bool(stuck[0])
-            if not human_reset:
-                task.commit_practice(self._all, target, qpos)
-                self.practice_resets += 1
             self.human_resets += human_reset
-        if not self.practice or seed is not None or not self._episode_ran or human_reset:
+            self.practice_resets += not human_reset
+        else:
             self._seed_stream(seed)
             qpos, qvel, ctrl = task.initial_state(self._rng)
-            physics.reset(self._all, qpos, qvel, ctrl)
-            task.commit_reset(self._all)
-            self._rng.advance()
+        physics.reset(self._all, qpos, qvel, ctrl)
+        task.commit_reset(self._all)
+        self._rng.advance()
         self._episode_ran = False
         qpos, qvel = physics.state()
         _, success = task.score(qpos)
@@ -330,11 +328,6 @@ class ArmEnv(gym.Env):
     def reset_position(self, seed: int | None = None) -> np.ndarray:
         """The grip position that ``reset(seed=seed)`` would start from; this env's random stream is untouched."""
         rng = copy.deepcopy(self._rng)
-        if self.practice and seed is None and self._episode_ran:  # practice: the hand stays, unless a person resets
-            qpos = self.physics.state()[0]
-            if not bool(self.arm_task.practice_target(rng, qpos)[1][0]):
-                return self.arm_task.prev_ee[0].numpy().copy()
-            rng.advance()
         if seed is not None:
             rng.seed(seed)
         elif not self._seeded:  # the first reset would seed from np_random: draw from a copy of it

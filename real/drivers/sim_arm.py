@@ -76,8 +76,8 @@ class SimArm(Robot):
         pixel_size: (height, width) of both cameras' frames.
         full_state: with ``pixels``, keep the full 29-number state instead of proprioception.
         practice: autonomous practice (``robot_rl.envs.arm.ArmEnv``'s ``practice``): a reset without a seed keeps the
-            scene (the hand, the cube) and draws a new target; only a stuck scene is put back, logged as a human
-            reset and counted in ``human_resets``.
+            cube where it is (the reset motion takes the hand home) and draws a new target; only a stuck scene is put
+            back, logged as a human reset and counted in ``human_resets``.
     """
 
     def __init__(

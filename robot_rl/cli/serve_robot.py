@@ -33,9 +33,9 @@ class ServeRobotArgs:
     )
     pixel_size: list[int] = _help([84, 84], "sim_arm: camera frames' height and width")
     practice: bool = _help(
-        False, "sim_arm: autonomous practice: a client's reset keeps the scene (hand and cube where they are) and "
-               "draws a new target; only a stuck scene (the cube out of reach or off the table) is put back, logged "
-               "as a human reset"
+        False, "sim_arm: autonomous practice: a client's reset keeps the scene (the cube where it is; the reset motion "
+               "takes the hand home) and draws a new target; only a stuck scene (the cube out of reach or off the "
+               "table) is put back, logged as a human reset"
     )
     image_encoding: str = _help("jpeg", "camera frames on the wire: jpeg, or png (lossless, larger)")
     max_frame_bytes: int = _help(256 * 1024, "an encoded camera frame above this fails its step (DATA_LOSS)")

@@ -1,5 +1,6 @@
-"""Autonomous practice on the arm tasks (``practice=True``): an episode goes on from the scene the last one left,
-with a new target; only a scene the arm cannot recover from is reset, and counted as a human reset."""
+"""Autonomous practice on the arm tasks (``practice=True``): an episode starts with the arm at home and the cube where
+the last one left it, with a new target; only a scene the arm cannot recover from is reset, counted as a human
+reset."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _cube_qpos(env: ArmEnv) -> slice:
     return slice(adr, adr + 3)
 
 
-def test_practice_goes_on_from_the_scene_with_a_new_target() -> None:
+def test_practice_leaves_the_cube_and_sends_the_arm_home_with_a_new_target() -> None:
     env = ArmEnv("push", practice=True)
     try:
         obs, info = env.reset(seed=0)
@@ -27,21 +28,27 @@ def test_practice_goes_on_from_the_scene_with_a_new_target() -> None:
         rng = np.random.default_rng(0)
         for _ in range(20):
             obs, *_ = env.step(rng.uniform(-1, 1, 4))
-        qpos_before = env.physics.state()[0].clone()
-        old_target, old_ee = obs[L["target_pos"]].copy(), obs[L["ee_pos"]].copy()
+        cube_qpos = _cube_qpos(env)
+        before = env.physics.state()[0].clone()
+        old_target = obs[L["target_pos"]].copy()
+        home = env.reset_position()  # where the reset will take the hand: a fresh start pose
         obs, info = env.reset()
         assert info == {"success": False, "human_reset": False}
-        torch.testing.assert_close(env.physics.state()[0], qpos_before, rtol=0, atol=0)  # nothing was put back
-        np.testing.assert_array_equal(obs[L["ee_pos"]], old_ee)
+        after = env.physics.state()[0]
+        # the cube was not put back (position and orientation as the last episode left them)
+        torch.testing.assert_close(after[:, cube_qpos.start:cube_qpos.start + 7],
+                                   before[:, cube_qpos.start:cube_qpos.start + 7], rtol=0, atol=0)
+        np.testing.assert_allclose(obs[L["ee_pos"]], home, atol=1e-6)  # the arm went home
+        assert np.all(obs[L["ee_pos"]] >= np.array([0.3, -0.12, 0.1]) - 1e-6)
+        assert np.all(obs[L["ee_pos"]] <= np.array([0.42, 0.12, 0.2]) + 1e-6)
+        assert obs[L["gripper"]][0] > 0.08  # open
         cube, target = obs[L["cube_pos"]], obs[L["target_pos"]]
         assert not np.allclose(target, old_target)
         assert np.linalg.norm(target[:2] - cube[:2]) >= 0.1 - 1e-6  # the task's rule, from where the cube is
-        # the hand holds where it is: servo targets on the measured pose
-        torch.testing.assert_close(env.arm_task.q_cmd, qpos_before[:, :5])
         assert (env.practice_resets, env.human_resets) == (1, 0)
         # a reset with no step in between is the task's own reset (nothing ran to go on from)
         env.reset()
-        assert not torch.equal(env.physics.state()[0], qpos_before)
+        assert not torch.equal(env.physics.state()[0][:, cube_qpos], after[:, cube_qpos])
         assert (env.practice_resets, env.human_resets) == (1, 0)
     finally:
         env.close()
@@ -81,7 +88,7 @@ def test_practice_through_the_batched_env_and_its_refusals() -> None:
             obs, _, terminated, truncated, info = env.step(torch.zeros(2, 4))
         done = terminated | truncated
         assert bool(done.all())
-        # the next episode starts where the last one ended: the same cube, another target
+        # the next episode starts with the cube where the last one ended, and another target
         final = info["final_obs"]["state"]
         torch.testing.assert_close(obs["state"][:, L["cube_pos"]], final[:, L["cube_pos"]])
         assert not torch.allclose(obs["state"][:, L["target_pos"]], final[:, L["target_pos"]])

@@ -415,8 +415,8 @@ def test_an_estop_refused_by_the_transport_is_sent_again(served):
 
 
 def test_the_served_sim_arm_practises_without_a_reset_of_its_scene():
-    """serve-robot practice=true: a client's reset keeps the cube where the last episode left it (a new target, the
-    hand driven nowhere), and the reset motion's goal is where the hand already is."""
+    """serve-robot practice=true: a client's reset keeps the cube where the last episode left it (a new target) and
+    the reset motion takes the hand home, as on a robot."""
     robot = SimArm(task="push", control_hz=HZ, seed=0, practice=True)
     server = RobotServer(robot, ServerConfig(port=0, token=TOKEN))
     client = RobotClient(f"127.0.0.1:{server.start()}", TOKEN, step_timeout_s=5.0)
@@ -424,8 +424,9 @@ def test_the_served_sim_arm_practises_without_a_reset_of_its_scene():
         first = client.reset(seed=0).state
         for _ in range(10):
             last = client.step(np.array([0.3, 0.3, 0.0, 1.0], np.float32)).observation.state
-        assert np.linalg.norm(robot.reset_position() - last[:3]) < 0.01  # practice: the hand stays where it is
+        home = robot.reset_position()
         after = client.reset().state
+        np.testing.assert_allclose(after[:3], home, atol=0.01)  # the reset motion took the hand home
         np.testing.assert_allclose(after[7:10], last[7:10], atol=1e-3)  # the cube was not put back
         assert not np.allclose(after[20:23], first[20:23])  # a new target
         assert robot.human_resets == 0

@@ -314,6 +314,7 @@ class ArmTask(SimTask):
         c, cd = int(model.joint("cube").qposadr[0]), int(model.joint("cube").dofadr[0])
         self._cube_pos, self._cube_quat = slice(c, c + 3), slice(c + 3, c + 7)
         self._cube_vel = slice(cd, cd + 3)  # free joint qvel: linear (world frame) then angular
+        self._cube_dofs = slice(cd, cd + 6)
         # ctrl = cat([q_cmd, finger, finger])[:, perm] puts every value at its actuator's id.
         act_ids = [int(model.actuator(j).id) for j in (*ARM_JOINTS, *FINGER_JOINTS)]
         assert sorted(act_ids) == list(range(model.nu)), "every actuator must be an arm or finger servo"
@@ -439,16 +440,24 @@ class ArmTask(SimTask):
         outside = ((cube[:, :2] < low) | (cube[:, :2] > high)).any(dim=1)
         return target.to(self.dtype), outside | (cube[:, 2] < CUBE_HALF - 0.01)
 
-    def commit_practice(self, mask: torch.Tensor, target: torch.Tensor, qpos: torch.Tensor) -> None:
-        """Envs in ``mask`` go on from their scene with a new ``target``: the servo targets are put on the measured pose
-        (``hold``) so the new episode starts from a hand at rest where it is."""
-        m = mask[:, None]
-        q = qpos[:, self._arm]
-        self.target = torch.where(m, target, self.target)
-        self.q_cmd = torch.where(m, q, self.q_cmd)
-        ee = grip_position(q)
-        self.x_des = torch.where(m, ee, self.x_des)
-        self.prev_ee = torch.where(m, ee, self.prev_ee)
+    def practice_state(self, rng: ResetRNG, qpos: torch.Tensor, qvel: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The start of a practice episode: ``(qpos, qvel, ctrl, stuck)`` for ``commit_reset``. The arm goes home, as a
+        robot's own reset motion takes it (a fresh start pose, gripper open: ``initial_state``'s draw); the cube stays
+        as the last episode left it and gets a new target (``practice_target``). A ``stuck`` env gets the whole fresh
+        start instead, the reset a person would do."""
+        fresh_qpos, fresh_qvel, ctrl = self.initial_state(rng)
+        target, stuck = self.practice_target(rng, qpos)
+        if self.task in ("reach", "track"):  # no object to leave where it is: a fresh start
+            return fresh_qpos, fresh_qvel, ctrl, stuck
+        keep = ~stuck[:, None]
+        new_qpos, new_qvel = fresh_qpos.clone(), fresh_qvel.clone()
+        for part in (self._cube_pos, self._cube_quat):
+            new_qpos[:, part] = torch.where(keep, qpos[:, part], fresh_qpos[:, part])
+        new_qvel[:, self._cube_dofs] = torch.where(keep, qvel[:, self._cube_dofs], fresh_qvel[:, self._cube_dofs])
+        assert self._pending is not None
+        self._pending["target"] = torch.where(keep, target, self._pending["target"])
+        return new_qpos, new_qvel, ctrl, stuck
 
     # -- step -------------------------------------------------------------------------------------------------
     def _ctrl(self, q_cmd: torch.Tensor, finger: torch.Tensor) -> torch.Tensor:
