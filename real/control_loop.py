@@ -558,6 +558,10 @@ class ControlLoop:
 
     def _tick(self, now: float, lateness: float) -> None:
         with self._lock:
+            if self._pending is not None and self._pending.expires <= time.monotonic():
+                # Its caller stopped waiting and its worker has not woken to withdraw it (a loaded machine): never
+                # executed late. The tick holds instead, as it does with no command.
+                self._withdraw_pending()
             item, self._pending = self._pending, None
             self._current = item
             state, job = self.state, self._reset_job

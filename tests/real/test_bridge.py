@@ -433,3 +433,20 @@ def test_the_served_sim_arm_practises_without_a_reset_of_its_scene():
     finally:
         client.close()
         server.stop()
+
+
+def test_a_tick_never_executes_a_command_whose_caller_stopped_waiting(served):
+    """The tick itself withdraws an expired command (its caller gave up, its worker has not yet woken): under load
+    the next tick executed it, a command nobody awaited, moving the arm late."""
+    from robot_rl.real.control_loop import Pending
+
+    server, robot, _, _ = served
+    stale = Pending("step", action=np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32))
+    stale.expires = time.monotonic() - 0.01
+    commands = len(robot.commands)
+    with server.loop._lock:
+        server.loop._pending = stale
+    assert stale.done.wait(2.0)  # answered by the next tick (20 ms at 50 Hz), without a retry to withdraw it
+    assert stale.error[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    time.sleep(0.1)
+    assert len(robot.commands) == commands  # never executed
