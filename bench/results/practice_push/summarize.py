@@ -22,8 +22,9 @@ ROOT = HERE.parents[2] / "runs" / "practice_push"
 
 def main() -> None:
     summary: dict[str, dict] = {}
-    for mode in ("practice", "reset"):
-        seeds = sorted(ROOT.glob(f"{mode}_s*"), key=lambda p: int(p.name.split("_s")[1]))
+    # practice_handstays: the first design, where the hand also stayed where the episode left it (one seed)
+    for mode in ("practice", "reset", "practice_handstays"):
+        seeds = sorted((p for p in ROOT.glob(f"{mode}_s*") if p.is_dir()), key=lambda p: int(p.name.split("_s")[1]))
         seeds = [p for p in seeds if (p / "eval_latest.txt").is_file()]
         if not seeds:
             continue
@@ -35,7 +36,7 @@ def main() -> None:
                 raise SystemExit(f"{run}/eval_latest.txt has no success rate: {text[-300:]}")
             success.append(int(found.group(1)) / 100)
             last = list(csv.DictReader(open(run / "metrics.csv")))[-1]
-            if mode == "practice":
+            if mode.startswith("practice"):
                 n, human = int(float(last["train_episodes"])), int(float(last["human_resets"]))
             else:  # a reset run logs no episode count: its episodes end where its replay's do (all 20k fit)
                 state = checkpoint.load(run / "checkpoints" / "latest.pt")
