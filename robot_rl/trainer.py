@@ -146,8 +146,9 @@ class OnlineSAC(MethodDefaults):
         self.offline_updates = 0
         self.env_steps = 0
         self.updates = 0
-        self.episodes = 0  # env.practice: training episodes run, and scenes a person had to reset among them
-        self.human_resets = 0
+        # env.practice: training episodes run, and scenes a person had to reset among them; counted on the env's
+        # device and read only when logged or saved (no host sync per step)
+        self._practice_counts = torch.zeros(2, dtype=torch.long, device=env.device)
         self._obs: dict[str, torch.Tensor] | None = None
         self.jump_start: JumpStart | None = None
         if cfg.jsrl.guide is not None:  # JSRL: a guide drives each training episode's first steps
@@ -230,9 +231,9 @@ class OnlineSAC(MethodDefaults):
         self.env_steps += n
         metrics: dict[str, Any] = {"episode_return": Episodes(info["episode_return"], done)}
         if cfg.env.practice:  # what a person did for the run (robot time only: no person resets the scene otherwise)
-            self.episodes += int(done.sum())
+            self._practice_counts[0] += done.sum()
             if "human_reset" in info:
-                self.human_resets += int(info["human_reset"].sum())
+                self._practice_counts[1] += info["human_reset"].sum()
             if "success" in info and "env_success" not in info:
                 metrics["success"] = Episodes(info["success"].float(), done)
         if "env_success" in info:  # a learned reward (env.reward_classifier): its verdicts against the task's own
@@ -305,7 +306,17 @@ class OnlineSAC(MethodDefaults):
         if self.jump_start is not None and "jsrl" in state:
             self.jump_start.load_state_dict(state["jsrl"])
         practice = state.get("practice", {})
-        self.episodes, self.human_resets = practice.get("episodes", 0), practice.get("human_resets", 0)
+        self._practice_counts.copy_(torch.tensor([practice.get("episodes", 0), practice.get("human_resets", 0)]))
+
+    @property
+    def episodes(self) -> int:
+        """env.practice: training episodes run so far."""
+        return int(self._practice_counts[0])
+
+    @property
+    def human_resets(self) -> int:
+        """env.practice: scenes a person had to put back so far."""
+        return int(self._practice_counts[1])
 
 
 class Trainer(Runner):

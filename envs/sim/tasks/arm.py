@@ -447,9 +447,9 @@ class ArmTask(SimTask):
         as the last episode left it and gets a new target (``practice_target``). A ``stuck`` env gets the whole fresh
         start instead, the reset a person would do."""
         fresh_qpos, fresh_qvel, ctrl = self.initial_state(rng)
-        target, stuck = self.practice_target(rng, qpos)
         if self.task in ("reach", "track"):  # no object to leave where it is: a fresh start
-            return fresh_qpos, fresh_qvel, ctrl, stuck
+            return fresh_qpos, fresh_qvel, ctrl, torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        target, stuck = self.practice_target(rng, qpos)
         keep = ~stuck[:, None]
         new_qpos, new_qvel = fresh_qpos.clone(), fresh_qvel.clone()
         for part in (self._cube_pos, self._cube_quat):
