@@ -44,15 +44,19 @@ def browser():
 
 
 def wait_js(driver: Any, condition: str, timeout: float = 20.0) -> Any:
-    """Wait until the page's `condition` (a JS expression) is truthy; its value."""
+    """Wait until the page's `condition` (a JS expression) is truthy; its value.
+
+    Right after a navigation the new page's script may not have run yet, so a condition that names
+    `consoleState` throws a ReferenceError: that counts as "not yet" (CI failed on it once), anything else raises."""
     deadline = time.monotonic() + timeout
     while True:
-        value = driver.execute_script(f"return ({condition});")
+        value = driver.execute_script(
+            f"try {{ return ({condition}); }} catch (e) {{ if (e instanceof ReferenceError) return null; throw e; }}")
         if value:
             return value
         if time.monotonic() > deadline:
-            state = driver.execute_script("return JSON.stringify({seq: consoleState.seq, "
-                                          "msg: consoleState.lastMessage, status: consoleState.status})")
+            state = driver.execute_script("return window.consoleState ? JSON.stringify({seq: consoleState.seq, "
+                                          "msg: consoleState.lastMessage, status: consoleState.status}) : 'no consoleState'")
             raise AssertionError(f"page never showed {condition}: {state}")
         time.sleep(0.05)
 

@@ -214,3 +214,9 @@ def test_teleop_serves_the_console_of_its_demonstrations(browser, tmp_path):
             proc.terminate()
             proc.wait(timeout=30)
     assert len(set(read_dataset(out).episode_index.tolist())) >= listed
+
+
+def test_wait_js_waits_for_a_page_whose_script_has_not_run_yet(browser):
+    """A navigation returns before a late script defines consoleState; the wait treats that as "not yet" (CI failed on it)."""
+    browser.get("data:text/html,<script>setTimeout(() => { window.consoleState = {ready: true}; }, 300)</script>")
+    assert wait_js(browser, "consoleState.ready", timeout=10) is True
