@@ -89,6 +89,7 @@ def make_single(
     full_state: bool = False,
     end_on_success: bool = True,
     practice: bool = False,
+    practice_reset: str = "expert",
 ) -> gym.Env:
     """One gymnasium env for ``spec`` with float32 observations and actions in [-1, 1].
 
@@ -97,7 +98,7 @@ def make_single(
     """
     options = _options(
         spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success,
-        practice,
+        practice, practice_reset,
     )
     backend, name = _backend(spec)
     env, _ = backend.make_env(name, options)
@@ -122,6 +123,7 @@ def make(
     full_state: bool = False,
     end_on_success: bool = True,
     practice: bool = False,
+    practice_reset: str = "expert",
     delay: Any = None,
 ) -> BatchedEnv:
     """A batch of ``num_envs`` copies of ``spec`` (``gym:<id>``, ``dmc:<domain>-<task>`` or ``mujoco:<id>``).
@@ -141,6 +143,9 @@ def make(
         practice: ``arm:`` only: autonomous practice without resets (``robot_rl.envs.arm.ArmEnv``'s ``practice``):
             an episode starts with the cube where the last one left it, the arm at home and a new target; a scene the arm cannot recover
             is reset and flagged in ``info["human_reset"]`` (bool [N], in the infos of the steps where one happened).
+        practice_reset: with ``practice``: ``"expert"`` (default) a scripted reset controller first moves the cube
+            to a fresh start, its control steps in ``info["reset_steps"]`` (int [N], where an episode ended);
+            ``"home"`` only the arm goes home.
         delay: an observation-to-action delay (``robot_rl.envs.delay.ActionDelay``, or an int: that many agent
             steps): each action lands that many steps after the observation it was computed from; with
             ``aware=True`` the actions in flight are appended to ``state``. None or 0: no delay.
@@ -150,7 +155,7 @@ def make(
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
     options = _options(
         spec, action_repeat, max_episode_steps, render, render_size, camera_id, pixel_size, full_state, end_on_success,
-        practice,
+        practice, practice_reset,
     )
     delay = _delay(delay)
     backend, name = _backend(spec)

@@ -43,6 +43,7 @@ def make_env(name: str, options: EnvOptions) -> tuple[gym.Env, int | None]:
         full_state=options.full_state,
         end_on_success=options.end_on_success,
         practice=options.practice,
+        practice_reset=options.practice_reset,
         render_mode="rgb_array" if options.render else None,
         render_size=options.render_size,
         camera="front" if options.camera_id is None else options.camera_id,

@@ -116,6 +116,9 @@ class EnvOptions:
     # arm tasks: autonomous practice (reset-free): a new episode keeps the cube where it is (arm home, new target);
     # only a stuck scene is reset, counted as a human reset (``ArmEnv``'s ``practice``; ``info["human_reset"]``).
     practice: bool = False
+    # practice: what puts the scene back between episodes: "expert" (a scripted reset controller moves the cube to
+    # a fresh start; info["reset_steps"]) or "home" (only the arm goes home). ``ArmEnv``'s ``practice_reset``.
+    practice_reset: str = "expert"
 
     def __post_init__(self) -> None:
         if not _is_int(self.action_repeat) or self.action_repeat < 1:
@@ -135,6 +138,8 @@ class EnvOptions:
             if len(pixels) != 2 or not all(_is_int(s) and s > 0 for s in pixels):
                 raise ValueError(f"pixel_size must be (height, width) of positive ints, got {self.pixel_size!r}")
             object.__setattr__(self, "pixel_size", (int(pixels[0]), int(pixels[1])))
+        if self.practice_reset not in ("expert", "home"):
+            raise ValueError(f"practice_reset must be 'expert' or 'home', got {self.practice_reset!r}")
         if self.camera_id is not None and not _is_int(self.camera_id):
             raise ValueError(f"camera_id must be an int, got {self.camera_id!r}")
 
@@ -454,6 +459,7 @@ class SyncBatchedEnv(BatchedEnv):
         truncated = np.zeros(n, dtype=bool)
         success: np.ndarray | None = None
         human: np.ndarray | None = None
+        reset_steps: np.ndarray | None = None
         final_rows: dict[int, Any] = {}
         rows = []
         for i, env in enumerate(self._envs):
@@ -472,6 +478,9 @@ class SyncBatchedEnv(BatchedEnv):
                 if reset_info.get("human_reset"):  # autonomous practice: a scene a person had to put back
                     human = np.zeros(n, dtype=bool) if human is None else human
                     human[i] = True
+                if reset_info.get("reset_steps"):  # practice's reset controller: robot time between episodes
+                    reset_steps = np.zeros(n, dtype=np.int64) if reset_steps is None else reset_steps
+                    reset_steps[i] = reset_info["reset_steps"]
             rows.append(obs)
 
         obs_out = self._batch_obs(rows)
@@ -482,6 +491,8 @@ class SyncBatchedEnv(BatchedEnv):
         info = None if success is None else {"success": to_torch(success)}
         if human is not None:
             info = {**(info or {}), "human_reset": to_torch(human)}
+        if reset_steps is not None:
+            info = {**(info or {}), "reset_steps": to_torch(reset_steps)}
         return BackendStep(
             obs_out, to_torch(rewards), to_torch(terminated), to_torch(truncated), final_out, info
         )

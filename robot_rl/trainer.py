@@ -42,7 +42,7 @@ LEARNED_REWARD_COLUMNS = ["train_success_rate", "train_env_success_rate", "train
 
 
 # env.practice: the training episodes' success rate, how many episodes ran and how many scenes a person put back.
-PRACTICE_COLUMNS = ["train_success_rate", "train_episodes", "human_resets"]
+PRACTICE_COLUMNS = ["train_success_rate", "train_episodes", "human_resets", "reset_steps"]
 
 
 def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **options) -> envs.BatchedEnv:
@@ -67,6 +67,7 @@ def make_env(cfg: TrainConfig, num_envs: int, learned_reward: bool = False, **op
         options["end_on_success"] = False
     if learned_reward and cfg.env.practice:  # the training envs practise without resets; evaluation keeps them
         options["practice"] = True
+        options["practice_reset"] = cfg.env.practice_reset
     env = envs.make(
         spec,
         num_envs=num_envs,
@@ -146,9 +147,9 @@ class OnlineSAC(MethodDefaults):
         self.offline_updates = 0
         self.env_steps = 0
         self.updates = 0
-        # env.practice: training episodes run, and scenes a person had to reset among them; counted on the env's
-        # device and read only when logged or saved (no host sync per step)
-        self._practice_counts = torch.zeros(2, dtype=torch.long, device=env.device)
+        # env.practice: training episodes run, scenes a person had to reset among them, and the reset controller's
+        # control steps; counted on the env's device and read only when logged or saved (no host sync per step)
+        self._practice_counts = torch.zeros(3, dtype=torch.long, device=env.device)
         self._obs: dict[str, torch.Tensor] | None = None
         self.jump_start: JumpStart | None = None
         if cfg.jsrl.guide is not None:  # JSRL: a guide drives each training episode's first steps
@@ -234,6 +235,8 @@ class OnlineSAC(MethodDefaults):
             self._practice_counts[0] += done.sum()
             if "human_reset" in info:
                 self._practice_counts[1] += info["human_reset"].sum()
+            if "reset_steps" in info:
+                self._practice_counts[2] += info["reset_steps"].sum()
             if "success" in info and "env_success" not in info:
                 metrics["success"] = Episodes(info["success"].float(), done)
         if "env_success" in info:  # a learned reward (env.reward_classifier): its verdicts against the task's own
@@ -261,7 +264,8 @@ class OnlineSAC(MethodDefaults):
         if self.jump_start is not None:
             fields["jsrl_horizon"] = self.jump_start.horizon
         if self.cfg.env.practice:
-            fields |= {"train_episodes": self.episodes, "human_resets": self.human_resets}
+            episodes, human_resets, reset_steps = self._practice_counts.tolist()
+            fields |= {"train_episodes": episodes, "human_resets": human_resets, "reset_steps": reset_steps}
         return fields
 
     def finish(self, run: Runner) -> dict[str, Any]:
@@ -295,7 +299,8 @@ class OnlineSAC(MethodDefaults):
         if self.jump_start is not None:
             state["jsrl"] = self.jump_start.state_dict()
         if self.cfg.env.practice:
-            state["practice"] = {"episodes": self.episodes, "human_resets": self.human_resets}
+            episodes, human_resets, reset_steps = self._practice_counts.tolist()
+            state["practice"] = {"episodes": episodes, "human_resets": human_resets, "reset_steps": reset_steps}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -306,7 +311,8 @@ class OnlineSAC(MethodDefaults):
         if self.jump_start is not None and "jsrl" in state:
             self.jump_start.load_state_dict(state["jsrl"])
         practice = state.get("practice", {})
-        self._practice_counts.copy_(torch.tensor([practice.get("episodes", 0), practice.get("human_resets", 0)]))
+        self._practice_counts.copy_(torch.tensor([practice.get(key, 0) for key in ("episodes", "human_resets",
+                                                                                  "reset_steps")]))
 
     @property
     def episodes(self) -> int:
@@ -317,6 +323,11 @@ class OnlineSAC(MethodDefaults):
     def human_resets(self) -> int:
         """env.practice: scenes a person had to put back so far."""
         return int(self._practice_counts[1])
+
+    @property
+    def reset_steps(self) -> int:
+        """env.practice_reset=expert: control steps the reset controller ran so far (robot time between episodes)."""
+        return int(self._practice_counts[2])
 
 
 class Trainer(Runner):

@@ -82,6 +82,16 @@ PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)  # pick_place target centre he
 # workspace ends at x 0.15..0.6 and y +-0.28 (x 0.6 beyond the arm's reach at the table), and pushing a cube back
 # needs the hand 6 cm behind it, so beyond these edges the cube can no longer be pushed towards the middle.
 PRACTICE_XY_BOX = ((0.21, -0.22), (0.54, 0.22))
+# Practice's reset controller (``ArmEnv(practice_reset="expert")``): a cube held in the air is put down on the
+# table, the hand opens for PRACTICE_RELEASE_S seconds and rises to PRACTICE_CLEARANCE above the cube, then the
+# scripted push expert moves the cube to a fresh start, for at most PRACTICE_RESET_S seconds in all (200 control
+# steps at 20 Hz; the expert pushed a cube back in 28 steps on average), until the cube is within PRACTICE_RESET_TOL
+# of it (in the plane).
+PRACTICE_RELEASE_S = 0.3
+PRACTICE_CLEARANCE = 0.05
+PRACTICE_RESET_S = 10.0
+PRACTICE_RESET_TOL = 0.02
+PRACTICE_RESETS = ("expert", "home")
 MIN_TARGET_DIST = 0.1  # target at least this far from the start (reach: grip point; else cube, in the plane)
 CUBE_PARKED = (0.68, 0.42, CUBE_HALF)  # reach and track: the cube sits out of the way
 

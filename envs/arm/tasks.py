@@ -107,8 +107,14 @@ import torch
 from ..sim.render import close_renderer, open_renderer
 from .constants import (
     CONTROL_DT,
+    CUBE_HALF,
     MIRROR_CAMERAS,
     PIXEL_CAMERAS,
+    PRACTICE_CLEARANCE,
+    PRACTICE_RELEASE_S,
+    PRACTICE_RESET_S,
+    PRACTICE_RESET_TOL,
+    PRACTICE_RESETS,
     PROPRIO_INDEX,
     PROPRIO_MIRROR_SIGN,
     STATE_DIM,
@@ -145,6 +151,14 @@ class ArmEnv(gym.Env):
             outside ``PRACTICE_XY_BOX`` or off the table) gets a full reset, a *human reset*: counted in
             ``human_resets`` and flagged ``info["human_reset"]``. A seeded reset is the setup, always full, and not
             counted.
+        practice_reset: what puts the scene back between practice episodes. ``"expert"`` (the default): a reset
+            controller first moves the cube to a fresh start of the task (the one a person's reset would give): the
+            hand opens, then the scripted push expert pushes the cube there, for at most ``PRACTICE_RESET_S``
+            seconds of control steps, all simulated and counted in ``reset_motion_steps`` (robot time no episode learns from;
+            ``info["reset_steps"]``); then the arm goes home. On a robot this is a scripted reset that reads the
+            cube's measured pose. ``"home"``: only the arm goes home; the cube stays where the episode left it
+            (RLPD on push-sparse then practised at 4% against 86% with a person's reset every episode,
+            bench/results/practice_push).
 
     The env has no time limit of its own; ``TIME_LIMITS[task]`` is applied by ``robot_rl.envs.make``. Stepping
     after ``terminated`` goes on simulating the same episode. ``arm_task`` holds the ``ArmTask`` (its per-env state:
@@ -167,6 +181,7 @@ class ArmEnv(gym.Env):
         control_hz: float = 1.0 / CONTROL_DT,
         end_on_success: bool = True,
         practice: bool = False,
+        practice_reset: str = "expert",
     ) -> None:
         # Lazy: robot_rl.envs.sim.tasks.arm imports this package's model and constants.
         from ..sim.physics import CpuPhysics
@@ -179,6 +194,10 @@ class ArmEnv(gym.Env):
         self.task, self.reward_type, self.render_mode = task, reward, render_mode
         self.end_on_success = bool(end_on_success)
         self.practice = bool(practice)
+        if practice_reset not in PRACTICE_RESETS:
+            raise ValueError(f"practice_reset must be one of {PRACTICE_RESETS}, got {practice_reset!r}")
+        self.practice_reset = practice_reset
+        self.reset_motion_steps = 0  # practice_reset="expert": control steps the reset controller ran, in all
         self.human_resets = 0  # practice: full resets a person would have had to do (the seeded setup not counted)
         self.practice_resets = 0  # practice: episodes that went on from the scene as it was
         self._episode_ran = False
@@ -229,8 +248,11 @@ class ArmEnv(gym.Env):
         """Draw a new start (grip position, cube pose, target); see the module docstring for the random stream."""
         super().reset(seed=seed)
         task, physics = self.arm_task, self.physics
-        human_reset = False
+        human_reset, reset_steps = False, 0
         if self.practice and seed is None and self._episode_ran:  # the arm goes home, the cube stays
+            if self.practice_reset == "expert" and task.task in ("push", "pick_place"):
+                reset_steps = self._put_cube_back()
+                self.reset_motion_steps += reset_steps
             qpos_now, qvel_now = physics.state()
             qpos, qvel, ctrl, stuck = task.practice_state(self._rng, qpos_now, qvel_now)
             human_reset = bool(stuck[0])
@@ -248,6 +270,7 @@ class ArmEnv(gym.Env):
         info = {"success": bool(success[0])}
         if self.practice:
             info["human_reset"] = human_reset
+            info["reset_steps"] = reset_steps
         return self._observation(qpos, qvel), info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -335,6 +358,40 @@ class ArmEnv(gym.Env):
         return self.arm_task.start_grip(rng)[0].numpy().copy()
 
     # ------------------------------------------------------------------ internals
+    def _put_cube_back(self) -> int:
+        """Practice's reset controller (``practice_reset="expert"``): the cube to a fresh start, in simulated control
+        steps; how many it ran. The goal comes from this reset's own draw (``ArmTask.start_cube``), so the scene
+        then starts as a full reset would have, up to ``PRACTICE_RESET_TOL`` and the cube's yaw. A cube it cannot
+        bring back within ``PRACTICE_RESET_S`` stays where it got to: beyond ``PRACTICE_XY_BOX`` it is a human reset."""
+        from .experts import ScriptedExpert  # lazy: the experts' module imports this package's specs
+
+        task, physics = self.arm_task, self.physics
+        goal = task.start_cube(copy.deepcopy(self._rng))
+        task.target = goal.to(task.target.dtype)  # the expert reads its goal from the state; commit_reset replaces it
+        expert = ScriptedExpert("push", 1)
+        lower, release, rise = (torch.tensor([[0.0, 0.0, -1.0, 1.0]]), torch.tensor([[0.0, 0.0, 0.0, -1.0]]),
+                                torch.tensor([[0.0, 0.0, 1.0, -1.0]]))
+        released, release_steps = 0, max(1, round(PRACTICE_RELEASE_S / self.control_dt))
+        max_steps = round(PRACTICE_RESET_S / self.control_dt)
+        for step in range(max_steps):
+            qpos, qvel = physics.state()
+            cube, state = task.cube_position(qpos)[0], task.observe(qpos, qvel)
+            if torch.linalg.vector_norm(cube[:2] - goal[0, :2]) < PRACTICE_RESET_TOL:
+                return step
+            if released == 0 and cube[2] > CUBE_HALF + 0.01 and step < max_steps // 4:
+                action = lower  # a cube held in the air goes down to the table first (dropped, it flies off)
+            elif released < release_steps:
+                action, released = release, released + 1  # the hand opens where it is
+            elif released == release_steps and state[0, 2] < cube[2] + PRACTICE_CLEARANCE:
+                action = rise  # open, up and clear of the cube (the expert would close the hand on it)
+            else:
+                released = release_steps + 1
+                action = expert.act(state)
+            ctrl = task.control(action, qpos, qvel)
+            physics.step(ctrl, task.frame_skip)
+            task.evaluate(qpos, physics.state()[0], qvel, ctrl)  # the task's hand velocity follows the motion
+        return max_steps
+
     def _seed_stream(self, seed: int | None) -> None:
         if seed is not None:
             self._rng.seed(seed)

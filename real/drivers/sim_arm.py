@@ -78,6 +78,8 @@ class SimArm(Robot):
         practice: autonomous practice (``robot_rl.envs.arm.ArmEnv``'s ``practice``): a reset without a seed keeps the
             cube where it is (the reset motion takes the hand home) and draws a new target; only a stuck scene is put
             back, logged as a human reset and counted in ``human_resets``.
+        practice_reset: with ``practice``, ``"expert"`` (a scripted reset controller moves the cube to a fresh start
+            first, simulated in the reset) or ``"home"`` (the cube stays); ``ArmEnv``'s ``practice_reset``.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class SimArm(Robot):
         pixel_size: Sequence[int] = (84, 84),
         full_state: bool = False,
         practice: bool = False,
+        practice_reset: str = "expert",
     ) -> None:
         size = tuple(int(v) for v in pixel_size)
         if len(size) != 2:
@@ -101,7 +104,8 @@ class SimArm(Robot):
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sim-arm-gl") if self.pixels else None
         try:
             self.env = self._call(ArmEnv, task, reward, control_hz=control_hz, pixels=self.pixels, pixel_size=size,
-                                  full_state=self.full_state, practice=practice)
+                                  full_state=self.full_state, practice=practice,
+                                  practice_reset=practice_reset)
         except BaseException:
             if self._thread is not None:
                 self._thread.shutdown(wait=False)

@@ -33,9 +33,13 @@ class ServeRobotArgs:
     )
     pixel_size: list[int] = _help([84, 84], "sim_arm: camera frames' height and width")
     practice: bool = _help(
-        False, "sim_arm: autonomous practice: a client's reset keeps the scene (the cube where it is; the reset motion "
-               "takes the hand home) and draws a new target; only a stuck scene (the cube out of reach or off the "
-               "table) is put back, logged as a human reset"
+        False, "sim_arm: autonomous practice: a client's reset puts the scene back without a person (practice_reset), "
+               "the reset motion takes the hand home and a new target is drawn; only a stuck scene (the cube out of "
+               "reach or off the table) is put back by hand, logged as a human reset"
+    )
+    practice_reset: str = _help(
+        "expert", "sim_arm, practice=true: expert: a scripted reset controller moves the cube to a fresh start first "
+                  "(simulated, in robot time); home: the cube stays where the episode left it"
     )
     image_encoding: str = _help("jpeg", "camera frames on the wire: jpeg, or png (lossless, larger)")
     max_frame_bytes: int = _help(256 * 1024, "an encoded camera frame above this fails its step (DATA_LOSS)")
@@ -81,12 +85,15 @@ def serve_robot(args: ServeRobotArgs) -> int:
     if args.pixels and args.driver != "sim_arm":
         raise CommandError(f"pixels=true is the simulated arm's cameras; {args.driver} takes its cameras as "
                            "driver_args.cameras (see docs/hardware.md, Cameras)")
+    if args.practice_reset not in ("expert", "home"):
+        raise CommandError(f"practice_reset must be one of 'expert', 'home', got {args.practice_reset!r}")
     if args.practice and args.driver != "sim_arm":
         raise CommandError(f"practice=true is the simulated arm's reset-free scene; a physical robot's scene is what "
                            f"it is: {args.driver} has no reset to skip")
     if args.driver == "sim_arm":
         kwargs = {"task": args.task, "reward": args.reward, "control_hz": args.control_hz, "seed": args.seed,
-                  "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), "practice": args.practice, **kwargs}
+                  "pixels": args.pixels, "pixel_size": tuple(args.pixel_size), "practice": args.practice,
+                  "practice_reset": args.practice_reset, **kwargs}
     token = connect.token(args)
     config = ServerConfig(host=args.host, port=args.port, token=token, allow_unauthenticated=args.allow_unauthenticated,
                           allow_plaintext_token=args.allow_plaintext_token, max_connections=args.max_connections,

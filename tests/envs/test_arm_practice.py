@@ -1,14 +1,16 @@
 """Autonomous practice on the arm tasks (``practice=True``): an episode starts with the arm at home and the cube where
-the last one left it, with a new target; only a scene the arm cannot recover from is reset, counted as a human
-reset."""
+the last one left it (``practice_reset="home"``) or where the scripted reset controller pushed it (``"expert"``, the
+default), with a new target; only a scene the arm cannot recover from is reset, counted as a human reset."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
 import torch
 from robot_rl.envs.arm import STATE_LAYOUT, ArmEnv, make_expert
-from robot_rl.envs.arm.constants import PRACTICE_XY_BOX
+from robot_rl.envs.arm.constants import PRACTICE_RESET_TOL, PRACTICE_XY_BOX
 
 from robot_rl import envs
 
@@ -21,10 +23,10 @@ def _cube_qpos(env: ArmEnv) -> slice:
 
 
 def test_practice_leaves_the_cube_and_sends_the_arm_home_with_a_new_target() -> None:
-    env = ArmEnv("push", practice=True)
+    env = ArmEnv("push", practice=True, practice_reset="home")
     try:
         obs, info = env.reset(seed=0)
-        assert info == {"success": False, "human_reset": False}
+        assert info == {"success": False, "human_reset": False, "reset_steps": 0}
         rng = np.random.default_rng(0)
         for _ in range(20):
             obs, *_ = env.step(rng.uniform(-1, 1, 4))
@@ -33,7 +35,7 @@ def test_practice_leaves_the_cube_and_sends_the_arm_home_with_a_new_target() -> 
         old_target = obs[L["target_pos"]].copy()
         home = env.reset_position()  # where the reset will take the hand: a fresh start pose
         obs, info = env.reset()
-        assert info == {"success": False, "human_reset": False}
+        assert info == {"success": False, "human_reset": False, "reset_steps": 0}
         after = env.physics.state()[0]
         # the cube was not put back (position and orientation as the last episode left them)
         torch.testing.assert_close(after[:, cube_qpos.start:cube_qpos.start + 7],
@@ -56,7 +58,7 @@ def test_practice_leaves_the_cube_and_sends_the_arm_home_with_a_new_target() -> 
 
 @pytest.mark.parametrize("where", ["beyond the box", "off the table"])
 def test_a_stuck_scene_is_reset_and_counted_as_a_human_reset(where: str) -> None:
-    env = ArmEnv("push", practice=True)
+    env = ArmEnv("push", practice=True, practice_reset="home")
     try:
         env.reset(seed=1)
         env.step(np.zeros(4))
@@ -80,7 +82,7 @@ def test_a_stuck_scene_is_reset_and_counted_as_a_human_reset(where: str) -> None
 
 
 def test_practice_through_the_batched_env_and_its_refusals() -> None:
-    env = envs.make("arm:push", num_envs=2, seed=0, practice=True, max_episode_steps=5)
+    env = envs.make("arm:push", num_envs=2, seed=0, practice=True, practice_reset="home", max_episode_steps=5)
     try:
         env.reset()
         humans = 0
@@ -98,12 +100,14 @@ def test_practice_through_the_batched_env_and_its_refusals() -> None:
         env.close()
     with pytest.raises(ValueError, match="only arm: specs practise"):
         envs.make("gym:Pendulum-v1", practice=True)
+    with pytest.raises(ValueError, match="practice_reset must be 'expert' or 'home', got 'person'"):
+        envs.make("arm:push", practice=True, practice_reset="person")
 
 
 def test_the_expert_practises_push_with_few_human_resets() -> None:
     """The scripted expert on push, reset-free for 40 episodes: each new target is pushed to from where the cube
     lies, and the scene never needs a person (the targets keep the cube in the middle of the table)."""
-    env = envs.make("arm:push", num_envs=4, seed=0, practice=True)
+    env = envs.make("arm:push", num_envs=4, seed=0, practice=True, practice_reset="home")
     expert = make_expert("arm:push", 4, seed=0)
     try:
         obs = env.reset()
@@ -117,5 +121,56 @@ def test_the_expert_practises_push_with_few_human_resets() -> None:
             humans += int(info["human_reset"].sum()) if "human_reset" in info else 0
         assert successes / episodes >= 0.9
         assert humans <= 1
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("task", ["push", "pick_place"])
+def test_the_reset_controller_puts_the_cube_back_where_a_full_reset_would(task: str) -> None:
+    """practice_reset="expert": after an episode that moved the cube (pushed at random, or carried into the air by the
+    expert on pick_place), the reset controller brings it within PRACTICE_RESET_TOL of the start the task's own reset
+    would draw, in simulated control steps that the info reports; the arm then starts at home and nothing is a
+    human reset."""
+    env = ArmEnv(task, practice=True)
+    expert = make_expert(f"arm:{task}", 1, seed=0)
+    try:
+        obs, _ = env.reset(seed=3)
+        rng = np.random.default_rng(0)
+        total = 0
+        for episode in range(4):
+            carried = episode % 2 == 1  # the expert's episodes: on pick_place the cube ends in the air
+            expert.reset()
+            for _ in range(100):
+                action = expert.act(torch.as_tensor(obs)[None])[0].numpy() if carried else rng.uniform(-1, 1, 4)
+                obs, _, terminated, _, _ = env.step(action)
+                if terminated:
+                    break
+            if carried and task == "pick_place":
+                assert obs[L["cube_pos"]][2] > 0.05  # in the hand, above the table
+            goal = env.arm_task.start_cube(copy.deepcopy(env._rng))[0].numpy()
+            home = env.reset_position()
+            obs, info = env.reset()
+            assert info["human_reset"] is False and 0 < info["reset_steps"] < 200
+            total += info["reset_steps"]
+            cube = obs[L["cube_pos"]]
+            assert np.linalg.norm(cube[:2] - goal[:2]) < PRACTICE_RESET_TOL
+            assert abs(cube[2] - goal[2]) < 0.005  # on the table
+            np.testing.assert_allclose(obs[L["ee_pos"]], home, atol=1e-6)
+            assert np.linalg.norm(obs[L["target_pos"]][:2] - cube[:2]) >= 0.1 - 1e-6
+        assert (env.reset_motion_steps, env.human_resets, env.practice_resets) == (total, 0, 4)
+    finally:
+        env.close()
+
+
+def test_the_reset_controllers_steps_reach_the_batched_info() -> None:
+    env = envs.make("arm:push", num_envs=2, seed=0, practice=True, max_episode_steps=20)
+    try:
+        env.reset()
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(20):
+            _, _, terminated, truncated, info = env.step(torch.rand(2, 4, generator=gen) * 2 - 1)
+        assert bool((terminated | truncated).all())
+        steps = info["reset_steps"]
+        assert steps.dtype == torch.int64 and steps.shape == (2,) and bool((steps > 0).all())
     finally:
         env.close()

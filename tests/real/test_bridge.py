@@ -414,10 +414,16 @@ def test_an_estop_refused_by_the_transport_is_sent_again(served):
     assert 0.15 < time.monotonic() - t0 < 1.0
 
 
-def test_the_served_sim_arm_practises_without_a_reset_of_its_scene():
-    """serve-robot practice=true: a client's reset keeps the cube where the last episode left it (a new target) and
-    the reset motion takes the hand home, as on a robot."""
-    robot = SimArm(task="push", control_hz=HZ, seed=0, practice=True)
+@pytest.mark.parametrize("practice_reset", ["home", "expert"])
+def test_the_served_sim_arm_practises_without_a_reset_of_its_scene(practice_reset):
+    """serve-robot practice=true: a client's reset puts no scene back by hand: the cube stays where the last episode
+    left it (home) or the scripted reset controller pushes it to a fresh start (expert); the reset motion takes the
+    hand home and a new target is drawn, as on a robot."""
+    import copy
+
+    from robot_rl.envs.arm.constants import PRACTICE_RESET_TOL
+
+    robot = SimArm(task="push", control_hz=HZ, seed=0, practice=True, practice_reset=practice_reset)
     server = RobotServer(robot, ServerConfig(port=0, token=TOKEN))
     client = RobotClient(f"127.0.0.1:{server.start()}", TOKEN, step_timeout_s=5.0)
     try:
@@ -425,9 +431,14 @@ def test_the_served_sim_arm_practises_without_a_reset_of_its_scene():
         for _ in range(10):
             last = client.step(np.array([0.3, 0.3, 0.0, 1.0], np.float32)).observation.state
         home = robot.reset_position()
+        goal = robot.env.arm_task.start_cube(copy.deepcopy(robot.env._rng))[0].numpy()
         after = client.reset().state
         np.testing.assert_allclose(after[:3], home, atol=0.01)  # the reset motion took the hand home
-        np.testing.assert_allclose(after[7:10], last[7:10], atol=1e-3)  # the cube was not put back
+        if practice_reset == "home":
+            np.testing.assert_allclose(after[7:10], last[7:10], atol=1e-3)  # the cube was not put back
+        else:  # the reset controller pushed it to the start a full reset would have drawn
+            assert np.linalg.norm(after[7:9] - goal[:2]) < PRACTICE_RESET_TOL < np.linalg.norm(last[7:9] - goal[:2])
+            assert robot.env.reset_motion_steps > 0
         assert not np.allclose(after[20:23], first[20:23])  # a new target
         assert robot.human_resets == 0
     finally:

@@ -1,5 +1,6 @@
 """`robot-rl train env.practice=true`: the training envs practise without resets, evaluation keeps the task's own
-starts, and the run logs its training episodes and the scenes a person had to put back (resumable counts)."""
+starts, and the run logs its training episodes, the scenes a person had to put back and the reset controller's steps
+(resumable counts)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from robot_rl.trainer import Trainer
 L = STATE_LAYOUT
 
 
-def _cfg(steps: int) -> list[str]:
-    return ["env.spec=arm:push", "env.practice=true", "env.num_envs=2", "env.num_eval_envs=1",
+def _cfg(steps: int, reset: str = "home") -> list[str]:
+    return ["env.spec=arm:push", "env.practice=true", f"env.practice_reset={reset}", "env.num_envs=2", "env.num_eval_envs=1",
             "env.max_episode_steps=10", f"train.steps={steps}", "train.eval_every=40", "train.learning_starts=1000",
             "train.video=false", "quiet=true", "threads=1", "seed=0"]
 
@@ -39,8 +40,9 @@ def test_training_envs_practise_and_the_run_counts_episodes_and_human_resets(tmp
                      & (first[L["ee_pos"]] <= torch.tensor([0.42, 0.12, 0.2]) + 1e-5))
     assert not torch.allclose(first[L["target_pos"]], last[L["target_pos"]])
     rows = list(csv.DictReader(open(run / "metrics.csv")))
-    assert {"train_episodes", "human_resets", "train_success_rate"} <= set(rows[0])
+    assert {"train_episodes", "human_resets", "train_success_rate", "reset_steps"} <= set(rows[0])
     assert int(rows[-1]["train_episodes"]) == 4 and int(rows[-1]["human_resets"]) >= 0
+    assert int(rows[-1]["reset_steps"]) == 0  # home: no reset controller ran
     # resumed, the counts go on from the checkpoint's
     resumed = Trainer(compose_train_config(_cfg(60)), run, resume=True)
     resumed.run()
@@ -48,6 +50,22 @@ def test_training_envs_practise_and_the_run_counts_episodes_and_human_resets(tmp
     assert int(rows[-1]["train_episodes"]) == 6
 
 
-def test_practice_needs_an_arm_task():
+def test_the_reset_controller_runs_by_default_and_its_steps_are_logged_and_resumed(tmp_path):
+    run = tmp_path / "run"
+    cfg = [c for c in _cfg(40) if not c.startswith("env.practice_reset")]
+    trainer = Trainer(compose_train_config(cfg), run)
+    assert all(e.unwrapped.practice_reset == "expert" for e in trainer.env._envs)
+    trainer.run()
+    first = int(list(csv.DictReader(open(run / "metrics.csv")))[-1]["reset_steps"])
+    # 4 episodes ended; the controller pushed each cube back (random actions leave it near where it was)
+    assert first == sum(e.unwrapped.reset_motion_steps for e in trainer.env._envs) > 0
+    Trainer(compose_train_config([c for c in _cfg(60) if not c.startswith("env.practice_reset")]), run,
+            resume=True).run()
+    assert int(list(csv.DictReader(open(run / "metrics.csv")))[-1]["reset_steps"]) > first
+
+
+def test_practice_needs_an_arm_task_and_a_known_reset():
     with pytest.raises((ConfigError, ValueError), match="env.practice=true needs an arm: spec"):
         compose_train_config(["env.spec=gym:Pendulum-v1", "env.practice=true"]).validate()
+    with pytest.raises(ConfigError, match="env.practice_reset must be one of 'expert', 'home', got 'person'"):
+        compose_train_config(["env.spec=arm:push", "env.practice=true", "env.practice_reset=person"]).validate()

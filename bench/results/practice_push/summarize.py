@@ -22,13 +22,14 @@ ROOT = HERE.parents[2] / "runs" / "practice_push"
 
 def main() -> None:
     summary: dict[str, dict] = {}
+    # practice: the scripted reset controller puts the cube back; practice_home: the cube stays where it was;
     # practice_handstays: the first design, where the hand also stayed where the episode left it (one seed)
-    for mode in ("practice", "reset", "practice_handstays"):
+    for mode in ("practice", "practice_home", "reset", "practice_handstays"):
         seeds = sorted((p for p in ROOT.glob(f"{mode}_s*") if p.is_dir()), key=lambda p: int(p.name.split("_s")[1]))
         seeds = [p for p in seeds if (p / "eval_latest.txt").is_file()]
         if not seeds:
             continue
-        success, episodes, humans = [], [], []
+        success, episodes, humans, reset_steps = [], [], [], []
         for run in seeds:
             text = (run / "eval_latest.txt").read_text()
             found = re.search(r"success rate (\d+)%", text)
@@ -38,6 +39,7 @@ def main() -> None:
             last = list(csv.DictReader(open(run / "metrics.csv")))[-1]
             if mode.startswith("practice"):
                 n, human = int(float(last["train_episodes"])), int(float(last["human_resets"]))
+                reset_steps.append(int(float(last.get("reset_steps") or 0)))
             else:  # a reset run logs no episode count: its episodes end where its replay's do (all 20k fit)
                 state = checkpoint.load(run / "checkpoints" / "latest.pt")
                 replay, mirrored = state["replay"], state["config"]["train"]["mirror_online"]
@@ -51,7 +53,9 @@ def main() -> None:
         summary[mode] = {"seeds": [int(p.name.split("_s")[1]) for p in seeds], "final_success": success,
                          "final_mean": float(np.mean(success)), "final_ci95": [low, high],
                          "train_episodes": episodes, "human_resets": humans}
-        print(f"{mode:8s} success {np.mean(success):.0%} [{low:.0%}, {high:.0%}] per seed {success}; human resets "
+        if mode == "practice":  # the reset controller's robot time, beside the 20k training steps
+            summary[mode]["reset_controller_steps"] = reset_steps
+        print(f"{mode:13s} success {np.mean(success):.0%} [{low:.0%}, {high:.0%}] per seed {success}; human resets "
               f"{humans}")
     (HERE / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

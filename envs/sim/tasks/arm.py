@@ -414,6 +414,18 @@ class ArmTask(SimTask):
         self._pending = pending
         return grip_position(qpos[:, self._arm])
 
+    def start_cube(self, rng: ResetRNG) -> torch.Tensor:
+        """Cube centres ``[N, 3]`` that a reset drawing from ``rng`` now would start from (the goal of practice's
+        reset controller: the start a person's reset would give); the task state is untouched."""
+        pending = self._pending
+        qpos, _, _ = self.initial_state(rng)
+        self._pending = pending
+        return qpos[:, self._cube_pos]
+
+    def cube_position(self, qpos: torch.Tensor) -> torch.Tensor:
+        """The cube's centre ``[N, 3]`` in ``qpos``."""
+        return qpos[:, self._cube_pos]
+
     def commit_reset(self, mask: torch.Tensor) -> None:
         p = self._pending
         assert p is not None, "commit_reset() without initial_state()"
