@@ -8,6 +8,7 @@ robot second, and the episode list with each recorded episode's videos. It acts 
 everything else: the e-stop button (and the space bar or Escape) sends the bridge's ``EStop`` RPC; clearing it asks
 for confirmation and the token; the success, failure and re-record labels reach the session as the operator
 device's events, so they end the episode with that label in the recording, where ``robot-rl classifier`` reads it.
+A finished episode can still be labelled from its row until the next one ends (``ConsoleWriter`` holds it).
 
 ``attach`` is the one hook the robot commands call: it wraps what the session uses (`hub`), starts the web server
 (`server`) and gives everything back unchanged when the console is off.
@@ -43,7 +44,10 @@ class Attached:
             self.hub.bind(session)
 
     def close(self) -> None:
-        """Show the last episodes, then stop serving and close the console's own channel (the robot is not touched)."""
+        """Record the episode held for a late label, show the last episodes, then stop serving and close the console's
+        own channel (the robot is not touched)."""
+        if isinstance(self.writer, ConsoleWriter):
+            self.writer.flush()
         if self.hub is not None:
             self.hub.sync()
         if self.server is not None:

@@ -117,6 +117,7 @@ const HANDLERS = {
 
   episodes(m) {
     S.episodes = m.episodes;
+    S.held = m.held;
     const body = $("episodes");
     body.textContent = "";
     for (const e of m.episodes.slice().reverse()) {
@@ -131,6 +132,16 @@ const HANDLERS = {
         td.append(a);
       }
       tr.append(td);
+      if (e.episode === m.held) {  // ended, not yet recorded: it can still be labelled (a late label)
+        const late = document.createElement("td");
+        for (const [name, text] of [["success", "✓"], ["failure", "✗"], ["rerecord", "↺"]]) {
+          const b = document.createElement("button");
+          b.textContent = text; b.title = "late label: " + name; b.className = "late-" + name;
+          b.addEventListener("click", () => label(name, e.episode));
+          late.append(b);
+        }
+        tr.append(late);
+      }
       body.append(tr);
     }
     plots(m.episodes);
@@ -172,8 +183,8 @@ function clearEstop() {
   send({ type: "clear_estop", confirm: true, token: $("token").value });
 }
 
-function label(name) {
-  send({ type: "label", label: name, episode: S.episode, token: $("token").value });
+function label(name, episode = S.episode) {
+  send({ type: "label", label: name, episode, token: $("token").value });
 }
 
 $("estop").addEventListener("click", estop);

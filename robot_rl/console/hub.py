@@ -11,7 +11,13 @@ page, reading the robot's status and answering the page all happen on the consol
   label the episode exactly as a key on the device does and land in the recorded dataset's ``next.success``, which
   ``robot-rl classifier`` (the label rounds) reads.
 - ``ConsoleReward`` wraps a learned reward: its probability and threshold for the page.
-- ``ConsoleWriter`` wraps the dataset writer: where each recorded episode's camera videos are.
+- ``ConsoleWriter`` wraps the dataset writer: where each recorded episode's camera videos are. It holds each
+  finished episode until the next one ends (or the session closes), so the page can still label it: a *late*
+  label, given after the episode ended (a time limit ran out while the operator watched). A late success marks the
+  episode's last row ``next.success``, a late failure clears them, a late re-record leaves the episode out; the
+  episode's transitions that a learner already received keep their rewards (the label is for the recorded
+  dataset, which the classifier's label rounds read). A process killed outright (SIGKILL) loses the held episode;
+  Ctrl-C and SIGTERM record it.
 """
 
 from __future__ import annotations
@@ -93,6 +99,9 @@ class Hub:
         self._videos: dict[int, dict[str, str]] = {}  # dataset episode -> camera -> URL path
         self.video_files: dict[str, Path] = {}  # URL path -> file
         self._dataset_episode_of: dict[int, int] = {}  # console episode -> dataset episode
+        self.held: int | None = None  # the finished episode whose recording waits for a late label (ConsoleWriter)
+        self._late: dict[int, str] = {}  # console episode -> its late label
+        self.episodes_version = 0  # bumped at every change of the episode rows (the page is sent them again)
 
     # -- from the session thread -------------------------------------------------------------------------------
     def bind(self, session: Any) -> None:
@@ -136,7 +145,8 @@ class Hub:
         rows = []
         for e in done:
             self._ticks_total += e.ticks
-            rows.append(EpisodeRow(e.episode, e.label, float(e.ret), bool(e.success), e.length, e.interventions,
+            label = f"{self._late[e.episode]} (late)" if e.episode in self._late else e.label
+            rows.append(EpisodeRow(e.episode, label, float(e.ret), bool(e.success), e.length, e.interventions,
                                    float(e.intervention_rate), e.takeovers, e.missed_ticks,
                                    self._ticks_total / self.control_hz / 60.0,
                                    None if updates is None else float(updates), None,
@@ -153,18 +163,42 @@ class Hub:
         with self._lock:
             self.episodes.extend(rows)
             self.running = False
+            self.episodes_version += 1
         self.notify()
 
-    def recorded(self, dataset_episode: int, videos: dict[str, Path]) -> None:
-        """The writer committed the current episode as `dataset_episode` with these camera videos."""
+    def recorded(self, dataset_episode: int, videos: dict[str, Path], episode: int | None = None) -> None:
+        """The writer committed console episode `episode` (default: the current one) as `dataset_episode` with
+        these camera videos."""
         paths = {}
         for camera, path in videos.items():
             url = f"/video/{dataset_episode}/{camera}.mp4"
             self.video_files[url] = path
             paths[camera] = url
         with self._lock:
+            episode = self.episode if episode is None else episode
             self._videos[dataset_episode] = paths
-            self._dataset_episode_of[self.episode] = dataset_episode
+            self._dataset_episode_of[episode] = dataset_episode
+            for row in self.episodes:  # a held episode's row was listed before it was recorded
+                if row.episode == episode:
+                    row.videos = paths
+                    self.episodes_version += 1
+        self.notify()
+
+    def hold(self, episode: int) -> None:
+        """`episode` has ended and waits for its recording: a label for it is a late label until then."""
+        with self._lock:
+            self.held = episode
+            self.running = False  # ended: a label now is a late one (the queue of the running episode is not read)
+            self.episodes_version += 1
+        self.notify()
+
+    def take_late_label(self, episode: int) -> str | None:
+        """The late label of held `episode` (None: none), which is being recorded now: later labels are refused."""
+        with self._lock:
+            if self.held == episode:
+                self.held = None
+                self.episodes_version += 1
+            return self._late.get(episode)
 
     def take_labels(self) -> frozenset[Event]:
         with self._lock:
@@ -174,15 +208,33 @@ class Hub:
 
     # -- from the page -----------------------------------------------------------------------------------------
     def add_label(self, label: str, episode: int) -> str | None:
-        """Queue a label for the episode in progress; the reason it was refused, or None."""
+        """Queue a label for the episode in progress, or keep a late label for the finished episode that waits for
+        its recording (``held``; the last one given counts); the reason it was refused, or None."""
         event = LABELS.get(label)
         if event is None:
             return f"unknown label {label!r}; labels: {', '.join(LABELS)}"
         with self._lock:
-            if not self.running or episode != self.episode:
-                return f"episode {episode} is not in progress (now: {self.episode if self.running else 'none'})"
-            self._labels.append(event)
+            if self.running and episode == self.episode:
+                self._labels.append(event)
+                return None
+            if self.held is None or episode != self.held:
+                now = self.episode if self.running else "none"
+                held = "" if self.held is None else f"; episode {self.held} can still be labelled"
+                return (f"episode {episode} is not in progress (now: {now}) and no longer waits for its recording "
+                        f"(a finished episode can be labelled until the next one ends){held}")
+            self._late[episode] = label
+            for row in self.episodes:
+                if row.episode == episode:
+                    row.label = f"{label} (late)"
+            self.episodes_version += 1
+        self.notify()
         return None
+
+    def episodes_snapshot(self) -> tuple[int, list[dict[str, Any]], int | None]:
+        """(version, the episode rows as dicts, the held episode) for the page, taken together."""
+        with self._lock:
+            rows = [{**vars(e), "videos": dict(e.videos)} for e in self.episodes]
+            return self.episodes_version, rows, self.held
 
     def snapshot(self) -> tuple[Tick | None, list[EpisodeRow], list[str]]:
         with self._lock:
@@ -265,17 +317,43 @@ class ConsoleReward:
 
 
 class ConsoleWriter:
-    """A ``DatasetWriter`` that tells the hub where each recorded episode's camera videos are."""
+    """A ``DatasetWriter`` that holds each finished episode until the next one ends, for a late label from the page
+    (see the module docstring), and tells the hub where each recorded episode's camera videos are. ``flush`` (the
+    console's ``close``) records the held one."""
 
     def __init__(self, writer: Any, hub: Hub) -> None:
         self._writer, self._hub = writer, hub
+        self._held: tuple[int, Any, str | None] | None = None
+        self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._writer, name)
 
-    def write_episode(self, frames: Any, task: str | None = None) -> int:
+    def write_episode(self, frames: Any, task: str | None = None) -> int | None:
+        """Record the episode held before (its dataset index, None if none or re-recorded) and hold this one."""
+        with self._lock:
+            index = self._record_held()
+            self._held = (self._hub.episode, frames, task)
+            self._hub.hold(self._hub.episode)
+        return index
+
+    def flush(self) -> int | None:
+        """Record the held episode now (its dataset index, None if none or re-recorded)."""
+        with self._lock:
+            return self._record_held()
+
+    def _record_held(self) -> int | None:
         from robot_rl.datasets.format import chunk_file
 
+        if self._held is None:
+            return None
+        episode, frames, task = self._held
+        self._held = None
+        late = self._hub.take_late_label(episode)
+        if late == "rerecord":
+            return None
+        if late is not None:
+            frames = relabelled(frames, late)
         index = self._writer.write_episode(frames, task=task)
         videos = {}
         for key in self._writer.video_keys:
@@ -283,5 +361,17 @@ class ConsoleWriter:
             files = sorted(Path(self._writer.root, "videos", key).glob("chunk-*/file-*.mp4"), key=chunk_file)
             if files:
                 videos[key.rsplit(".", 1)[-1]] = files[-1]
-        self._hub.recorded(index, videos)
+        self._hub.recorded(index, videos, episode)
         return index
+
+
+def relabelled(frames: Any, label: str) -> dict[str, Any]:
+    """An episode's frames with a late label: ``success`` marks the last row's ``next.success`` (a success label
+    on the device ends the episode there, and the classifier reads frame t's label from row t-1), ``failure``
+    clears every row's."""
+    success = np.zeros(len(frames["next.success"]), dtype=bool)
+    if label == "success":
+        success[-1] = True
+    elif label != "failure":
+        raise ValueError(f"a late label is success, failure or rerecord, got {label!r}")
+    return {**frames, "next.success": success}

@@ -120,7 +120,7 @@ class _Page:
     ws: ServerConnection
     wake: asyncio.Event
     sent_seq: int = 0
-    sent_episodes: int = -1
+    sent_episodes: int = -1  # the hub's episodes_version last sent
     sent_status: int = -1
 
 
@@ -258,9 +258,8 @@ class ConsoleServer:
         return self._encoded
 
     def _episodes_message(self) -> tuple[int, str]:
-        _, episodes, _ = self.hub.snapshot()
-        rows = [{**vars(e), "videos": dict(e.videos)} for e in episodes]
-        return len(episodes), json.dumps({"type": "episodes", "episodes": rows})
+        version, rows, held = self.hub.episodes_snapshot()
+        return version, json.dumps({"type": "episodes", "episodes": rows, "held": held})
 
     def _latency_summary(self) -> dict[str, float | int | None]:
         lat = np.asarray(self.latencies)
@@ -296,7 +295,7 @@ class ConsoleServer:
             if tick is not None and tick[0] != page.sent_seq:
                 page.sent_seq = tick[0]
                 await page.ws.send(tick[1])
-            if len(self.hub.episodes) != page.sent_episodes:
+            if self.hub.episodes_version != page.sent_episodes:
                 page.sent_episodes, message = self._episodes_message()
                 await page.ws.send(message)
             if self._status is not None and self._status_version != page.sent_status:
@@ -361,7 +360,7 @@ class ConsoleServer:
                 refused = self.hub.add_label(str(message.get("label")), episode if isinstance(episode, int) else -2)
                 await ws.send(json.dumps({"type": "label_ack" if refused is None else "error", "for": kind,
                                           "label": message.get("label"), "episode": episode,
-                                          "message": refused or "queued for the episode in progress"}))
+                                          "message": refused or "taken"}))
         else:
             await ws.send(json.dumps({"type": "error", "message": f"unknown message type {kind!r}"}))
 

@@ -129,6 +129,8 @@ def test_a_label_click_lands_in_the_dataset_and_the_classifier_probability_is_sh
         thread.join(timeout=20)
         assert not thread.is_alive()
         wait_js(browser, "consoleState.episodes.length === 1")
+        on.writer.flush()  # the episode is held for a late label until the next one ends or the console closes
+        wait_js(browser, "Object.keys(consoleState.episodes[0].videos).length === 2")
         row = browser.execute_script("return consoleState.episodes[0]")
         assert row["label"] == "success" and row["success"]
         videos = row["videos"]
@@ -143,6 +145,41 @@ def test_a_label_click_lands_in_the_dataset_and_the_classifier_probability_is_sh
     assert success[-1] and not any(success[:-1])  # the label is the last row's next.success, as a device's key
     frames = load_labelled_frames(out, cameras=["pixels/front"])  # what the classifier's label rounds read
     assert len(frames) == length and int(frames.label.sum()) == 0  # frame t's label is row t-1's next.success
+
+
+def test_a_finished_episode_is_labelled_late_from_its_row_until_the_next_one_ends(browser, pixel_arm, tmp_path):
+    """An episode that ran out its time limit is labelled a success from its row while the next one runs: the
+    recording marks its last row's next.success; once it is recorded, a later label for it is refused."""
+    from robot_rl.real.client import RobotClient
+
+    from robot_rl.datasets import read_dataset
+    from robot_rl.hil.connect import dataset_writer
+
+    _, address = pixel_arm
+    with RobotClient(address, TOKEN) as c:
+        spec = c.spec()
+    out = tmp_path / "late"
+    writer = dataset_writer(str(out), spec, False, "push", cameras=True)
+    with running_session(address, episodes=2, writer=writer, time_limit=100,
+                         policy=lambda obs: np.zeros(4)) as (on, session, thread):
+        _open(browser, on.server.url)
+        wait_js(browser, "consoleState.held === 0 && consoleState.episodes.length === 1", timeout=40)
+        assert browser.execute_script("return consoleState.episodes[0].label") == "timeout"
+        browser.find_element(By.CSS_SELECTOR, "#episodes button.late-success").click()
+        wait_js(browser, "consoleState.episodes[0].label === 'success (late)'")
+        browser.execute_script("document.getElementById('episodes').scrollIntoView()")
+        screenshot(browser, "console_late_label.png", tmp_path)
+        thread.join(timeout=40)
+        assert not thread.is_alive()
+        wait_js(browser, "consoleState.held === 1")  # episode 0 recorded when episode 1 ended
+        assert "no longer waits" in on.hub.add_label("failure", 0)
+    assert [e.label for e in session.episodes] == ["timeout", "timeout"]
+    data = read_dataset(out)
+    episodes = data.episode_index.tolist()
+    assert sorted(set(episodes)) == [0, 1]  # the console's close recorded episode 1
+    first = data.success.bool()[[i for i, e in enumerate(episodes) if e == 0]].tolist()
+    second = data.success.bool()[[i for i, e in enumerate(episodes) if e == 1]].tolist()
+    assert first[-1] and not any(first[:-1]) and not any(second)
 
 
 def test_plots_and_episode_list_update_as_hil_train_runs(browser, tmp_path):
