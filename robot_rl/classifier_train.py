@@ -187,7 +187,8 @@ def train_classifier(
         which = "success" if len(pos) == 0 else "non-success"
         raise ClassifierError(
             f"the training episodes have no {which} frames ({int(frames.label.sum())} success frames in all); a frame "
-            "is a success when the previous row's next.success is true, so episodes must go on after success"
+            "is a success when the previous row's next.success is true, so episodes must go on after success: "
+            "record them with robot-rl teleop/deploy/hil-train success_frames=10"
         )
     cameras = {k: list(v.shape[1:]) for k, v in frames.obs.items() if k != "state"}
     state_dim = int(frames.obs["state"].shape[1]) if s.use_state else 0

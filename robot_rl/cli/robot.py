@@ -38,6 +38,11 @@ class RobotArgs:
         {}, "operator device constructor arguments, one key each: teleop_args.<name>=<value> (e.g. "
             "teleop_args.noise=0.3, teleop_args.frame=beside)"
     )
+    success_frames: int = _help(
+        0, "with a recording: ticks recorded after each successful episode's success with the robot holding, as "
+           "terminal successes: frames of the succeeded scene, the positives of robot-rl classifier (an episode that "
+           "ends at its success records none). 0 for demonstrations that behaviour cloning learns from"
+    )
     console: bool = _help(
         False, "serve the operator console, a web page of this session: cameras, state, loop health, who drives, "
                "e-stop, labels, plots, episodes (robot_rl.console; docs/hardware.md)"
@@ -53,7 +58,7 @@ _POSITIVE_KEYS = (
     "steps", "episodes", "threads", "step_timeout_s", "updates_per_transition", "control_hz", "checkpoint_every_s",
     "log_every", "capacity", "prior_capacity", "reward_classifier_consecutive",
 )
-_NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s")
+_NON_NEGATIVE_KEYS = ("learning_starts", "run_for", "status_every", "watchdog_s", "success_frames")
 
 
 def check_ranges(args: Any) -> None:

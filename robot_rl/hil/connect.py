@@ -97,7 +97,8 @@ def drive(args: Any, channel: Any, spec: Any, mode: str, task: str, **policy: An
         device = operator_device(args, spec, mode)
         writer = dataset_writer(args.out, spec, args.append, task, cameras=bool(spec.cameras))
         console = attach(args, channel, spec, device, writer)  # the originals unless console=true
-        session = Session(console.client, teleop=console.teleop, writer=console.writer, task=task, **policy)
+        session = Session(console.client, teleop=console.teleop, writer=console.writer, task=task,
+                          success_frames=args.success_frames, **policy)
         console.bind(session)
         with sigterm_as_interrupt():
             connect_device(device)

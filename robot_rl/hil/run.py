@@ -82,7 +82,7 @@ class HilTrainer(Runner):
                                teleop=on.teleop, link=self.link, writer=on.writer, rewind=args.rewind,
                                metrics_path=run_dir / "hil_metrics.csv", task=spec.name,
                                link_cameras=tuple(self.cameras), reward_model=on.reward_model,
-                               intervention_penalty=args.intervention_penalty)
+                               intervention_penalty=args.intervention_penalty, success_frames=args.success_frames)
         on.bind(self.session)
         settings = RunSettings(steps=args.steps, eval_every=args.log_every, seed=args.seed, command="hil-train",
                                title=f"hil-train {spec.name}", checkpoint_every=args.steps,

@@ -20,6 +20,14 @@ link) run. Each step:
    prior (demo) buffer (the learner does the routing from the ``intervention`` flag);
 5. the step is recorded; episodes are written to the dataset when they end, interventions marked.
 
+Success frames (``success_frames``, for a success classifier's labels): the dataset's row t holds the frame before
+action t and its ``next.success`` the verdict after it, so an episode that ends at its success records no frame of the
+scene succeeded, and ``robot-rl classifier`` (frame t is a success when row t-1 says so) gets no positive from it.
+With ``success_frames=N`` and a recording, a successful episode goes on for N more ticks in which the robot holds
+(no command), each recorded as a terminal success (``next.success`` and ``next.terminated``, action zeros, not an
+intervention; not sent to the learner, whose episode ended at the success): N frames of the succeeded scene, as
+HIL-SERL's operators hold the success key. Record demonstrations for behaviour cloning without them.
+
 Operator events: ``SUCCESS`` / ``FAILURE`` end the episode with that label (success is terminal, failure is a
 truncation, so the learner bootstraps through it); ``RERECORD`` ends it and leaves it out of the dataset;
 ``ESTOP`` latches the robot's e-stop and ends the session; ``REWIND`` (with ``rewind=True``, after RaC) marks the
@@ -177,6 +185,8 @@ class Session:
         intervention_penalty: subtracted from the reward of the policy's last step before the operator takes over,
             in the transition sent to the link only (the recorded dataset keeps the robot's reward): RLIF's
             intervention signal (Luo et al., ICLR 2024) beside the task reward. 0: off.
+        success_frames: with a ``writer``, ticks recorded after an episode's success with the robot holding (see the
+            module docstring); 0: none.
         executed: called after every step with what the robot executed (``applied_action``; None for a held
             tick), the operator's actions included (a delay-aware policy's actions in flight,
             ``robot_rl.envs.delay.InFlightActions.sent``), and for a policy step the ticks between the observation
@@ -206,7 +216,11 @@ class Session:
         reward_model: RewardModel | None = None,
         intervention_penalty: float = 0.0,
         executed: Callable[[np.ndarray | None, int | None], None] | None = None,
+        success_frames: int = 0,
     ) -> None:
+        if isinstance(success_frames, bool) or not isinstance(success_frames, int) or success_frames < 0:
+            raise ValueError(f"success_frames must be an int >= 0, got {success_frames!r}")
+        self.success_frames = success_frames
         if not (math.isfinite(intervention_penalty) and intervention_penalty >= 0):
             raise ValueError(f"intervention_penalty must be a finite number >= 0, got {intervention_penalty}")
         self.intervention_penalty = float(intervention_penalty)
@@ -372,6 +386,8 @@ class Session:
                 break
             if terminated:
                 label = "success"
+                if self.success_frames and self.writer is not None:
+                    state, current = self._record_success_frames(ep, state, current)
                 break
             if Event.FAILURE in events:
                 label = "failure"
@@ -381,6 +397,42 @@ class Session:
                 pending["truncated"][0] = True
             self.link.push(pending)
         return self._finish(ep, label, rewind_steps, held, t0, missed)
+
+    def _record_success_frames(self, ep: _Episode, state: np.ndarray, current: RobotObservation
+                               ) -> tuple[np.ndarray, RobotObservation]:
+        """``success_frames`` held ticks after a success, recorded as terminal successes (the module docstring).
+        A transport error or an e-stop ends them early (an e-stop also ends the session); the episode stays."""
+        zeros = np.zeros(self.action_dim, np.float32)
+        for _ in range(self.success_frames):
+            try:
+                r = self.client.step(None)
+            except EStopLatched:
+                self.estopped = True
+                break
+            except BridgeError as e:
+                if not _transient(e):
+                    raise
+                self.comm_errors += 1
+                self._say(f"warning: {e}; the success frames end here")
+                break
+            nxt = r.observation
+            reward = float(nxt.reward)
+            if self.reward_model is not None:
+                reward, _ = self.reward_model(nxt.as_dict())
+            with interrupts_deferred():
+                ep.states.append(state)
+                ep.actions.append(zeros)
+                ep.rewards.append(reward)
+                ep.driver_rewards.append(float(nxt.reward))
+                ep.next_states.append(nxt.state)
+                ep.terminated.append(True)
+                ep.truncated.append(False)
+                ep.success.append(True)
+                ep.intervention.append(False)
+                for name in self.recorded_cameras:
+                    ep.images.setdefault(name, []).append(current.images[name])
+            state, current = nxt.state, nxt
+        return state, current
 
     def _frames(self, obs: RobotObservation, nxt: RobotObservation) -> dict[str, np.ndarray]:
         """The link cameras' frames of one transition, uint8 [1, H, W, 3] under ``obs/<group>``/``next_obs/<group>``."""

@@ -343,3 +343,42 @@ def test_a_pixel_learner_gets_the_frames_of_its_cameras_and_the_recording_keeps_
     data = read_dataset(tmp_path / "episodes", load_images=True)
     assert set(data.transitions.cameras) == {"pixels/front"} and data.transitions.obs["pixels/front"].shape == (
         4, 32, 40, 3)
+
+
+def test_success_frames_record_the_succeeded_scene_for_the_classifier_but_not_for_the_learner(tmp_path):
+    """success_frames=3: after the operator's SUCCESS the robot holds for 3 ticks, recorded as terminal successes
+    (action zeros, not interventions) so `robot-rl classifier` gets positive frames; the learner's episode ended at
+    the success (nothing after it reaches the link). Without them the episode has no positive frame (this failed
+    the whole console loop's classifier step)."""
+    from robot_rl.classifier_train import load_labelled_frames
+    from robot_rl.datasets import DatasetWriter, transition_features
+
+    server = RobotServer(SimArm(task="reach", control_hz=20.0, seed=0, pixels=True, pixel_size=(32, 40)),
+                         ServerConfig(port=0, token=TOKEN, watchdog_s=2.5))
+    port = server.start()
+    c = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0)
+    steps = [(True, [0.5, 0, 0, 0], set())] * 2 + [(True, [0.5, 0, 0, 0], {Event.SUCCESS})]
+    try:
+        with pytest.raises(ValueError, match="success_frames must be an int >= 0"):
+            Session(c, success_frames=-1, log=None)
+        for frames, name in ((3, "with"), (0, "without")):
+            link = ListLink()
+            writer = DatasetWriter(tmp_path / name, fps=20, task="reach",
+                                   features=transition_features(7, 4, images={"front": (32, 40)}))
+            session = Session(c, teleop=Script(list(steps)), link=link, writer=writer, time_limit=50, log=None,
+                              success_frames=frames)
+            session.run(episodes=1, seed=1)
+            writer.close()
+            assert [e.label for e in session.episodes] == ["success"]
+            assert len(link.chunks) == 3 and link.cat("terminated").tolist() == [False, False, True]
+    finally:
+        c.close()
+        server.stop()
+    data = read_dataset(tmp_path / "with")
+    assert len(data) == 3 + 3
+    assert data.success.tolist() == [False, False, True, True, True, True]
+    assert data.transitions.terminated.tolist() == [False, False, True, True, True, True]
+    assert data.intervention.tolist() == [True] * 3 + [False] * 3
+    assert np.all(data.transitions.action[3:].numpy() == 0)
+    assert int(load_labelled_frames(tmp_path / "with").label.sum()) == 3  # frames 3..5: the scene after success
+    assert int(load_labelled_frames(tmp_path / "without").label.sum()) == 0
