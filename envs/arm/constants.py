@@ -92,6 +92,12 @@ PRACTICE_CLEARANCE = 0.05
 PRACTICE_RESET_S = 10.0
 PRACTICE_RESET_TOL = 0.02
 PRACTICE_RESETS = ("expert", "home")
+# Practice: while the arm goes home the cube comes to rest; the reset simulates up to PRACTICE_SETTLE_S seconds of
+# control steps with the arm at home until no velocity component of the cube exceeds PRACTICE_REST (m/s, rad/s).
+# Without it an episode started with the cube still sliding or tumbling from the last push (up to 3 rad/s), and RLPD
+# on push practised at 2-29% with the reset controller.
+PRACTICE_SETTLE_S = 2.0
+PRACTICE_REST = 0.01
 MIN_TARGET_DIST = 0.1  # target at least this far from the start (reach: grip point; else cube, in the plane)
 CUBE_PARKED = (0.68, 0.42, CUBE_HALF)  # reach and track: the cube sits out of the way
 

@@ -115,6 +115,8 @@ from .constants import (
     PRACTICE_RESET_S,
     PRACTICE_RESET_TOL,
     PRACTICE_RESETS,
+    PRACTICE_REST,
+    PRACTICE_SETTLE_S,
     PROPRIO_INDEX,
     PROPRIO_MIRROR_SIGN,
     STATE_DIM,
@@ -197,7 +199,7 @@ class ArmEnv(gym.Env):
         if practice_reset not in PRACTICE_RESETS:
             raise ValueError(f"practice_reset must be one of {PRACTICE_RESETS}, got {practice_reset!r}")
         self.practice_reset = practice_reset
-        self.reset_motion_steps = 0  # practice_reset="expert": control steps the reset controller ran, in all
+        self.reset_motion_steps = 0  # practice: control steps of the reset controller and the settling, in all
         self.human_resets = 0  # practice: full resets a person would have had to do (the seeded setup not counted)
         self.practice_resets = 0  # practice: episodes that went on from the scene as it was
         self._episode_ran = False
@@ -249,10 +251,10 @@ class ArmEnv(gym.Env):
         super().reset(seed=seed)
         task, physics = self.arm_task, self.physics
         human_reset, reset_steps = False, 0
-        if self.practice and seed is None and self._episode_ran:  # the arm goes home, the cube stays
+        practising = self.practice and seed is None and self._episode_ran
+        if practising:  # the arm goes home, the cube stays
             if self.practice_reset == "expert" and task.task in ("push", "pick_place"):
                 reset_steps = self._put_cube_back()
-                self.reset_motion_steps += reset_steps
             qpos_now, qvel_now = physics.state()
             qpos, qvel, ctrl, stuck = task.practice_state(self._rng, qpos_now, qvel_now)
             human_reset = bool(stuck[0])
@@ -263,6 +265,9 @@ class ArmEnv(gym.Env):
             qpos, qvel, ctrl = task.initial_state(self._rng)
         physics.reset(self._all, qpos, qvel, ctrl)
         task.commit_reset(self._all)
+        if practising and not human_reset and task.task in ("push", "pick_place"):
+            reset_steps += self._settle(ctrl)  # the cube comes to rest while the arm goes home
+        self.reset_motion_steps += reset_steps
         self._rng.advance()
         self._episode_ran = False
         qpos, qvel = physics.state()
@@ -358,10 +363,21 @@ class ArmEnv(gym.Env):
         return self.arm_task.start_grip(rng)[0].numpy().copy()
 
     # ------------------------------------------------------------------ internals
+    def _settle(self, ctrl: torch.Tensor) -> int:
+        """Practice: the arm holds at home while the cube comes to rest (the time a robot's reset motion takes);
+        the control steps it took (robot time, counted in ``reset_steps``)."""
+        task, physics = self.arm_task, self.physics
+        for step in range(round(PRACTICE_SETTLE_S / self.control_dt)):
+            if float(task.cube_speed(physics.state()[1])[0]) <= PRACTICE_REST:
+                return step
+            physics.step(ctrl, task.frame_skip)
+        return round(PRACTICE_SETTLE_S / self.control_dt)
+
     def _put_cube_back(self) -> int:
         """Practice's reset controller (``practice_reset="expert"``): the cube to a fresh start, in simulated control
         steps; how many it ran. The goal comes from this reset's own draw (``ArmTask.start_cube``), so the scene
-        then starts as a full reset would have, up to ``PRACTICE_RESET_TOL`` and the cube's yaw. A cube it cannot
+        then starts as a full reset would have, up to ``PRACTICE_RESET_TOL`` and the cube's yaw, with the cube at
+        rest. A cube it cannot
         bring back within ``PRACTICE_RESET_S`` stays where it got to: beyond ``PRACTICE_XY_BOX`` it is a human reset."""
         from .experts import ScriptedExpert  # lazy: the experts' module imports this package's specs
 
@@ -371,14 +387,18 @@ class ArmEnv(gym.Env):
         expert = ScriptedExpert("push", 1)
         lower, release, rise = (torch.tensor([[0.0, 0.0, -1.0, 1.0]]), torch.tensor([[0.0, 0.0, 0.0, -1.0]]),
                                 torch.tensor([[0.0, 0.0, 1.0, -1.0]]))
+        lift = torch.tensor([[0.0, 0.0, 1.0, 1.0]])  # opening the fingers beside the cube would kick it
         released, release_steps = 0, max(1, round(PRACTICE_RELEASE_S / self.control_dt))
         max_steps = round(PRACTICE_RESET_S / self.control_dt)
         for step in range(max_steps):
             qpos, qvel = physics.state()
             cube, state = task.cube_position(qpos)[0], task.observe(qpos, qvel)
-            if torch.linalg.vector_norm(cube[:2] - goal[0, :2]) < PRACTICE_RESET_TOL:
+            there = bool(torch.linalg.vector_norm(cube[:2] - goal[0, :2]) < PRACTICE_RESET_TOL)
+            if there and float(task.cube_speed(qvel)[0]) <= PRACTICE_REST:
                 return step
-            if released == 0 and cube[2] > CUBE_HALF + 0.01 and step < max_steps // 4:
+            if there and released > release_steps:
+                action = lift  # off the cube, fingers still closed, while it comes to rest (momentum carries it on)
+            elif released == 0 and cube[2] > CUBE_HALF + 0.01 and step < max_steps // 4:
                 action = lower  # a cube held in the air goes down to the table first (dropped, it flies off)
             elif released < release_steps:
                 action, released = release, released + 1  # the hand opens where it is

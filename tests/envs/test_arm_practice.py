@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from robot_rl.envs.arm import STATE_LAYOUT, ArmEnv, make_expert
-from robot_rl.envs.arm.constants import PRACTICE_RESET_TOL, PRACTICE_XY_BOX
+from robot_rl.envs.arm.constants import PRACTICE_RESET_TOL, PRACTICE_REST, PRACTICE_XY_BOX
 
 from robot_rl import envs
 
@@ -129,8 +129,8 @@ def test_the_expert_practises_push_with_few_human_resets() -> None:
 def test_the_reset_controller_puts_the_cube_back_where_a_full_reset_would(task: str) -> None:
     """practice_reset="expert": after an episode that moved the cube (pushed at random, or carried into the air by the
     expert on pick_place), the reset controller brings it within PRACTICE_RESET_TOL of the start the task's own reset
-    would draw, in simulated control steps that the info reports; the arm then starts at home and nothing is a
-    human reset."""
+    would draw, at rest, in simulated control steps that the info reports; the arm then starts at home and nothing
+    is a human reset. (The cube was left sliding, up to 3 rad/s, before the settling was added.)"""
     env = ArmEnv(task, practice=True)
     expert = make_expert(f"arm:{task}", 1, seed=0)
     try:
@@ -155,6 +155,8 @@ def test_the_reset_controller_puts_the_cube_back_where_a_full_reset_would(task: 
             cube = obs[L["cube_pos"]]
             assert np.linalg.norm(cube[:2] - goal[:2]) < PRACTICE_RESET_TOL
             assert abs(cube[2] - goal[2]) < 0.005  # on the table
+            # at rest: an episode that starts with the cube still sliding from the push is not the task's start
+            assert float(env.arm_task.cube_speed(env.physics.state()[1])[0]) <= PRACTICE_REST
             np.testing.assert_allclose(obs[L["ee_pos"]], home, atol=1e-6)
             assert np.linalg.norm(obs[L["target_pos"]][:2] - cube[:2]) >= 0.1 - 1e-6
         assert (env.reset_motion_steps, env.human_resets, env.practice_resets) == (total, 0, 4)

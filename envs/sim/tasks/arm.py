@@ -426,6 +426,10 @@ class ArmTask(SimTask):
         """The cube's centre ``[N, 3]`` in ``qpos``."""
         return qpos[:, self._cube_pos]
 
+    def cube_speed(self, qvel: torch.Tensor) -> torch.Tensor:
+        """The cube's largest velocity component ``[N]`` in ``qvel`` (m/s and rad/s): whether it is at rest."""
+        return qvel[:, self._cube_dofs].abs().amax(dim=1)
+
     def commit_reset(self, mask: torch.Tensor) -> None:
         p = self._pending
         assert p is not None, "commit_reset() without initial_state()"
