@@ -53,8 +53,11 @@ def main() -> None:
         summary[mode] = {"seeds": [int(p.name.split("_s")[1]) for p in seeds], "final_success": success,
                          "final_mean": float(np.mean(success)), "final_ci95": [low, high],
                          "train_episodes": episodes, "human_resets": humans}
-        if mode == "practice":  # the reset controller's robot time, beside the 20k training steps
+        if mode == "practice":  # the reset controller's robot time, beside the 20k training steps (20 Hz)
+            steps = [int(float(list(csv.DictReader(open(run / "metrics.csv")))[-1]["env_step"])) for run in seeds]
             summary[mode]["reset_controller_steps"] = reset_steps
+            summary[mode]["robot_minutes"] = [round((n + r) / 20 / 60, 1) for n, r in zip(steps, reset_steps,
+                                                                                         strict=True)]
         print(f"{mode:13s} success {np.mean(success):.0%} [{low:.0%}, {high:.0%}] per seed {success}; human resets "
               f"{humans}")
     (HERE / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -5,7 +5,7 @@ user runs with `console=true`:
 1. `teleop` records demonstrations by the scripted operator; from the page the user ends two more episodes with
    Failure (negatives for the classifier) and labels a finished one late;
 2. `classifier` trains a success classifier on those frames and labels;
-3. `hil-train` learns with the classifier as its reward: the page shows its probability beside the threshold, the
+3. `hil-train` learns with the classifier as its reward and the demonstrations in its prior buffer: the page shows its probability beside the threshold, the
    plots and the episode list grow;
 4. `deploy` runs the trained policy: the page shows the policy driving and the episode listed.
 
@@ -95,8 +95,8 @@ def test_demos_labels_classifier_hil_train_and_deploy_from_the_page(browser, tmp
         assert done.returncode == 0, done.stdout + done.stderr
 
         # 3. hil-train on the classifier's reward
-        with _command("hil-train", f"robot={address}", f"reward_classifier={clf}", "pixels=false", "steps=300",
-                      f"run_dir={run}", "learning_starts=50", "agent.optimiser.batch_size=32",
+        with _command("hil-train", f"robot={address}", f"reward_classifier={clf}", f"demos={demos}", "pixels=false",
+                      "steps=300", f"run_dir={run}", "learning_starts=50", "agent.optimiser.batch_size=32",
                       "agent.network.hidden_dims=[32,32]", "teleop=scripted", "teleop_args.patience=3",
                       "teleop_args.takeover_steps=5", "record=false", *console) as (proc, url):
             _open(browser, url)
