@@ -5,7 +5,9 @@
 # Each run is then evaluated on 100 deterministic episodes of its final (latest) checkpoint under the delay it was
 # trained with (robot-rl eval run=...), written to eval_latest.txt beside it; the no-delay runs' policies also under the
 # 5-step delay (eval_under_delay.py -> eval_under_delay.txt). Then summarize.py -> summary.json.
-#   OUT=/tmp/delayarm STEPS=6000 [VARIANTS="nodelay naive aware"] bash bench/results/delay_arm/run.sh [task ...]
+# The drawn variant (not in the default VARIANTS): delay-aware under a delay drawn per episode from 3-7 steps
+# (env_delay.sample_steps, the drawn delay in the state), trained and evaluated under that draw.
+#   OUT=/tmp/delayarm STEPS=6000 [VARIANTS="nodelay naive aware drawn"] [PARALLEL=2] bash bench/results/delay_arm/run.sh [task ...]
 set -euo pipefail
 OUT=${OUT:-/tmp/delayarm}
 STEPS=${STEPS:-6000}
@@ -18,6 +20,7 @@ for task in $TASKS; do
         nodelay) delay="";;
         naive) delay="env_delay.steps=5 env_delay.aware=false";;
         aware) delay="env_delay.steps=5 env_delay.aware=true";;
+        drawn) delay="env_delay.sample_steps=[3,4,5,6,7] env_delay.aware=true";;
       esac
       dir=$OUT/$task/$variant/seed_$seed
       [ -f "$dir/eval_latest.txt" ] && continue
@@ -30,6 +33,6 @@ for task in $TASKS; do
   done
 done
 mkdir -p "$OUT"
-for task in $TASKS; do mkdir -p "$OUT/$task"/{nodelay,naive,aware}; done
-printf '%s\0' "${jobs[@]}" | xargs -0 -P 2 -I{} bash -c '{}'
+for task in $TASKS; do mkdir -p "$OUT/$task"/{nodelay,naive,aware,drawn}; done
+[ ${#jobs[@]} -eq 0 ] || printf '%s\0' "${jobs[@]}" | xargs -0 -P "${PARALLEL:-2}" -I{} bash -c '{}'
 python "$(dirname "$0")/summarize.py" "$OUT"

@@ -17,7 +17,7 @@ import numpy as np
 from robot_rl.stats import bootstrap_ci, copy_run_files
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("nodelay", "naive", "aware")
+VARIANTS = ("nodelay", "naive", "aware", "drawn")  # drawn: aware under a delay drawn per episode from 3-7 steps
 
 
 def _final(seed_dir: Path, name: str = "eval_latest.txt") -> tuple[float, float]:
@@ -62,7 +62,7 @@ def main(root: str) -> None:
                 task[variant]["under_delay_mean"] = float(np.mean(under))
                 task[variant]["under_delay_ci95"] = list(bootstrap_ci(under, np.mean))
         nodelay = task.get("nodelay", {}).get("final_mean")
-        for variant in ("naive", "aware"):
+        for variant in ("naive", "aware", "drawn"):
             if variant in task and nodelay:
                 task[variant]["fraction_of_nodelay"] = task[variant]["final_mean"] / nodelay
         for variant, r in task.items():
@@ -72,7 +72,8 @@ def main(root: str) -> None:
             if "under_delay_mean" in r:
                 print(f"{'':6s} {variant:8s} policy under the delay {r['under_delay_mean']:6.1%}  per seed "
                       f"{', '.join(f'{v:.0%}' for v in r['under_delay_success'])}")
-    protocol = ("default agent, 5-step delay (250 ms at 20 Hz) for naive and aware, env steps = agent steps (no action "
+    protocol = ("default agent, 5-step delay (250 ms at 20 Hz) for naive and aware, drawn per episode from 3-7 steps "
+                "for drawn (delay-aware), env steps = agent steps (no action "
                 "repeat), final checkpoint evaluated on 100 deterministic episodes under its training delay, mean over "
                 "seeds with a 95% bootstrap interval")
     (HERE / "summary.json").write_text(json.dumps({"protocol": protocol, **summary}, indent=2) + "\n")
