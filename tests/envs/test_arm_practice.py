@@ -176,3 +176,22 @@ def test_the_reset_controllers_steps_reach_the_batched_info() -> None:
         assert steps.dtype == torch.int64 and steps.shape == (2,) and bool((steps > 0).all())
     finally:
         env.close()
+
+
+def test_practice_from_cameras_puts_the_cube_back_and_observes_frames() -> None:
+    """The reset controller reads the simulator (as a robot's script reads the cube's measured pose); the learner
+    still observes proprioception and frames only."""
+    env = ArmEnv("push", pixels=True, pixel_size=(32, 32), practice=True)
+    try:
+        env.reset(seed=2)
+        rng = np.random.default_rng(1)
+        for _ in range(30):
+            env.step(rng.uniform(-1, 1, 4))
+        goal = env.arm_task.start_cube(copy.deepcopy(env._rng))[0].numpy()
+        obs, info = env.reset()
+        assert set(obs) == {"state", "pixels/front", "pixels/wrist"} and obs["state"].shape == (7,)
+        assert obs["pixels/front"].shape == (32, 32, 3) and info["reset_steps"] > 0 and not info["human_reset"]
+        cube = env.privileged_state()[L["cube_pos"]]
+        assert np.linalg.norm(cube[:2] - goal[:2]) < PRACTICE_RESET_TOL
+    finally:
+        env.close()
