@@ -22,9 +22,12 @@ ROOT = HERE.parents[2] / "runs" / "practice_push"
 
 def main() -> None:
     summary: dict[str, dict] = {}
-    # practice: the scripted reset controller puts the cube back; practice_home: the cube stays where it was;
-    # practice_handstays: the first design, where the hand also stayed where the episode left it (one seed)
-    for mode in ("practice", "practice_home", "reset", "practice_handstays"):
+    # practice: the scripted reset controller puts the cube back; practice_home: the cube stays where it was.
+    # Earlier runs, kept for the record (their run directories renamed): *_rawquat observed the cube's raw
+    # quaternion (before its orientation was observed up to the cube's symmetry), practice_nosettle also started
+    # episodes with the cube still moving, practice_handstays (one seed) left the hand where the episode ended.
+    for mode in ("practice", "reset", "practice_home", "practice_nosettle", "reset_rawquat", "practice_home_rawquat",
+                 "practice_handstays"):
         seeds = sorted((p for p in ROOT.glob(f"{mode}_s*") if p.is_dir()), key=lambda p: int(p.name.split("_s")[1]))
         seeds = [p for p in seeds if (p / "eval_latest.txt").is_file()]
         if not seeds:
@@ -53,7 +56,7 @@ def main() -> None:
         summary[mode] = {"seeds": [int(p.name.split("_s")[1]) for p in seeds], "final_success": success,
                          "final_mean": float(np.mean(success)), "final_ci95": [low, high],
                          "train_episodes": episodes, "human_resets": humans}
-        if mode == "practice":  # the reset controller's robot time, beside the 20k training steps (20 Hz)
+        if mode.startswith("practice") and any(reset_steps):  # the reset controller's robot time, beside the 20k training steps (20 Hz)
             steps = [int(float(list(csv.DictReader(open(run / "metrics.csv")))[-1]["env_step"])) for run in seeds]
             summary[mode]["reset_controller_steps"] = reset_steps
             summary[mode]["robot_minutes"] = [round((n + r) / 20 / 60, 1) for n, r in zip(steps, reset_steps,
