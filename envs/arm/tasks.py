@@ -34,7 +34,7 @@ name                slice  meaning
 ``ee_vel``          3:6    grip point velocity over the last control step (m/s)
 ``gripper``         6:7    opening between the pads (m): 0.09 fully open, 0.04 on the cube, ~0 closed
 ``cube_pos``        7:10   cube centre
-``cube_quat``       10:14  cube orientation (w, x, y, z)
+``cube_quat``       10:14  cube orientation (w, x, y, z) up to its 24 symmetries, w >= 0 (``canonical_cube_quat``)
 ``cube_vel``        14:17  cube linear velocity (m/s)
 ``cube_rel_ee``     17:20  cube_pos - ee_pos
 ``target_pos``      20:23  target centre
