@@ -83,14 +83,15 @@ PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)  # pick_place target centre he
 # needs the hand 6 cm behind it, so beyond these edges the cube can no longer be pushed towards the middle.
 PRACTICE_XY_BOX = ((0.21, -0.22), (0.54, 0.22))
 # Practice's reset controller (``ArmEnv(practice_reset="expert")``): a cube held in the air is put down on the
-# table, the hand opens for PRACTICE_RELEASE_S seconds and rises to PRACTICE_CLEARANCE above the cube, then the
-# scripted push expert moves the cube to a fresh start, for at most PRACTICE_RESET_S seconds in all (200 control
-# steps at 20 Hz; the expert pushed a cube back in 28 steps on average), until the cube is within PRACTICE_RESET_TOL
-# of it (in the plane).
+# table and let go (the hand open for PRACTICE_RELEASE_S seconds); the hand rises to PRACTICE_CLEARANCE above the
+# cube; then the scripted push expert moves the cube to a fresh start, for at most PRACTICE_RESET_S seconds in all
+# (200 control steps at 20 Hz; 23-28 on average), until the cube is within PRACTICE_RESET_TOL of it (in the plane)
+# and at rest. At 2 cm the expert's last corrections sometimes kicked the cube off the table's usable part: a
+# trained push policy's practice then needed 2 human resets in 150 episodes from the controller, none at 3 cm.
 PRACTICE_RELEASE_S = 0.3
 PRACTICE_CLEARANCE = 0.05
 PRACTICE_RESET_S = 10.0
-PRACTICE_RESET_TOL = 0.02
+PRACTICE_RESET_TOL = 0.03
 PRACTICE_RESETS = ("expert", "home")
 # Practice: while the arm goes home the cube comes to rest; the reset simulates up to PRACTICE_SETTLE_S seconds of
 # control steps with the arm at home until no velocity component of the cube exceeds PRACTICE_REST (m/s, rad/s).

@@ -377,35 +377,43 @@ class ArmEnv(gym.Env):
         """Practice's reset controller (``practice_reset="expert"``): the cube to a fresh start, in simulated control
         steps; how many it ran. The goal comes from this reset's own draw (``ArmTask.start_cube``), so the scene
         then starts as a full reset would have, up to ``PRACTICE_RESET_TOL`` and the cube's yaw, with the cube at
-        rest. A cube it cannot
-        bring back within ``PRACTICE_RESET_S`` stays where it got to: beyond ``PRACTICE_XY_BOX`` it is a human reset."""
+        rest. A cube it cannot bring back within ``PRACTICE_RESET_S`` stays where it got to: beyond
+        ``PRACTICE_XY_BOX`` it is a human reset."""
         from .experts import ScriptedExpert  # lazy: the experts' module imports this package's specs
 
         task, physics = self.arm_task, self.physics
         goal = task.start_cube(copy.deepcopy(self._rng))
         task.target = goal.to(task.target.dtype)  # the expert reads its goal from the state; commit_reset replaces it
         expert = ScriptedExpert("push", 1)
-        lower, release, rise = (torch.tensor([[0.0, 0.0, -1.0, 1.0]]), torch.tensor([[0.0, 0.0, 0.0, -1.0]]),
-                                torch.tensor([[0.0, 0.0, 1.0, -1.0]]))
+        lower, release = torch.tensor([[0.0, 0.0, -1.0, 1.0]]), torch.tensor([[0.0, 0.0, 0.0, -1.0]])
         lift = torch.tensor([[0.0, 0.0, 1.0, 1.0]])  # opening the fingers beside the cube would kick it
-        released, release_steps = 0, max(1, round(PRACTICE_RELEASE_S / self.control_dt))
+        release_steps = max(1, round(PRACTICE_RELEASE_S / self.control_dt))
         max_steps = round(PRACTICE_RESET_S / self.control_dt)
+        qpos = physics.state()[0]
+        # A cube held in the air is put down and let go; a cube on the table is left alone while the hand rises
+        # clear of it with its fingers as they are (opening or closing them beside the cube kicks or grasps it).
+        phase, opened = ("put_down" if float(task.cube_position(qpos)[0, 2]) > CUBE_HALF + 0.01 else "clear"), 0
         for step in range(max_steps):
             qpos, qvel = physics.state()
             cube, state = task.cube_position(qpos)[0], task.observe(qpos, qvel)
             there = bool(torch.linalg.vector_norm(cube[:2] - goal[0, :2]) < PRACTICE_RESET_TOL)
             if there and float(task.cube_speed(qvel)[0]) <= PRACTICE_REST:
                 return step
-            if there and released > release_steps:
-                action = lift  # off the cube, fingers still closed, while it comes to rest (momentum carries it on)
-            elif released == 0 and cube[2] > CUBE_HALF + 0.01 and step < max_steps // 4:
-                action = lower  # a cube held in the air goes down to the table first (dropped, it flies off)
-            elif released < release_steps:
-                action, released = release, released + 1  # the hand opens where it is
-            elif released == release_steps and state[0, 2] < cube[2] + PRACTICE_CLEARANCE:
-                action = rise  # open, up and clear of the cube (the expert would close the hand on it)
+            if phase == "put_down" and not (cube[2] > CUBE_HALF + 0.01 and step < max_steps // 4):
+                phase = "open"
+            if phase == "open" and opened >= release_steps:
+                phase = "clear"
+            if phase == "clear" and state[0, 2] >= cube[2] + PRACTICE_CLEARANCE:
+                phase = "push"
+            if phase == "put_down":
+                action = lower  # dropped from the air, a cube flies off
+            elif phase == "open":
+                action, opened = release, opened + 1
+            elif phase == "clear":
+                action = torch.tensor([[0.0, 0.0, 1.0, float(task.finger_hold_command(qpos)[0])]])
+            elif there:
+                action = lift  # off the cube, fingers closed, while it comes to rest (momentum carries it on)
             else:
-                released = release_steps + 1
                 action = expert.act(state)
             ctrl = task.control(action, qpos, qvel)
             physics.step(ctrl, task.frame_skip)

@@ -466,6 +466,10 @@ class ArmTask(SimTask):
         """The cube's centre ``[N, 3]`` in ``qpos``."""
         return qpos[:, self._cube_pos]
 
+    def finger_hold_command(self, qpos: torch.Tensor) -> torch.Tensor:
+        """The gripper action ``[N]`` (-1 open .. 1 closed) whose finger target is where the fingers are now."""
+        return 1.0 - 2.0 * qpos[:, self._fingers].mean(dim=1) / FINGER_RANGE[1]
+
     def cube_speed(self, qvel: torch.Tensor) -> torch.Tensor:
         """The cube's largest velocity component ``[N]`` in ``qvel`` (m/s and rad/s): whether it is at rest."""
         return qvel[:, self._cube_dofs].abs().amax(dim=1)
