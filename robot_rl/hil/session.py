@@ -404,6 +404,12 @@ class Session:
         A transport error or an e-stop ends them early (an e-stop also ends the session); the episode stays."""
         zeros = np.zeros(self.action_dim, np.float32)
         for _ in range(self.success_frames):
+            if self.teleop is not None:  # the operator's e-stop key still works while the robot holds
+                cmd = self.teleop.read(state if current.privileged_state is None else current.privileged_state)
+                if Event.ESTOP in cmd.events:
+                    self.client.estop("operator e-stop")
+                    self.estopped = True
+                    break
             try:
                 r = self.client.step(None)
             except EStopLatched:

@@ -382,3 +382,17 @@ def test_success_frames_record_the_succeeded_scene_for_the_classifier_but_not_fo
     assert np.all(data.transitions.action[3:].numpy() == 0)
     assert int(load_labelled_frames(tmp_path / "with").label.sum()) == 3  # frames 3..5: the scene after success
     assert int(load_labelled_frames(tmp_path / "without").label.sum()) == 0
+
+
+def test_the_operators_estop_works_during_success_frames(client, tmp_path):
+    from robot_rl.datasets import DatasetWriter, transition_features
+
+    writer = DatasetWriter(tmp_path / "ds", fps=50, features=transition_features(29, 4), task="t")
+    steps = [(True, [0.5, 0, 0, 0], set()), (True, [0, 0, 0, 0], {Event.SUCCESS}), (False, [0, 0, 0, 0], set()),
+             (False, [0, 0, 0, 0], {Event.ESTOP})]
+    session = Session(client, teleop=Script(steps), writer=writer, time_limit=50, log=None, success_frames=10)
+    session.run(episodes=3)
+    writer.close()
+    assert session.estopped and len(session.episodes) == 1
+    assert client.status().state == "estop"
+    assert len(read_dataset(tmp_path / "ds")) == 2 + 1  # one success frame before the e-stop
