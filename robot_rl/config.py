@@ -62,9 +62,9 @@ class EnvConfig:
     )
     practice_reset: str = _help(
         "expert", "env.practice=true: what puts the scene back between episodes. expert: a scripted reset controller "
-        "(open the hand, then the push expert moves the cube to a fresh start of the task; on a robot a script that "
-        "reads the cube's measured pose). home: only the arm goes home, the cube stays where the episode left it "
-        "(RLPD on push-sparse practised at 4% that way, bench/results/practice_push)"
+        "(the hand lets go of the cube and clears it, then the push expert moves the cube to a fresh start of the task, "
+        "within 3 cm; on a robot a script that reads the cube's measured pose; docs/arm.md). home: only the arm goes "
+        "home, the cube stays where the episode left it"
     )
 
 
