@@ -159,6 +159,21 @@ class _Episode:
     intervention: list[bool] = field(default_factory=list)
     images: dict[str, list[np.ndarray]] = field(default_factory=dict)  # recorded camera name -> frames of each step
 
+    def add(self, state: np.ndarray, action: np.ndarray, reward: float, nxt: RobotObservation, terminated: bool,
+            truncated: bool, success: bool, intervention: bool, frames: dict[str, np.ndarray]) -> None:
+        """One recorded step: ``nxt`` is the robot's reply, ``frames`` the recorded cameras' frames before it."""
+        self.states.append(state)
+        self.actions.append(action)
+        self.rewards.append(reward)
+        self.driver_rewards.append(float(nxt.reward))
+        self.next_states.append(nxt.state)
+        self.terminated.append(terminated)
+        self.truncated.append(truncated)
+        self.success.append(success)
+        self.intervention.append(intervention)
+        for name, frame in frames.items():
+            self.images.setdefault(name, []).append(frame)
+
 
 class Session:
     """Runs episodes on one robot. See the module docstring.
@@ -351,17 +366,8 @@ class Session:
             # Counted and handed on as one: a Ctrl-C or SIGTERM in between would lose this step's transition
             # on top of the one held back (robot_rl.signals.interrupts_deferred).
             with interrupts_deferred():
-                ep.states.append(state)
-                ep.actions.append(np.asarray(stored, np.float32))
-                ep.rewards.append(reward)
-                ep.driver_rewards.append(float(nxt.reward))
-                ep.next_states.append(nxt.state)
-                ep.terminated.append(terminated)
-                ep.truncated.append(truncated)
-                ep.success.append(success)
-                ep.intervention.append(operator)
-                for name in self.recorded_cameras:
-                    ep.images.setdefault(name, []).append(current.images[name])
+                ep.add(state, np.asarray(stored, np.float32), reward, nxt, terminated, truncated, success, operator,
+                       self._recorded_frames(current))
                 self.env_steps += 1
                 if self.link is not None:
                     if pending is not None:
@@ -426,19 +432,13 @@ class Session:
             if self.reward_model is not None:
                 reward, _ = self.reward_model(nxt.as_dict())
             with interrupts_deferred():
-                ep.states.append(state)
-                ep.actions.append(zeros)
-                ep.rewards.append(reward)
-                ep.driver_rewards.append(float(nxt.reward))
-                ep.next_states.append(nxt.state)
-                ep.terminated.append(True)
-                ep.truncated.append(False)
-                ep.success.append(True)
-                ep.intervention.append(False)
-                for name in self.recorded_cameras:
-                    ep.images.setdefault(name, []).append(current.images[name])
+                ep.add(state, zeros, reward, nxt, True, False, True, False, self._recorded_frames(current))
             state, current = nxt.state, nxt
         return state, current
+
+    def _recorded_frames(self, obs: RobotObservation) -> dict[str, np.ndarray]:
+        """The frames of ``obs`` the recording keeps (``recorded_cameras``)."""
+        return {name: obs.images[name] for name in self.recorded_cameras}
 
     def _frames(self, obs: RobotObservation, nxt: RobotObservation) -> dict[str, np.ndarray]:
         """The link cameras' frames of one transition, uint8 [1, H, W, 3] under ``obs/<group>``/``next_obs/<group>``."""
