@@ -89,6 +89,10 @@ PRACTICE_XY_BOX = ((0.21, -0.22), (0.54, 0.22))
 # and at rest. At 2 cm the expert's last corrections sometimes kicked the cube off the table's usable part: a
 # trained push policy's practice then needed 2 human resets in 150 episodes from the controller, none at 3 cm.
 PRACTICE_RELEASE_S = 0.3
+# A cube outside PRACTICE_XY_BOX, or one the push has not brought back after PRACTICE_PUSH_S seconds of pushing, is
+# picked up by the pick_place expert instead, carried PRACTICE_CARRY_HEIGHT above the start, put down and let go.
+PRACTICE_PUSH_S = 4.0
+PRACTICE_CARRY_HEIGHT = 0.03
 PRACTICE_CLEARANCE = 0.05
 PRACTICE_RESET_S = 10.0
 PRACTICE_RESET_TOL = 0.03

@@ -110,13 +110,16 @@ from .constants import (
     CUBE_HALF,
     MIRROR_CAMERAS,
     PIXEL_CAMERAS,
+    PRACTICE_CARRY_HEIGHT,
     PRACTICE_CLEARANCE,
+    PRACTICE_PUSH_S,
     PRACTICE_RELEASE_S,
     PRACTICE_RESET_S,
     PRACTICE_RESET_TOL,
     PRACTICE_RESETS,
     PRACTICE_REST,
     PRACTICE_SETTLE_S,
+    PRACTICE_XY_BOX,
     PROPRIO_INDEX,
     PROPRIO_MIRROR_SIGN,
     STATE_DIM,
@@ -377,44 +380,68 @@ class ArmEnv(gym.Env):
         """Practice's reset controller (``practice_reset="expert"``): the cube to a fresh start, in simulated control
         steps; how many it ran. The goal comes from this reset's own draw (``ArmTask.start_cube``), so the scene
         then starts as a full reset would have, up to ``PRACTICE_RESET_TOL`` and the cube's yaw, with the cube at
-        rest. A cube it cannot bring back within ``PRACTICE_RESET_S`` stays where it got to: beyond
+        rest. A cube the hand can push back (inside ``PRACTICE_XY_BOX``) is pushed by the push expert; one beyond
+        it, or one the push has not brought back within ``PRACTICE_PUSH_S``, is picked up by the pick_place expert,
+        carried to the goal and put down (a pushed cube that strays towards the robot's base can no longer be got
+        behind). A cube it cannot bring back within ``PRACTICE_RESET_S`` stays where it got to: beyond
         ``PRACTICE_XY_BOX`` it is a human reset."""
         from .experts import ScriptedExpert  # lazy: the experts' module imports this package's specs
 
         task, physics = self.arm_task, self.physics
         goal = task.start_cube(copy.deepcopy(self._rng))
-        task.target = goal.to(task.target.dtype)  # the expert reads its goal from the state; commit_reset replaces it
-        expert = ScriptedExpert("push", 1)
+        carry_to = goal.clone()
+        carry_to[:, 2] += PRACTICE_CARRY_HEIGHT
+        pusher, picker = ScriptedExpert("push", 1), ScriptedExpert("pick_place", 1)
         lower, release = torch.tensor([[0.0, 0.0, -1.0, 1.0]]), torch.tensor([[0.0, 0.0, 0.0, -1.0]])
         lift = torch.tensor([[0.0, 0.0, 1.0, 1.0]])  # opening the fingers beside the cube would kick it
         release_steps = max(1, round(PRACTICE_RELEASE_S / self.control_dt))
         max_steps = round(PRACTICE_RESET_S / self.control_dt)
+        push_steps = round(PRACTICE_PUSH_S / self.control_dt)
+        low, high = (torch.tensor(corner, dtype=torch.float64) for corner in PRACTICE_XY_BOX)
         qpos = physics.state()[0]
         # A cube held in the air is put down and let go; a cube on the table is left alone while the hand rises
         # clear of it with its fingers as they are (opening or closing them beside the cube kicks or grasps it).
-        phase, opened = ("put_down" if float(task.cube_position(qpos)[0, 2]) > CUBE_HALF + 0.01 else "clear"), 0
+        in_air = float(task.cube_position(qpos)[0, 2]) > CUBE_HALF + 0.01
+        phase, phase_steps, pushed = ("put_down" if in_air else "clear"), 0, 0
         for step in range(max_steps):
             qpos, qvel = physics.state()
-            cube, state = task.cube_position(qpos)[0], task.observe(qpos, qvel)
+            cube = task.cube_position(qpos)[0]
             there = bool(torch.linalg.vector_norm(cube[:2] - goal[0, :2]) < PRACTICE_RESET_TOL)
-            if there and float(task.cube_speed(qvel)[0]) <= PRACTICE_REST:
+            on_table = float(cube[2]) < CUBE_HALF + 0.005
+            if there and on_table and float(task.cube_speed(qvel)[0]) <= PRACTICE_REST:
                 return step
-            if phase == "put_down" and not (cube[2] > CUBE_HALF + 0.01 and step < max_steps // 4):
-                phase = "open"
-            if phase == "open" and opened >= release_steps:
-                phase = "clear"
-            if phase == "clear" and state[0, 2] >= cube[2] + PRACTICE_CLEARANCE:
-                phase = "push"
+            # The experts read their goal from the observed target: the start for a push, above it for a carry.
+            task.target = (carry_to if phase == "pick" else goal).to(task.target.dtype)
+            state = task.observe(qpos, qvel)
+            new = phase
+            if phase == "put_down" and not (float(cube[2]) > CUBE_HALF + 0.01 and phase_steps < max_steps // 4):
+                new = "open"
+            elif phase == "open" and phase_steps >= release_steps:
+                new = "clear"
+            elif phase == "clear" and state[0, 2] >= cube[2] + PRACTICE_CLEARANCE:
+                pushable = bool(((cube[:2] >= low) & (cube[:2] <= high)).all()) and pushed < push_steps
+                new = "push" if pushable else "pick"
+            elif phase == "push" and not there and pushed >= push_steps:
+                new = "clear"  # the push is not getting there: pick it up instead
+            elif phase == "pick" and there and float(cube[2]) > CUBE_HALF + 0.005:
+                new = "put_down"  # carried above the start: lower it, let go, rise clear
+            if new != phase:
+                phase, phase_steps = new, 0
+                pusher.reset()
+                picker.reset()
             if phase == "put_down":
                 action = lower  # dropped from the air, a cube flies off
             elif phase == "open":
-                action, opened = release, opened + 1
+                action = release
             elif phase == "clear":
                 action = torch.tensor([[0.0, 0.0, 1.0, float(task.finger_hold_command(qpos)[0])]])
-            elif there:
+            elif there and phase == "push":
                 action = lift  # off the cube, fingers closed, while it comes to rest (momentum carries it on)
+            elif phase == "push":
+                action, pushed = pusher.act(state), pushed + 1
             else:
-                action = expert.act(state)
+                action = picker.act(state)
+            phase_steps += 1
             ctrl = task.control(action, qpos, qvel)
             physics.step(ctrl, task.frame_skip)
             task.evaluate(qpos, physics.state()[0], qvel, ctrl)  # the task's hand velocity follows the motion

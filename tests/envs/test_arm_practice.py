@@ -81,6 +81,32 @@ def test_a_stuck_scene_is_reset_and_counted_as_a_human_reset(where: str) -> None
         env.close()
 
 
+@pytest.mark.parametrize("xy", [(0.17, 0.0), (0.15, -0.25), (0.56, 0.2), (0.4, -0.26)])
+def test_the_reset_controller_picks_up_a_cube_it_cannot_push_back(xy: tuple[float, float]) -> None:
+    """A cube outside PRACTICE_XY_BOX but within the hand's reach (between the box and the robot's base, or beyond the
+    box's far and side edges) is picked up, carried to the start and put down: not a human reset. Before the pick
+    fallback each of these was a human reset (the push needs the hand 6 cm behind the cube)."""
+    env = ArmEnv("push", practice=True)
+    try:
+        env.reset(seed=5)
+        env.step(np.zeros(4))
+        qpos, qvel = env.physics.state()
+        qpos = qpos.clone()
+        cube = _cube_qpos(env)
+        qpos[0, cube.start], qpos[0, cube.start + 1] = xy
+        env.physics.set_state(qpos, qvel)
+        goal = env.arm_task.start_cube(copy.deepcopy(env._rng))[0].numpy()
+        obs, info = env.reset()
+        assert info["human_reset"] is False and 0 < info["reset_steps"] < 200
+        cube_pos = obs[L["cube_pos"]]
+        assert np.linalg.norm(cube_pos[:2] - goal[:2]) < PRACTICE_RESET_TOL
+        assert abs(cube_pos[2] - goal[2]) < 0.005  # put down on the table, not held
+        assert float(env.arm_task.cube_speed(env.physics.state()[1])[0]) <= PRACTICE_REST
+        assert obs[L["gripper"]][0] > 0.08  # the hand let go and went home open
+    finally:
+        env.close()
+
+
 def test_practice_through_the_batched_env_and_its_refusals() -> None:
     env = envs.make("arm:push", num_envs=2, seed=0, practice=True, practice_reset="home", max_episode_steps=5)
     try:
