@@ -74,6 +74,17 @@ def published_mean(task: str, method: str = "SimbaV2", env_step: int = NORMALISE
     raise KeyError(f"no published {method} mean for {task!r} at env_step {env_step}")
 
 
+def published_seeds(task: str, method: str = "SimbaV2", env_step: int = NORMALISE_STEP,
+                    path: str | Path | None = None) -> int:
+    """How many seeds `method`'s published mean on `task` at `env_step` averages (SAC on dm_control: 2-3 only)."""
+    path = DEFAULT_PATH if path is None else Path(path)
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if (row["task"], row["method"], int(row["env_step"])) == (task, method, env_step):
+                return int(row["seeds"])
+    raise KeyError(f"no published {method} result for {task!r} at env_step {env_step}")
+
+
 def normalised_score(task: str, value: float, path: str | Path | None = None) -> float:
     """`value` (a return on `task`) divided by SimbaV2's published mean return at 100k env steps.
 

@@ -1,0 +1,127 @@
+"""Issue 60's suite score: the default agent over 13 tasks on SimbaV2's scale.
+
+A user's task is none of the benchmark's five, so the question is how one default does across many tasks. Each
+final return (the last evaluation at 100k env steps) is divided by SimbaV2's published mean at 100k on that task
+(`bench.reference.normalised_score`: SimbaV2 = 1.0 everywhere), and the suite's figure is the interquartile mean
+over every (task, seed) score with a stratified 95% bootstrap interval: seeds are resampled within each task and the
+tasks kept, as rliable does (Agarwal et al. 2021), so a task with more seeds does not get more weight by chance.
+
+Beside the aggregate, per task: the normalised mean and how it stands against SimbaV2's mean and against the SAC
+baseline published with it (issue 60's targets: none below SAC, at least 10 of 13 at or above SimbaV2). SAC's
+dm_control means rest on 2-3 seeds (bench/reference/README.md) and are marked so.
+
+`suite_summary(results)` takes `bench.sample_efficiency.report()`'s results; `suite_table` and `plot_suite` present
+it. Tasks without a finished run are listed as missing, never counted.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from bench.reference import NORMALISE_STEP, SUITE_TASKS, load_reference, published_mean, published_seeds
+from robot_rl import stats
+
+SIMBAV2, SAC = "SimbaV2", "SAC"
+
+
+def stratified_iqm_ci(per_task: dict[str, list[float]], confidence: float = 0.95,
+                      samples: int = stats.BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the IQM over all scores, seeds resampled with replacement within each task."""
+    groups = [np.asarray(v, dtype=np.float64) for v in per_task.values() if len(v)]
+    if not groups:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    draws = np.empty(samples)
+    for b in range(samples):
+        draws[b] = stats.iqm(np.concatenate([g[rng.integers(0, g.size, g.size)] for g in groups]))
+    alpha = (1.0 - confidence) / 2
+    return float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
+
+
+def suite_summary(results: dict) -> dict:
+    """Normalised scores per task and the suite's IQM from `report()`'s results (robot_rl's runs only)."""
+    references = load_reference()
+    tasks: dict[str, dict] = {}
+    missing = []
+    for task in SUITE_TASKS:
+        entry = results.get("tasks", {}).get(task)
+        ours = entry and entry["libraries"].get("ours")
+        if not ours or not ours["final"]["n"]:
+            missing.append(task)
+            continue
+        simba = published_mean(task, SIMBAV2)
+        sac = published_mean(task, SAC) if SAC in references.get(task, {}) else None
+        scores = [v / simba for v in ours["final"]["values"]]
+        mean = float(np.mean(ours["final"]["values"]))
+        tasks[task] = {
+            "values": ours["final"]["values"], "normalised": scores, "normalised_mean": float(np.mean(scores)),
+            "normalised_mean_ci": list(stats.bootstrap_ci(scores, np.mean)), "simbav2_mean": simba,
+            "sac_mean": sac, "sac_seeds": published_seeds(task, SAC) if sac is not None else None,
+            "sac_normalised": None if sac is None else sac / simba,
+            "at_or_above_simbav2": mean >= simba, "below_sac": sac is not None and mean < sac,
+        }
+    per_task = {t: e["normalised"] for t, e in tasks.items()}
+    flat = [s for v in per_task.values() for s in v]
+    return {
+        "normaliser": f"SimbaV2 (UTD 2, 10 seeds) mean return at {NORMALISE_STEP:,} env steps, bench/reference",
+        "tasks": tasks, "missing": missing, "n_tasks": len(tasks), "n_scores": len(flat),
+        "iqm": stats.iqm(flat) if flat else math.nan, "iqm_ci": list(stratified_iqm_ci(per_task)),
+        "mean": float(np.mean(flat)) if flat else math.nan,
+        "at_or_above_simbav2": sum(e["at_or_above_simbav2"] for e in tasks.values()),
+        "below_sac": [t for t, e in tasks.items() if e["below_sac"]],
+    }
+
+
+def suite_table(suite: dict) -> str:
+    """Markdown: the aggregate line, then one row per task."""
+    lo, hi = suite["iqm_ci"]
+    head = (f"Suite ({suite['n_tasks']} of {len(SUITE_TASKS)} tasks run, {suite['n_scores']} runs): normalised IQM "
+            f"**{suite['iqm']:.2f}** [95% CI {lo:.2f}, {hi:.2f}] (SimbaV2 = 1.0); {suite['at_or_above_simbav2']} "
+            f"task(s) at or above SimbaV2's mean; below SAC's: {', '.join(suite['below_sac']) or 'none'}."
+            + (f" Not run yet: {', '.join(suite['missing'])}." if suite["missing"] else ""))
+    lines = [head, "", "| task | robot_rl mean return (n) | normalised mean [95% CI] | SimbaV2 mean | SAC mean "
+             "(normalised) |", "|---|---|---|---|---|"]
+    for task, e in suite["tasks"].items():
+        lo, hi = e["normalised_mean_ci"]
+        sac = "-" if e["sac_mean"] is None else (
+            f"{e['sac_mean']:,.0f} ({e['sac_normalised']:.2f})"
+            + (f", {e['sac_seeds']} seeds, provisional" if e["sac_seeds"] and e["sac_seeds"] < 5 else ""))
+        lines.append(f"| {SUITE_TASKS[task]} | {np.mean(e['values']):,.0f} (n={len(e['values'])}) | "
+                     f"{e['normalised_mean']:.2f} [{lo:.2f}, {hi:.2f}] | {e['simbav2_mean']:,.0f} | {sac} |")
+    return "\n".join(lines)
+
+
+def plot_suite(suite: dict, out: str | Path) -> Path:
+    """Per task the normalised mean with its interval, SimbaV2 at 1.0 and SAC's normalised mean as marks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(suite["tasks"])
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.6 * len(names) + 2), 4.2))
+    xs = np.arange(len(names))
+    means = [suite["tasks"][t]["normalised_mean"] for t in names]
+    lows = [m - suite["tasks"][t]["normalised_mean_ci"][0] for t, m in zip(names, means, strict=True)]
+    highs = [suite["tasks"][t]["normalised_mean_ci"][1] - m for t, m in zip(names, means, strict=True)]
+    ax.bar(xs, means, yerr=[lows, highs], capsize=3, label="robot_rl default agent (mean, 95% CI)")
+    ax.axhline(1.0, color="k", linestyle="--", label="SimbaV2 (published mean = 1.0)")
+    sac = [(x, suite["tasks"][t]["sac_normalised"]) for x, t in zip(xs, names, strict=True)
+           if suite["tasks"][t]["sac_normalised"] is not None]
+    if sac:
+        ax.scatter(*zip(*sac, strict=True), marker="_", s=300, color="tab:red", label="SAC (published mean)")
+    ax.set_xticks(xs, names, rotation=45, ha="right")
+    ax.set_ylabel(f"return / SimbaV2's at {NORMALISE_STEP // 1000}k env steps")
+    lo, hi = suite["iqm_ci"]
+    ax.set_title(f"suite IQM {suite['iqm']:.2f} [{lo:.2f}, {hi:.2f}], {suite['n_tasks']} of {len(SUITE_TASKS)} tasks")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

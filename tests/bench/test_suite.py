@@ -1,0 +1,65 @@
+"""Issue 60's suite score (bench/suite.py): returns on SimbaV2's scale, the stratified IQM and the per-task marks."""
+
+import json
+
+import numpy as np
+import pytest
+
+import bench.sample_efficiency as sb
+from bench.reference import SUITE_TASKS, published_mean
+from bench.suite import stratified_iqm_ci, suite_summary, suite_table
+
+
+def _results(values: dict[str, list[float]]) -> dict:
+    return {"tasks": {task: {"libraries": {"ours": {"final": {"n": len(v), "values": v}}}}
+                      for task, v in values.items()}}
+
+
+def test_returns_at_simbav2s_means_score_one_and_missing_tasks_are_not_counted():
+    simba = {task: published_mean(task) for task in ("hopper", "ant", "walker-run")}
+    suite = suite_summary(_results({task: [m, m, m] for task, m in simba.items()}))
+    assert suite["iqm"] == pytest.approx(1.0) and suite["iqm_ci"] == pytest.approx([1.0, 1.0])
+    assert suite["n_tasks"] == 3 and suite["n_scores"] == 9 and suite["at_or_above_simbav2"] == 3
+    assert suite["missing"] == [t for t in SUITE_TASKS if t not in simba]
+    assert suite["below_sac"] == []
+    assert "Not run yet: halfcheetah" in suite_table(suite)
+
+
+def test_a_task_below_the_published_sac_mean_is_named_and_its_sac_mark_is_marked_provisional():
+    sac_cheetah_run = 177.8  # SAC's published dm_control mean, 3 seeds (bench/reference/README.md)
+    suite = suite_summary(_results({"cheetah-run": [100.0, 120.0, 110.0], "hopper": [3000.0] * 3}))
+    assert suite["below_sac"] == ["cheetah-run"]
+    entry = suite["tasks"]["cheetah-run"]
+    assert entry["sac_mean"] == pytest.approx(sac_cheetah_run, abs=0.1) and entry["sac_seeds"] == 3
+    assert entry["normalised_mean"] == pytest.approx(110.0 / published_mean("cheetah-run"))
+    assert "3 seeds, provisional" in suite_table(suite)
+    assert suite["at_or_above_simbav2"] == 1  # hopper's 3,000 is above SimbaV2's 2,821
+
+
+def test_the_stratified_bootstrap_keeps_every_task_in_each_resample():
+    # two tasks of two seeds, one at 0 and one at 1: resampling the four runs together draws four 0s (IQM 0) or four
+    # 1s in some resamples; within tasks every resample is two 0s and two 1s, whose IQM is 0.5
+    lo, hi = stratified_iqm_ci({"a": [0.0, 0.0], "b": [1.0, 1.0]}, samples=500)
+    assert lo == hi == pytest.approx(0.5)
+    per_task = {"a": list(np.linspace(0.5, 1.5, 5)), "b": list(np.linspace(0.8, 1.2, 5))}
+    lo, hi = stratified_iqm_ci(per_task, samples=500)
+    assert lo < 1.0 < hi
+
+
+def test_the_report_writes_the_suite_into_the_results_file_and_draws_its_plot(tmp_path, monkeypatch):
+    out = tmp_path / "sample_efficiency"
+    monkeypatch.setattr(sb, "OUT_DIR", out)
+    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
+    for task, value in (("ant", 4000.0), ("reacher-hard", 500.0)):
+        path = out / task / "ours" / "seed_0"
+        path.mkdir(parents=True)
+        step = sb.TASKS[task].agent_steps
+        path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean\n"
+                                                f"{step},100.0,1.0,{value}\n")
+    assert sb.main(["--report", "--out-dir", str(out)]) == 0
+    results = json.loads(next(tmp_path.glob("*-sample-efficiency.json")).read_text())
+    suite = results["suite"]
+    assert set(suite["tasks"]) == {"ant", "reacher-hard"} and suite["below_sac"] == ["reacher-hard"]
+    assert suite["tasks"]["ant"]["normalised"] == [pytest.approx(4000.0 / published_mean("ant"))]
+    assert (out / "suite.png").stat().st_size > 1000
+    assert "normalised IQM" in results["table"]
