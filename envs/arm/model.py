@@ -16,6 +16,10 @@ Scene (world frame: metres, z up, table surface at z = 0, robot base at the orig
 * ``cube``: 4 cm, 50 g, free joint, friction 0.6 against the table (MuJoCo combines friction by taking the
   maximum, so finger-cube contacts get the pads' 2.0 while cube-table contacts keep 0.6, making pushing easy
   and grasping firm).
+* ``fence_near``, ``fence_far`` (only in autonomous practice's scene, ``build_xml(fences=True)``): two 6 cm fences
+  across the table, between the robot's base and the workspace and beyond the hand's far reach (``FENCE_X``), as a
+  person setting up a robot to practise on its own would build them, so that a pushed cube stays where the reset
+  controller can pick it up.
 * ``target``: a mocap body carrying a translucent sphere site (no collision), so each env's target moves
   through ``data.mocap_pos`` and one compiled ``MjModel`` can be shared by all envs of a process.
 * ``grip`` site: the point midway between the finger pads, 1.5 cm above the pads' lower edge; this is the
@@ -89,7 +93,7 @@ _XML = """
     <geom name="table_leg" type="box" pos="0.3 0 -0.39" size="0.05 0.05 0.34" material="joint"/>
     <camera name="front" pos="0.95 0 0.5" xyaxes="0 1 0 -0.573 0 0.819" fovy="45"/>
     <camera name="side" pos="0.35 -0.9 0.45" xyaxes="1 0 0 0 0.45 0.9" fovy="50"/>
-    <geom name="base" type="cylinder" pos="0 0 0.02" size="0.07 0.02" material="joint"/>
+    <geom name="base" type="cylinder" pos="0 0 0.02" size="0.07 0.02" material="joint"/>{fences}
     <body name="link1" pos="0 0 0.04" gravcomp="1">
       <joint name="j1" axis="0 0 1" range="-2.5 2.5"/>
       <geom type="capsule" fromto="0 0 0 0 0 0.08" size="0.045"/>
@@ -157,9 +161,24 @@ _XML = """
 """
 
 
-def build_xml() -> str:
-    """Return the scene's MJCF as a string (see the module docstring for what is in it)."""
-    return _XML.format(timestep=TIMESTEP, cube_half=CUBE_HALF, fmin=FINGER_RANGE[0], fmax=FINGER_RANGE[1])
+# Practice fences (``build_xml(fences=True)``): inner faces at these x (m), across the table, 6 cm tall (a cube
+# thrown at 3 m/s tipped over a 4 cm one) and 3 cm thick (a thin one let a fast cube pass within a 5 ms step). The
+# hand's pads reach x 0.138..0.612 (grip x 0.15..0.6 in the workspace, pads 1.2 cm either side), so neither fence
+# touches them, and a cube stopped by one lies where the reset controller's pick can reach it.
+FENCE_X = (0.13, 0.62)
+FENCE_HEIGHT = 0.06
+_FENCE = ('\n    <geom name="fence_{name}" type="box" pos="{x:.4f} 0 {z:.4f}" size="0.015 0.55 {z:.4f}" '
+          'material="joint" contype="1" conaffinity="1" friction="0.6 0.005 0.0001"/>')
+
+
+def build_xml(fences: bool = False) -> str:
+    """Return the scene's MJCF as a string (see the module docstring for what is in it). ``fences``: add autonomous
+    practice's two fences (``FENCE_X``): without them a pushed cube slid towards the robot's base, where the hand
+    cannot reach it (two thirds of practice's human resets), or past the hand's far reach."""
+    walls = "".join(_FENCE.format(name=name, x=x + sign * 0.015, z=FENCE_HEIGHT / 2)
+                    for name, x, sign in (("near", FENCE_X[0], -1), ("far", FENCE_X[1], 1))) if fences else ""
+    return _XML.format(timestep=TIMESTEP, cube_half=CUBE_HALF, fmin=FINGER_RANGE[0], fmax=FINGER_RANGE[1],
+                       fences=walls)
 
 
 @functools.lru_cache(maxsize=1)

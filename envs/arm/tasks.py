@@ -155,10 +155,14 @@ class ArmEnv(gym.Env):
             rule (``ArmTask.practice_state``). Only a scene the arm cannot recover from (push, pick_place: the cube
             outside ``PRACTICE_XY_BOX`` or off the table) gets a full reset, a *human reset*: counted in
             ``human_resets`` and flagged ``info["human_reset"]``. A seeded reset is the setup, always full, and not
-            counted.
+            counted. On push and pick_place the practice scene has two fences across the table (``model.FENCE_X``:
+            between the robot's base and the workspace, and beyond the hand's far reach), as a person setting up a
+            robot to practise alone would build: a cube pushed towards the base stops where the hand can still
+            pick it up.
         practice_reset: what puts the scene back between practice episodes. ``"expert"`` (the default): a reset
-            controller first moves the cube to a fresh start of the task (the one a person's reset would give): the
-            hand opens, then the scripted push expert pushes the cube there, for at most ``PRACTICE_RESET_S``
+            controller first moves the cube to a fresh start of the task (the one a person's reset would give): a
+            held cube is put down, then the scripted push expert pushes the cube there (the pick_place expert
+            picks it up and carries it where a push cannot reach it), for at most ``PRACTICE_RESET_S``
             seconds of control steps, all simulated and counted in ``reset_motion_steps`` (robot time no episode learns from;
             ``info["reset_steps"]``); then the arm goes home. On a robot this is a scripted reset that reads the
             cube's measured pose. ``"home"``: only the arm goes home; the cube stays where the episode left it
@@ -195,7 +199,8 @@ class ArmEnv(gym.Env):
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.arm_task = ArmTask(task, reward, control_hz=control_hz)  # checks task, reward and control_hz
+        # checks task, reward and control_hz; practice's scene has the fences that keep a pushed cube within reach
+        self.arm_task = ArmTask(task, reward, control_hz=control_hz, fences=bool(practice) and task in ("push", "pick_place"))
         self.task, self.reward_type, self.render_mode = task, reward, render_mode
         self.end_on_success = bool(end_on_success)
         self.practice = bool(practice)

@@ -107,6 +107,55 @@ def test_the_reset_controller_picks_up_a_cube_it_cannot_push_back(xy: tuple[floa
         env.close()
 
 
+def test_practice_has_fences_that_keep_a_pushed_cube_within_the_hands_reach() -> None:
+    """A cube sent sliding towards the robot's base (or past the hand's far reach) stops at practice's fence, where the
+    reset controller picks it up: not a human reset. Without the fences it slid beyond x 0.13, out of reach: two
+    thirds of practice's human resets with an 8k-step RLPD policy."""
+    plain = ArmEnv("push")
+    assert not [plain.model.geom(i).name for i in range(plain.model.ngeom) if "fence" in plain.model.geom(i).name]
+    plain.close()
+    env = ArmEnv("push", practice=True)
+    try:
+        adr, vadr = int(env.model.joint("cube").qposadr[0]), int(env.model.joint("cube").dofadr[0])
+        for x, vx in ((0.25, -3.0), (0.5, 1.5)):
+            env.reset(seed=2)
+            env.step(np.zeros(4))
+            qpos, qvel = (t.clone() for t in env.physics.state())
+            qpos[0, adr], qpos[0, adr + 1], qvel[0, vadr] = x, 0.0, vx
+            env.physics.set_state(qpos, qvel)
+            for _ in range(40):
+                env.physics.step(env.arm_task.control(torch.zeros(1, 4), *env.physics.state()), env.arm_task.frame_skip)
+            cube = env.arm_task.cube_position(env.physics.state()[0])[0].numpy()
+            assert 0.15 <= cube[0] <= 0.6 and abs(cube[2] - 0.02) < 0.005  # stopped at a fence, on the table
+            goal = env.arm_task.start_cube(copy.deepcopy(env._rng))[0].numpy()
+            obs, info = env.reset()
+            assert info["human_reset"] is False
+            assert np.linalg.norm(obs[L["cube_pos"]][:2] - goal[:2]) < PRACTICE_RESET_TOL
+    finally:
+        env.close()
+
+
+def test_the_hand_never_touches_the_fences_anywhere_in_its_workspace() -> None:
+    """The fences stand outside everything the hand can reach: driven to the workspace's near and far edges (middle and
+    corners), down to its floor with the fingers open, no pad or palm touches a fence."""
+    env = ArmEnv("push", practice=True)
+    try:
+        model = env.model
+        fences = {model.geom("fence_near").id, model.geom("fence_far").id}
+        hand = {model.geom("pad_l").id, model.geom("pad_r").id, model.geom("palm").id}
+        for corner in ((-1.0, 0.0), (-1.0, 1.0), (1.0, 0.0), (1.0, -1.0)):
+            env.reset(seed=0)
+            for _ in range(60):
+                obs, *_ = env.step(np.array([corner[0], corner[1], -1.0, -1.0]))
+                data = env.data
+                pairs = {frozenset((int(data.contact[i].geom1), int(data.contact[i].geom2))) for i in range(data.ncon)}
+                assert not any(pair & fences and pair & hand for pair in pairs), (corner, obs[L["ee_pos"]])
+            ee = obs[L["ee_pos"]]
+            assert (ee[0] < 0.16 if corner[0] < 0 else ee[0] > 0.55) and ee[2] < 0.025  # it got there
+    finally:
+        env.close()
+
+
 def test_practice_through_the_batched_env_and_its_refusals() -> None:
     env = envs.make("arm:push", num_envs=2, seed=0, practice=True, practice_reset="home", max_episode_steps=5)
     try:

@@ -319,7 +319,7 @@ class ArmTask(SimTask):
     contact_capacity = (48, 320)
 
     def __init__(
-        self, task: str = "push", reward: str = "dense", control_hz: float = 1.0 / CONTROL_DT
+        self, task: str = "push", reward: str = "dense", control_hz: float = 1.0 / CONTROL_DT, *, fences: bool = False
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
@@ -331,7 +331,7 @@ class ArmTask(SimTask):
                 f"control_hz={control_hz} is not a whole number of {TIMESTEP * 1e3:g} ms physics steps per "
                 "control step; use e.g. 10, 20, 25, 40, 50 or 100"
             )
-        self.task, self.reward_type = task, reward
+        self.task, self.reward_type, self.fences = task, reward, bool(fences)
         self.name = task if reward == "dense" else f"{task}-{reward}"
         self.time_limit = TIME_LIMITS[task]
         self.frame_skip = int(round(substeps))
@@ -341,7 +341,7 @@ class ArmTask(SimTask):
 
     def build_model(self) -> mujoco.MjModel:
         # A fresh model, not envs.arm.model.build_model()'s cached one: SimEnv resizes the render buffers.
-        return mujoco.MjModel.from_xml_string(build_xml())
+        return mujoco.MjModel.from_xml_string(build_xml(fences=self.fences))
 
     def setup(self, model: mujoco.MjModel, num_envs: int, device: torch.device, dtype: torch.dtype) -> None:
         super().setup(model, num_envs, device, dtype)
