@@ -16,10 +16,10 @@ Scene (world frame: metres, z up, table surface at z = 0, robot base at the orig
 * ``cube``: 4 cm, 50 g, free joint, friction 0.6 against the table (MuJoCo combines friction by taking the
   maximum, so finger-cube contacts get the pads' 2.0 while cube-table contacts keep 0.6, making pushing easy
   and grasping firm).
-* ``fence_near``, ``fence_far`` (only in autonomous practice's scene, ``build_xml(fences=True)``): two 6 cm fences
-  across the table, between the robot's base and the workspace and beyond the hand's far reach (``FENCE_X``), as a
-  person setting up a robot to practise on its own would build them, so that a pushed cube stays where the reset
-  controller can pick it up.
+* ``ramp_*`` and ``fence_*`` geoms (only in autonomous practice's scene, ``build_xml(fences=True)``): slippery
+  ramps at the sides and along the hand's far reach, fences behind them and between the robot's base and the
+  workspace (``FENCE_NEAR_X``), as a person setting up a robot to practise alone would build them, so that a pushed
+  cube stays where the reset controller can pick it up.
 * ``target``: a mocap body carrying a translucent sphere site (no collision), so each env's target moves
   through ``data.mocap_pos`` and one compiled ``MjModel`` can be shared by all envs of a process.
 * ``grip`` site: the point midway between the finger pads, 1.5 cm above the pads' lower edge; this is the
@@ -40,6 +40,7 @@ Physics: 5 ms timestep, ``implicitfast`` integrator (stable with stiff, damped s
 from __future__ import annotations
 
 import functools
+import math
 
 import mujoco
 
@@ -161,24 +162,77 @@ _XML = """
 """
 
 
-# Practice fences (``build_xml(fences=True)``): inner faces at these x (m), across the table, 6 cm tall (a cube
-# thrown at 3 m/s tipped over a 4 cm one) and 3 cm thick (a thin one let a fast cube pass within a 5 ms step). The
-# hand's pads reach x 0.138..0.612 (grip x 0.15..0.6 in the workspace, pads 1.2 cm either side), so neither fence
-# touches them, and a cube stopped by one lies where the reset controller's pick can reach it.
-FENCE_X = (0.13, 0.62)
+# Autonomous practice's enclosure (``build_xml(fences=True)``), what a person setting up a robot to practise alone
+# would build so that a pushed cube stays where the reset controller can pick it up (the hand's grip reaches
+# x 0.15..0.6, |y| <= 0.28 and 0.628 from the base at the table; its pads stand 1.2 cm either side of the grip in x
+# and, open, 5.7 cm in y, so at most 0.665 from the base):
+# - ramps at the sides from |y| = RAMP_Y and at the far end from RAMP_FAR_R about the base, rising outwards at
+#   RAMP_SLOPE: a cube that slides up one comes back down to its foot, where the grip reaches it. A wall beside the
+#   cube would block the open hand's outer pad; the ramp is low enough there (under 1 cm) for the pad to stand on
+#   it while the fingers close on the cube. Slippery (friction RAMP_FRICTION, which wins over the cube's by its
+#   priority): at the cube's 0.6 it would stay on a slope this gentle.
+# - fences (FENCE_HEIGHT tall: a cube thrown at 3 m/s tipped over a 4 cm one; 3 cm thick: a thin one let a fast cube
+#   pass within a 5 ms step) across the table between the robot's base and the workspace (inner face at
+#   x = FENCE_NEAR_X), and along the ramps' tops, all beyond what the hand reaches: it never touches them.
+FENCE_NEAR_X = 0.13
 FENCE_HEIGHT = 0.06
-_FENCE = ('\n    <geom name="fence_{name}" type="box" pos="{x:.4f} 0 {z:.4f}" size="0.015 0.55 {z:.4f}" '
-          'material="joint" contype="1" conaffinity="1" friction="0.6 0.005 0.0001"/>')
+RAMP_Y = 0.30
+RAMP_FAR_R = 0.60
+RAMP_SLOPE = math.radians(15.0)
+RAMP_LENGTH = 0.10
+RAMP_FRICTION = 0.1
+_FAR_SEGMENTS = 8
+_BOX = ('\n    <geom name="{name}" type="box" pos="{x:.4f} {y:.4f} {z:.4f}" size="{sx:.4f} {sy:.4f} {sz:.4f}" '
+        'quat="{quat}" material="joint" contype="1" conaffinity="1" {friction}/>')
+_FENCE_FRICTION = 'friction="0.6 0.005 0.0001"'
+_RAMP_FRICTION = f'friction="{RAMP_FRICTION} 0.005 0.0001" priority="1"'
+
+
+def _quat(yaw: float, roll: float = 0.0) -> str:
+    """MJCF ``quat`` of a rotation by ``roll`` about x, then ``yaw`` about z."""
+    cz, sz, cx, sx = math.cos(yaw / 2), math.sin(yaw / 2), math.cos(roll / 2), math.sin(roll / 2)
+    return f"{cz * cx:.6f} {cz * sx:.6f} {sz * sx:.6f} {sz * cx:.6f}"
+
+
+def _practice_enclosure() -> str:
+    """MJCF geoms of practice's ramps and fences (see the comment above)."""
+    half_h, t, thin = FENCE_HEIGHT / 2, 0.015, 0.005
+    run, rise = RAMP_LENGTH * math.cos(RAMP_SLOPE), RAMP_LENGTH * math.sin(RAMP_SLOPE)
+    # a ramp box is its top face (rising from its foot at z = 0 along its local y) moved down by its half-thickness
+    lift_y, lift_z = run / 2 + thin * math.sin(RAMP_SLOPE), rise / 2 - thin * math.cos(RAMP_SLOPE)
+    geoms = [_BOX.format(name="fence_near", x=FENCE_NEAR_X - t, y=0.0, z=half_h, sx=t, sy=0.55, sz=half_h,
+                         quat=_quat(0.0), friction=_FENCE_FRICTION)]
+    x_end = RAMP_FAR_R + run  # the side ramps and fences run on to the far ones
+    for name, sign in (("left", 1.0), ("right", -1.0)):
+        x_mid, half_x = (FENCE_NEAR_X + x_end) / 2, (x_end - FENCE_NEAR_X) / 2
+        geoms.append(_BOX.format(name=f"ramp_{name}", x=x_mid, y=sign * (RAMP_Y + lift_y), z=lift_z, sx=half_x,
+                                 sy=RAMP_LENGTH / 2, sz=thin, quat=_quat(0.0, sign * RAMP_SLOPE),
+                                 friction=_RAMP_FRICTION))
+        geoms.append(_BOX.format(name=f"fence_{name}", x=x_mid, y=sign * (RAMP_Y + run + t), z=half_h, sx=half_x,
+                                 sy=t, sz=half_h, quat=_quat(0.0), friction=_FENCE_FRICTION))
+    span = math.asin(min(1.0, (RAMP_Y + run + 2 * t) / RAMP_FAR_R))  # the far ramp reaches the side fences
+    step = 2 * span / _FAR_SEGMENTS
+    for k in range(_FAR_SEGMENTS):  # chords of the arcs
+        angle = -span + (k + 0.5) * step
+        c, s = math.cos(angle), math.sin(angle)
+        foot = RAMP_FAR_R * math.cos(step / 2)
+        half_w = (RAMP_FAR_R + run) * math.sin(step / 2) + 0.01
+        geoms.append(_BOX.format(name=f"ramp_far{k}", x=(foot + lift_y) * c, y=(foot + lift_y) * s, z=lift_z,
+                                 sx=half_w, sy=RAMP_LENGTH / 2, sz=thin, quat=_quat(angle - math.pi / 2, RAMP_SLOPE),
+                                 friction=_RAMP_FRICTION))
+        fence = (RAMP_FAR_R + run) * math.cos(step / 2) + t
+        geoms.append(_BOX.format(name=f"fence_far{k}", x=fence * c, y=fence * s, z=half_h, sx=t,
+                                 sy=(RAMP_FAR_R + run + 2 * t) * math.sin(step / 2) + 0.01, sz=half_h,
+                                 quat=_quat(angle), friction=_FENCE_FRICTION))
+    return "".join(geoms)
 
 
 def build_xml(fences: bool = False) -> str:
     """Return the scene's MJCF as a string (see the module docstring for what is in it). ``fences``: add autonomous
-    practice's two fences (``FENCE_X``): without them a pushed cube slid towards the robot's base, where the hand
-    cannot reach it (two thirds of practice's human resets), or past the hand's far reach."""
-    walls = "".join(_FENCE.format(name=name, x=x + sign * 0.015, z=FENCE_HEIGHT / 2)
-                    for name, x, sign in (("near", FENCE_X[0], -1), ("far", FENCE_X[1], 1))) if fences else ""
+    practice's enclosure (fences and side ramps, see ``FENCE_NEAR_X``): without it a pushed cube slid towards the robot's
+    base, where the hand cannot reach it (two thirds of practice's human resets), or beyond the hand's reach."""
     return _XML.format(timestep=TIMESTEP, cube_half=CUBE_HALF, fmin=FINGER_RANGE[0], fmax=FINGER_RANGE[1],
-                       fences=walls)
+                       fences=_practice_enclosure() if fences else "")
 
 
 @functools.lru_cache(maxsize=1)

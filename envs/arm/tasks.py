@@ -123,6 +123,9 @@ from .constants import (
     PROPRIO_INDEX,
     PROPRIO_MIRROR_SIGN,
     STATE_DIM,
+    STATE_LAYOUT,
+    WORKSPACE_HIGH,
+    WORKSPACE_LOW,
 )
 
 
@@ -403,6 +406,8 @@ class ArmEnv(gym.Env):
         max_steps = round(PRACTICE_RESET_S / self.control_dt)
         push_steps = round(PRACTICE_PUSH_S / self.control_dt)
         low, high = (torch.tensor(corner, dtype=torch.float64) for corner in PRACTICE_XY_BOX)
+        reach_low, reach_high = (torch.tensor(edge[:2], dtype=torch.float32) for edge in (WORKSPACE_LOW, WORKSPACE_HIGH))
+        cube_xy = slice(STATE_LAYOUT["cube_pos"].start, STATE_LAYOUT["cube_pos"].start + 2)
         qpos = physics.state()[0]
         # A cube held in the air is put down and let go; a cube on the table is left alone while the hand rises
         # clear of it with its fingers as they are (opening or closing them beside the cube kicks or grasps it).
@@ -444,8 +449,10 @@ class ArmEnv(gym.Env):
                 action = lift  # off the cube, fingers closed, while it comes to rest (momentum carries it on)
             elif phase == "push":
                 action, pushed = pusher.act(state), pushed + 1
-            else:
-                action = picker.act(state)
+            else:  # aimed at the nearest point the grip reaches: closing there draws in a cube a little beyond it
+                aim = state.clone()
+                aim[0, cube_xy] = torch.maximum(torch.minimum(aim[0, cube_xy], reach_high), reach_low)
+                action = picker.act(aim)
             phase_steps += 1
             ctrl = task.control(action, qpos, qvel)
             physics.step(ctrl, task.frame_skip)

@@ -137,11 +137,12 @@ def test_practice_has_fences_that_keep_a_pushed_cube_within_the_hands_reach() ->
 
 def test_the_hand_never_touches_the_fences_anywhere_in_its_workspace() -> None:
     """The fences stand outside everything the hand can reach: driven to the workspace's near and far edges (middle and
-    corners), down to its floor with the fingers open, no pad or palm touches a fence."""
+    corners), down to its floor with the fingers open, no pad or palm touches a fence (the low ramps may carry a
+    pad, as the table does)."""
     env = ArmEnv("push", practice=True)
     try:
         model = env.model
-        fences = {model.geom("fence_near").id, model.geom("fence_far").id}
+        fences = {i for i in range(model.ngeom) if model.geom(i).name.startswith("fence")}
         hand = {model.geom("pad_l").id, model.geom("pad_r").id, model.geom("palm").id}
         for corner in ((-1.0, 0.0), (-1.0, 1.0), (1.0, 0.0), (1.0, -1.0)):
             env.reset(seed=0)
@@ -151,7 +152,7 @@ def test_the_hand_never_touches_the_fences_anywhere_in_its_workspace() -> None:
                 pairs = {frozenset((int(data.contact[i].geom1), int(data.contact[i].geom2))) for i in range(data.ncon)}
                 assert not any(pair & fences and pair & hand for pair in pairs), (corner, obs[L["ee_pos"]])
             ee = obs[L["ee_pos"]]
-            assert (ee[0] < 0.16 if corner[0] < 0 else ee[0] > 0.55) and ee[2] < 0.025  # it got there
+            assert (ee[0] < 0.16 if corner[0] < 0 else ee[0] > 0.55) and ee[2] < 0.04  # there (a pad may stand on a ramp)
     finally:
         env.close()
 
