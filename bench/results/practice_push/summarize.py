@@ -22,14 +22,15 @@ ROOT = HERE.parents[2] / "runs" / "practice_push"
 
 def main() -> None:
     summary: dict[str, dict] = {}
-    # practice: the scripted reset controller puts the cube back (pushed, or picked up where a push cannot reach);
-    # practice_home: the cube stays where it was. Earlier runs, kept for the record (their run directories renamed): *_rawquat observed the cube's raw
-    # quaternion (before its orientation was observed up to the cube's symmetry), practice_nosettle also started
-    # episodes with the cube still moving, practice_release's controller opened the hand beside the cube first (2 cm
-    # tolerance), practice_handstays (one seed) left the hand where the episode ended, practice_pushonly's
-    # controller only pushed (a cube beyond PRACTICE_XY_BOX was a human reset, none was picked up).
-    for mode in ("practice", "reset", "practice_pushonly", "practice_home", "practice_release", "practice_nosettle",
-                 "reset_rawquat", "practice_home_rawquat", "practice_handstays"):
+    # practice: the scripted reset controller puts the cube back (pushed, or picked up where a push cannot reach) in
+    # the practice scene's enclosure (ramps and fences); practice_home: the cube stays where it was. Earlier runs,
+    # kept for the record (their run directories renamed): *_rawquat observed the cube's raw quaternion (before its
+    # orientation was observed up to the cube's symmetry), practice_nosettle also started episodes with the cube
+    # still moving, practice_release's controller opened the hand beside the cube first (2 cm tolerance),
+    # practice_handstays (one seed) left the hand where the episode ended, practice_pushonly's controller only
+    # pushed (a cube beyond PRACTICE_XY_BOX was a human reset), practice_pick's also picked up, with no enclosure.
+    for mode in ("practice", "reset", "practice_pick", "practice_pushonly", "practice_home", "practice_release",
+                 "practice_nosettle", "reset_rawquat", "practice_home_rawquat", "practice_handstays"):
         seeds = sorted((p for p in ROOT.glob(f"{mode}_s*") if p.is_dir()), key=lambda p: int(p.name.split("_s")[1]))
         seeds = [p for p in seeds if (p / "eval_latest.txt").is_file()]
         if not seeds:
