@@ -1,9 +1,10 @@
 #!/bin/bash
 # Autonomous practice against a reset every episode, sparse push, RLPD from 20 expert demos (experiment=rlpd_push,
 # 20k env steps = 16.7 robot minutes at 20 Hz, seeds 0-2; issue 59's practice row). Modes:
-#   practice       env.practice=true (practice_reset=expert): a scripted reset controller pushes (or, where a push
-#                  cannot reach it, picks up and carries) the cube to a fresh
-#                  start between episodes (its control steps: metrics.csv reset_steps), the arm goes home
+#   practice       env.practice=true (practice_reset=expert), in the practice scene (ramps and fences keep the cube
+#                  within reach): a scripted reset controller pushes (or, where a push cannot reach it, picks up
+#                  and carries) the cube to a fresh start between episodes (its control steps: metrics.csv
+#                  reset_steps), the arm goes home
 #   practice_home  env.practice=true env.practice_reset=home: the cube stays where the last episode left it
 #   reset          a person's reset every episode
 # Practice runs count the human resets (metrics.csv human_resets, train_episodes). Each run's final checkpoint then gets 100 deterministic evaluation
