@@ -57,13 +57,15 @@ class EnvConfig:
         "back by env.practice_reset (the cube moved to a fresh start by a scripted reset controller, or left where it "
         "is), the arm goes home by its own reset motion, and a new target is drawn; only a scene the arm cannot "
         "recover (the cube out of reach or off the table) gets a person's reset, counted in the metrics column "
-        "human_resets (and the reset controller's control steps in reset_steps). Evaluation episodes start from the "
-        "task's own resets"
+        "human_resets (and the reset controller's control steps in reset_steps). On push and pick_place the scene has "
+        "ramps and fences that keep a pushed cube within reach (docs/arm.md). Evaluation episodes start from the "
+        "task's own resets, in the plain scene"
     )
     practice_reset: str = _help(
         "expert", "env.practice=true: what puts the scene back between episodes. expert: a scripted reset controller "
         "(the hand lets go of the cube and clears it, then the push expert moves the cube to a fresh start of the task, "
-        "within 3 cm; on a robot a script that reads the cube's measured pose; docs/arm.md). home: only the arm goes "
+        "within 3 cm, or the pick_place expert carries it there where a push cannot reach it; on a robot a script "
+        "that reads the cube's measured pose; docs/arm.md). home: only the arm goes "
         "home, the cube stays where the episode left it"
     )
 

@@ -35,7 +35,8 @@ class ServeRobotArgs:
     practice: bool = _help(
         False, "sim_arm: autonomous practice: a client's reset puts the scene back without a person (practice_reset), "
                "the reset motion takes the hand home and a new target is drawn; only a stuck scene (the cube out of "
-               "reach or off the table) is put back by hand, logged as a human reset"
+               "reach or off the table) is put back by hand, logged as a human reset. The scene has ramps and fences "
+               "that keep a pushed cube within reach"
     )
     practice_reset: str = _help(
         "expert", "sim_arm, practice=true: expert: a scripted reset controller moves the cube to a fresh start first "
