@@ -78,9 +78,10 @@ CUBE_XY_BOX = ((0.28, -0.15), (0.45, 0.15))
 TARGET_XY_BOX = ((0.27, -0.18), (0.48, 0.18))  # push and pick_place
 MAX_YAW = math.pi / 4  # cube yaw in [-MAX_YAW, MAX_YAW]
 PICK_HEIGHT = (CUBE_HALF + 0.05, CUBE_HALF + 0.2)  # pick_place target centre height
-# Autonomous practice (reset-free): a cube outside this box needs a person (``ArmTask.practice_target``). The hand's
-# workspace ends at x 0.15..0.6 and y +-0.28 (x 0.6 beyond the arm's reach at the table), and pushing a cube back
-# needs the hand 6 cm behind it, so beyond these edges the cube can no longer be pushed towards the middle.
+# Autonomous practice (reset-free): a cube outside this box needs a person (``ArmTask.practice_target``), once the
+# reset controller has tried. The hand's workspace ends at x 0.15..0.6 and y +-0.28 (x 0.6 beyond the arm's reach at
+# the table), and pushing a cube back needs the hand 6 cm behind it, so beyond these edges the cube can no longer be
+# pushed towards the middle: the controller picks it up instead (practice_reset="expert").
 PRACTICE_XY_BOX = ((0.21, -0.22), (0.54, 0.22))
 # Practice's reset controller (``ArmEnv(practice_reset="expert")``): a cube held in the air is put down on the
 # table and let go (the hand open for PRACTICE_RELEASE_S seconds); the hand rises to PRACTICE_CLEARANCE above the
