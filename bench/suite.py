@@ -8,7 +8,9 @@ tasks kept, as rliable does (Agarwal et al. 2021), so a task with more seeds doe
 
 Beside the aggregate, per task: the normalised mean and how it stands against SimbaV2's mean and against the SAC
 baseline published with it (issue 60's targets: none below SAC, at least 10 of 13 at or above SimbaV2). SAC's
-dm_control means rest on 2-3 seeds (bench/reference/README.md) and are marked so.
+dm_control means rest on 2-3 seeds (bench/reference/README.md) and are marked so. For the tasks below SimbaV2 the
+table adds the runs' last logged diagnostics (episode length, training return, mean Q, entropy, temperature, critic
+loss), where issue 60 asks to look for why.
 
 `suite_summary(results)` takes `bench.sample_efficiency.report()`'s results; `suite_table` and `plot_suite` present
 it. Tasks without a finished run are listed as missing, never counted.
@@ -25,6 +27,23 @@ from bench.reference import NORMALISE_STEP, SUITE_TASKS, load_reference, publish
 from robot_rl import stats
 
 SIMBAV2, SAC = "SimbaV2", "SAC"
+# What issue 60 asks to look at where the default fails a task: the last evaluation's episode length (did it fall
+# early?), the critic's mean Q, the policy's entropy and temperature, and the training episodes' return.
+DIAGNOSTICS = ("eval_length_mean", "train_return_mean", "q_mean", "entropy", "temperature", "critic_loss")
+
+
+def run_diagnostics(runs: list[str]) -> dict[str, float | None]:
+    """The median over runs of each ``DIAGNOSTICS`` column in the last row of a run's metrics.csv (None: not logged)."""
+    import csv
+
+    values: dict[str, list[float]] = {name: [] for name in DIAGNOSTICS}
+    for run in runs:
+        with open(Path(run) / "metrics.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        for name in DIAGNOSTICS:
+            if rows and rows[-1].get(name) not in (None, ""):
+                values[name].append(float(rows[-1][name]))
+    return {name: float(np.median(v)) if v else None for name, v in values.items()}
 
 
 def stratified_iqm_ci(per_task: dict[str, list[float]], confidence: float = 0.95,
@@ -62,6 +81,7 @@ def suite_summary(results: dict) -> dict:
             "sac_mean": sac, "sac_seeds": published_seeds(task, SAC) if sac is not None else None,
             "sac_normalised": None if sac is None else sac / simba,
             "at_or_above_simbav2": mean >= simba, "below_sac": sac is not None and mean < sac,
+            "diagnostics": run_diagnostics(ours.get("runs", [])),
         }
     per_task = {t: e["normalised"] for t, e in tasks.items()}
     flat = [s for v in per_task.values() for s in v]
@@ -91,6 +111,14 @@ def suite_table(suite: dict) -> str:
             + (f", {e['sac_seeds']} seeds, provisional" if e["sac_seeds"] and e["sac_seeds"] < 5 else ""))
         lines.append(f"| {SUITE_TASKS[task]} | {np.mean(e['values']):,.0f} (n={len(e['values'])}) | "
                      f"{e['normalised_mean']:.2f} [{lo:.2f}, {hi:.2f}] | {e['simbav2_mean']:,.0f} | {sac} |")
+    behind = [t for t, e in suite["tasks"].items() if e["below_sac"] or not e["at_or_above_simbav2"]]
+    if behind:
+        lines += ["", "Below SimbaV2's mean, the runs' last evaluation (medians over seeds; issue 60: find out why):", "",
+                  "| task | " + " | ".join(DIAGNOSTICS) + " |", "|---|" + "---|" * len(DIAGNOSTICS)]
+        for task in behind:
+            d = suite["tasks"][task]["diagnostics"]
+            lines.append(f"| {SUITE_TASKS[task]} | "
+                         + " | ".join("-" if d.get(n) is None else f"{d[n]:.4g}" for n in DIAGNOSTICS) + " |")
     return "\n".join(lines)
 
 

@@ -54,8 +54,8 @@ def test_the_report_writes_the_suite_into_the_results_file_and_draws_its_plot(tm
         path = out / task / "ours" / "seed_0"
         path.mkdir(parents=True)
         step = sb.TASKS[task].agent_steps
-        path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean\n"
-                                                f"{step},100.0,1.0,{value}\n")
+        path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean,eval_length_mean\n"
+                                                f"{step},100.0,1.0,{value},480\n")
     assert sb.main(["--report", "--out-dir", str(out)]) == 0
     results = json.loads(next(tmp_path.glob("*-sample-efficiency.json")).read_text())
     suite = results["suite"]
@@ -63,3 +63,6 @@ def test_the_report_writes_the_suite_into_the_results_file_and_draws_its_plot(tm
     assert suite["tasks"]["ant"]["normalised"] == [pytest.approx(4000.0 / published_mean("ant"))]
     assert (out / "suite.png").stat().st_size > 1000
     assert "normalised IQM" in results["table"]
+    # a task below SimbaV2 gets its runs' last diagnostics, where issue 60 asks to look for why
+    assert suite["tasks"]["reacher-hard"]["diagnostics"]["eval_length_mean"] == 480.0
+    assert "| dmc:reacher-hard | 480 |" in results["table"]
