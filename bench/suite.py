@@ -147,9 +147,4 @@ def plot_suite(suite: dict, out: str | Path) -> Path:
     ax.set_title(f"suite IQM {suite['iqm']:.2f} [{lo:.2f}, {hi:.2f}], {suite['n_tasks']} of {len(SUITE_TASKS)} tasks")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return stats.save_figure(fig, out)

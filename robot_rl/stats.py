@@ -148,6 +148,13 @@ def plot_curves(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return save_figure(fig, out)
+
+
+def save_figure(fig, out: str | Path) -> Path:  # noqa: ANN001  a matplotlib Figure (matplotlib is imported lazily)
+    """Lay out `fig`, write it to `out` (its folder made) at the project's plot resolution, and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,18 @@ def _cube_qpos(env: ArmEnv) -> slice:
     return slice(adr, adr + 3)
 
 
+def _move_cube(env: ArmEnv, seed: int, **where: float) -> None:
+    """After a seeded reset and one step, put the cube's centre coordinates ``x``, ``y`` or ``z`` where given."""
+    env.reset(seed=seed)
+    env.step(np.zeros(4))
+    qpos, qvel = env.physics.state()
+    qpos = qpos.clone()
+    cube = _cube_qpos(env)
+    for axis, value in where.items():
+        qpos[0, cube.start + "xyz".index(axis)] = value
+    env.physics.set_state(qpos, qvel)
+
+
 def test_practice_leaves_the_cube_and_sends_the_arm_home_with_a_new_target() -> None:
     env = ArmEnv("push", practice=True, practice_reset="home")
     try:
@@ -60,16 +72,7 @@ def test_practice_leaves_the_cube_and_sends_the_arm_home_with_a_new_target() -> 
 def test_a_stuck_scene_is_reset_and_counted_as_a_human_reset(where: str) -> None:
     env = ArmEnv("push", practice=True, practice_reset="home")
     try:
-        env.reset(seed=1)
-        env.step(np.zeros(4))
-        qpos, qvel = env.physics.state()
-        qpos = qpos.clone()
-        cube = _cube_qpos(env)
-        if where == "beyond the box":
-            qpos[0, cube.start] = PRACTICE_XY_BOX[1][0] + 0.02
-        else:
-            qpos[0, cube.start + 2] = -0.1
-        env.physics.set_state(qpos, qvel)
+        _move_cube(env, 1, **({"x": PRACTICE_XY_BOX[1][0] + 0.02} if where == "beyond the box" else {"z": -0.1}))
         obs, info = env.reset()
         assert info["human_reset"] is True
         assert (env.practice_resets, env.human_resets) == (0, 1)
@@ -88,13 +91,7 @@ def test_the_reset_controller_picks_up_a_cube_it_cannot_push_back(xy: tuple[floa
     fallback each of these was a human reset (the push needs the hand 6 cm behind the cube)."""
     env = ArmEnv("push", practice=True)
     try:
-        env.reset(seed=5)
-        env.step(np.zeros(4))
-        qpos, qvel = env.physics.state()
-        qpos = qpos.clone()
-        cube = _cube_qpos(env)
-        qpos[0, cube.start], qpos[0, cube.start + 1] = xy
-        env.physics.set_state(qpos, qvel)
+        _move_cube(env, 5, x=xy[0], y=xy[1])
         goal = env.arm_task.start_cube(copy.deepcopy(env._rng))[0].numpy()
         obs, info = env.reset()
         assert info["human_reset"] is False and 0 < info["reset_steps"] < 200
