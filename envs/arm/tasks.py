@@ -119,7 +119,6 @@ from .constants import (
     PRACTICE_RESETS,
     PRACTICE_REST,
     PRACTICE_SETTLE_S,
-    PRACTICE_XY_BOX,
     PROPRIO_INDEX,
     PROPRIO_MIRROR_SIGN,
     STATE_DIM,
@@ -158,10 +157,10 @@ class ArmEnv(gym.Env):
             rule (``ArmTask.practice_state``). Only a scene the arm cannot recover from (push, pick_place: the cube
             outside ``PRACTICE_XY_BOX`` or off the table) gets a full reset, a *human reset*: counted in
             ``human_resets`` and flagged ``info["human_reset"]``. A seeded reset is the setup, always full, and not
-            counted. On push and pick_place the practice scene has two fences across the table (``model.FENCE_X``:
-            between the robot's base and the workspace, and beyond the hand's far reach), as a person setting up a
-            robot to practise alone would build: a cube pushed towards the base stops where the hand can still
-            pick it up.
+            counted. On push and pick_place the practice scene has an enclosure (``model.build_xml(fences=True)``: a
+            fence between the robot's base and the workspace, slippery ramps with fences behind them at the sides and
+            the far end), as a person setting up a robot to practise alone would build: a pushed cube stays where
+            the hand can still pick it up.
         practice_reset: what puts the scene back between practice episodes. ``"expert"`` (the default): a reset
             controller first moves the cube to a fresh start of the task (the one a person's reset would give): a
             held cube is put down, then the scripted push expert pushes the cube there (the pick_place expert
@@ -405,7 +404,6 @@ class ArmEnv(gym.Env):
         release_steps = max(1, round(PRACTICE_RELEASE_S / self.control_dt))
         max_steps = round(PRACTICE_RESET_S / self.control_dt)
         push_steps = round(PRACTICE_PUSH_S / self.control_dt)
-        low, high = (torch.tensor(corner, dtype=torch.float64) for corner in PRACTICE_XY_BOX)
         reach_low, reach_high = (torch.tensor(edge[:2], dtype=torch.float32) for edge in (WORKSPACE_LOW, WORKSPACE_HIGH))
         cube_xy = slice(STATE_LAYOUT["cube_pos"].start, STATE_LAYOUT["cube_pos"].start + 2)
         qpos = physics.state()[0]
@@ -429,8 +427,7 @@ class ArmEnv(gym.Env):
             elif phase == "open" and phase_steps >= release_steps:
                 new = "clear"
             elif phase == "clear" and state[0, 2] >= cube[2] + PRACTICE_CLEARANCE:
-                pushable = bool(((cube[:2] >= low) & (cube[:2] <= high)).all()) and pushed < push_steps
-                new = "push" if pushable else "pick"
+                new = "push" if not bool(task.beyond_push(qpos)[0]) and pushed < push_steps else "pick"
             elif phase == "push" and not there and pushed >= push_steps:
                 new = "clear"  # the push is not getting there: pick it up instead
             elif phase == "pick" and there and float(cube[2]) > CUBE_HALF + 0.005:

@@ -496,9 +496,14 @@ class ArmTask(SimTask):
         target = self._draw_target(rng, ee, cube[:, :2])
         if self.task in ("reach", "track"):
             return target.to(self.dtype), torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        return target.to(self.dtype), self.beyond_push(qpos) | (cube[:, 2] < CUBE_HALF - 0.01)
+
+    def beyond_push(self, qpos: torch.Tensor) -> torch.Tensor:
+        """``[N]``: the cube's centre outside ``PRACTICE_XY_BOX``, where the hand can no longer get behind it to push it
+        towards the middle (practice's reset controller picks it up instead; left there, it needs a person)."""
         low, high = self._boxes["practice_xy"]
-        outside = ((cube[:, :2] < low) | (cube[:, :2] > high)).any(dim=1)
-        return target.to(self.dtype), outside | (cube[:, 2] < CUBE_HALF - 0.01)
+        cube = qpos[:, self._cube_pos][:, :2].to(torch.float64)
+        return ((cube < low) | (cube > high)).any(dim=1)
 
     def practice_state(self, rng: ResetRNG, qpos: torch.Tensor, qvel: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
