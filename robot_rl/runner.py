@@ -36,7 +36,7 @@ from robot_rl.device import choose_threads
 from robot_rl.evaluation import evaluate
 from robot_rl.logger import Episodes, MetricMean, MetricsLogger, Progress, start_wandb
 from robot_rl.plots import plot_learning_curve
-from robot_rl.signals import Terminated, sigterm_as_interrupt
+from robot_rl.signals import Terminated, stop_between_steps
 
 #: The run directory's record of what wrote it: {"command": ..., "method": ...}. `finetune resume=` and `eval run=`
 #: read the method here rather than guessing it from which keys config.yaml has.
@@ -269,7 +269,7 @@ class Runner:
             self.progress.message(f"resumed {self.run_dir} at step {method.env_steps:,}")
         method.start(s.seed + method.env_steps)  # a resumed run starts fresh episodes, seeded apart
         try:
-            with sigterm_as_interrupt():
+            with stop_between_steps() as stop:  # Ctrl-C/SIGTERM end the run between steps, not inside a library
                 method.pretrain(self)
                 if s.evaluate_first and method.env_steps == 0 and self.evals == 0:
                     self._evaluate_and_log({}, 0.0)  # the starting point
@@ -294,6 +294,7 @@ class Runner:
                             next_ckpt += checkpoint_every
                         self.save_checkpoint()
                         next_ckpt_t = time.monotonic() + (s.checkpoint_every_s or float("inf"))
+                    stop.check()
             completed = True
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`Terminated`)
             self.progress.close()
