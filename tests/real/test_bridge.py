@@ -238,7 +238,10 @@ def test_a_late_command_is_withdrawn_not_executed_later(served):
         try:
             slow.step([1.0, 0.0, 0.0, 0.0])
         except BridgeError as e:
-            assert e.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            # On a loaded machine a 1 ms deadline can pass while the HTTP/2 stream is still being set up; the
+            # transport then resets it (RST_STREAM, UNAVAILABLE) before the server sees it: also never executed.
+            assert e.code == grpc.StatusCode.DEADLINE_EXCEEDED or (
+                e.code == grpc.StatusCode.UNAVAILABLE and "RST_STREAM" in str(e)), e
             fails += 1
     # A command taken by a tick at the very moment its deadline passes may still run, in that tick, with its reply
     # lost in transit (so applied can exceed 20 - fails); let the tick in progress finish before counting.
