@@ -240,8 +240,12 @@ def test_a_late_command_is_withdrawn_not_executed_later(served):
         except BridgeError as e:
             # On a loaded machine a 1 ms deadline can pass while the HTTP/2 stream is still being set up; the
             # transport then resets it (RST_STREAM, UNAVAILABLE) before the server sees it: also never executed.
+            # The server's clock for a call's deadline starts when its header arrives, later than the client's, so
+            # a retry can reach it while the previous call still counts as waiting there: refused as busy, never
+            # executed either.
             assert e.code == grpc.StatusCode.DEADLINE_EXCEEDED or (
-                e.code == grpc.StatusCode.UNAVAILABLE and "RST_STREAM" in str(e)), e
+                e.code == grpc.StatusCode.UNAVAILABLE and "RST_STREAM" in str(e)) or (
+                e.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "already queued" in str(e)), e
             fails += 1
     # A command taken by a tick at the very moment its deadline passes may still run, in that tick, with its reply
     # lost in transit (so applied can exceed 20 - fails); let the tick in progress finish before counting.
