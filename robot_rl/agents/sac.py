@@ -5,7 +5,8 @@ What the RLPD recipe (Ball et al. 2023; SERL, HIL-SERL, WSRL) adds to plain SAC,
 - an ensemble of `critic.num` Q-networks in one batched module; the TD target is the minimum over a random
   subset of `critic.num_target` target critics (RLPD's "random ensemble distillation" of REDQ);
 - LayerNorm in the critics, so high update-to-data ratios do not blow Q-values up;
-- `optimiser.utd` critic updates per environment transition, with one actor/temperature update per environment step;
+- `optimiser.utd` critic updates per environment transition, with one actor/temperature update per environment step
+  (`optimiser.actor_each_update`: one after each critic update, as SimbaV2);
 - a learned temperature with target entropy -|A| (scaled by `exploration.target_entropy_scale`);
 - n-step returns, computed by the replay buffer, which also hands back the bootstrap discount: 0 after a
   terminal state, gamma^n through time limits (truncation bootstraps).
@@ -157,6 +158,10 @@ class OptimiserConfig:
     )
     batch_size: int = _help(256, "transitions per gradient update")
     utd: int = _help(1, "update-to-data ratio: critic updates per environment transition")
+    actor_each_update: bool = _help(
+        False, "an actor and temperature step after each of the utd critic updates (SimbaV2), not one after the "
+               "last: the policy and its temperature move utd times as far per env step, at the cost of utd - 1 "
+               "more actor updates")
     compile: bool = _help(False, "torch.compile the actor and critic losses (costs a minute of compilation)")
     bf16: bool = _help(False, "bfloat16 autocast for the networks in the updates (losses stay fp32); on a CPU only with "
                        "AVX512-BF16/AMX (elsewhere its matmuls are emulated, tens of times slower: a warning says so)")
@@ -609,28 +614,34 @@ class SAC:
                            prior_rows=prior_rows(prior, self.cfg.optimiser.batch_size, prior_fraction))
 
     def update(self, batch: Batch, actor: bool = True, prior_rows: int = 0) -> dict[str, Tensor]:
-        """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update.
+        """`batch` has leading dims [utd, batch_size]: utd critic updates, then one actor/temperature update
+        (`optimiser.actor_each_update`: one after each critic update, on its minibatch).
 
         `actor=False` updates the critics only: the critic warm-up of fine-tuning (ResFiT), which fits Q to the
         starting policy before the actor may follow it. `prior_rows`: how many leading rows of each minibatch
         are prior data (`replay.prior_rows`), which `bc_weight` pulls the actor towards.
         """
-        for i in range(batch.action.shape[0]):
+        utd, each = batch.action.shape[0], self.cfg.optimiser.actor_each_update
+        for i in range(utd):
             if self._cuda_graphs:
                 torch.compiler.cudagraph_mark_step_begin()
-            critic_metrics = self._update_critic(batch.index(i))
+            minibatch = batch.index(i)
+            critic_metrics = self._update_critic(minibatch)
+            if actor and (each or i == utd - 1):
+                if self._cuda_graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                actor_metrics = self._update_actor(minibatch, prior_rows)
         if not actor:
             return {k: v.clone() for k, v in critic_metrics.items()} if self._cuda_graphs else critic_metrics
-        if self._cuda_graphs:
-            torch.compiler.cudagraph_mark_step_begin()
-        # A pixel agent's actor reads the last critic update's features, detached: no actor gradient reaches
-        # the encoder (module docstring).
-        last = batch.index(-1)
-        actor_obs = last.obs["state"] if self.encoder is None else self._actor_features
-        bc_action = last.action[:prior_rows] if self.cfg.optimiser.bc_weight > 0 and prior_rows > 0 else None
-        actor_metrics = self._update_actor_and_temperature(actor_obs, bc_action)
         metrics = {**critic_metrics, **actor_metrics}
         return {k: v.clone() for k, v in metrics.items()} if self._cuda_graphs else metrics
+
+    def _update_actor(self, minibatch: Batch, prior_rows: int) -> dict[str, Tensor]:
+        """The actor/temperature step on the observations of the critic update just made. A pixel agent's actor
+        reads that update's features, detached: no actor gradient reaches the encoder (module docstring)."""
+        actor_obs = minibatch.obs["state"] if self.encoder is None else self._actor_features
+        bc_action = minibatch.action[:prior_rows] if self.cfg.optimiser.bc_weight > 0 and prior_rows > 0 else None
+        return self._update_actor_and_temperature(actor_obs, bc_action)
 
     @torch.no_grad()
     def td_target(self, reward: Tensor, discount: Tensor, next_obs: Tensor,

@@ -60,6 +60,26 @@ def test_utd_runs_that_many_critic_updates_and_one_actor_update():
     assert steps == {"critic": 3, "actor": 1}
 
 
+def test_actor_each_update_interleaves_actor_and_temperature_steps_with_the_critic_steps():
+    """SimbaV2's schedule: critic, actor, critic, actor..., each actor step on its critic step's minibatch."""
+    torch.manual_seed(0)
+    agent = SAC(4, 2, SACConfig(network=NetworkConfig(hidden_dims=[16]),
+                                optimiser=OptimiserConfig(utd=3, actor_each_update=True)))
+    order: list[str] = []
+    agent.critic_opt.register_step_post_hook(lambda *_: order.append("critic"))
+    agent.actor_opt.register_step_post_hook(lambda *_: order.append("actor"))
+    agent.alpha_opt.register_step_post_hook(lambda *_: order.append("temperature"))
+    seen: list[torch.Tensor] = []
+    inner = agent._update_actor_and_temperature
+    agent._update_actor_and_temperature = lambda obs, bc=None: (seen.append(obs.clone()), inner(obs, bc))[1]
+    batch = _batch(3 * 32).reshape(3, 32)
+    agent.update(batch)
+    assert order == ["critic", "actor", "temperature"] * 3
+    assert all(torch.equal(obs, batch.obs["state"][i]) for i, obs in enumerate(seen))
+    agent.update(batch, actor=False)  # the critic warm-up of fine-tuning still moves the critics only
+    assert order[9:] == ["critic"] * 3
+
+
 def test_terminal_discount_zero_removes_bootstrap():
     """With discount 0 the TD target is the reward alone: the critic regresses onto it exactly."""
     torch.manual_seed(0)
