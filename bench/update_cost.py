@@ -47,6 +47,10 @@ VARIANTS = {
     "default, 1 critic": ["agent.critic.num=1", "agent.critic.num_target=1"],
     "default, 1 critic, compile+bf16": ["agent.critic.num=1", "agent.critic.num_target=1", "agent.optimiser.compile=true",
                                         "agent.optimiser.bf16=true"],
+    # SimbaV2's schedule: an actor and temperature step after each of the two critic updates, not one after both
+    "default, actor each update": ["agent.optimiser.actor_each_update=true"],
+    "default, 1 critic, actor each update": ["agent.critic.num=1", "agent.critic.num_target=1",
+                                             "agent.optimiser.actor_each_update=true"],
     "agent=sac (UTD 1)": ["agent=sac"],
     # one critic update per env step instead of two (SimbaV2 reports UTD 1 too)
     "default, UTD 1": ["agent.optimiser.utd=1"],
