@@ -257,9 +257,12 @@ class SACConfig:
 _OLD_NAMES = {"network.kind": "network", "encoder.kind": "encoder", "encoder.image_shift": "image_shift",
               "encoder.cache_embeddings": "cache_embeddings", "critic.num": "num_critics",
               "critic.num_target": "num_target_critics"}
+# Keys added after the groups: they never had a flat name, so none is made up for them.
+KEYS_SINCE_GROUPS = frozenset({"optimiser.actor_each_update"})
 FLAT_KEYS = {_OLD_NAMES.get(key, key.replace("encoder.", "encoder_").split(".")[-1]): key
              for key in (f"{g.name}.{f.name}" for g in dataclasses.fields(SACConfig)
-                         for f in dataclasses.fields(getattr(SACConfig(), g.name)))}
+                         for f in dataclasses.fields(getattr(SACConfig(), g.name)))
+             if key not in KEYS_SINCE_GROUPS}
 
 
 def nest_flat_keys(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:

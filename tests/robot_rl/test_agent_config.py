@@ -39,7 +39,9 @@ OLD_KEYS = (  # SACConfig's fields in the release before the groups
 def test_every_old_flat_key_names_exactly_one_group_key() -> None:
     groups = {f"{g.name}.{k.name}" for g in dataclasses.fields(SACConfig)
               for k in dataclasses.fields(getattr(SACConfig(), g.name))}
-    assert sorted(FLAT_KEYS) == sorted(OLD_KEYS) and sorted(FLAT_KEYS.values()) == sorted(groups)
+    new = {"optimiser.actor_each_update"}  # added after the groups: no flat name, and `agent.<leaf>` is not one
+    assert sorted(FLAT_KEYS) == sorted(OLD_KEYS) and sorted(FLAT_KEYS.values()) == sorted(groups - new)
+    assert "actor_each_update" not in FLAT_KEYS
     assert FLAT_KEYS["utd"] == "optimiser.utd" and FLAT_KEYS["encoder_weights"] == "encoder.weights"
 
 
