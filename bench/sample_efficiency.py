@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import REPO_DIR, RESULTS_DIR
-from bench.suite import plot_suite, suite_summary, suite_table
+from bench.suite import paired_comparison, paired_table, plot_suite, suite_summary, suite_table
 from robot_rl import stats
 
 OUT_DIR = RESULTS_DIR / "sample_efficiency"
@@ -324,7 +324,7 @@ def results_path(out: Path, day: datetime.date) -> Path:
     return RESULTS_DIR / f"{day}-sample-efficiency{suffix}.json"
 
 
-def report(tasks: list[str], libs: list[str], out: Path) -> dict:
+def report(tasks: list[str], libs: list[str], out: Path, plot: bool = True) -> dict:
     references = load_references()
     ours_label = "robot_rl (default agent)" if is_default_out(out) else f"robot_rl ({out.name})"
     results: dict = {"protocol": {
@@ -362,7 +362,7 @@ def report(tasks: list[str], libs: list[str], out: Path) -> dict:
             entry["ratio_wall_time"] = ours["wall_time_s_median"] / sb3["wall_time_s_median"]
         refs = references.get(task.reference, {})
         entry["references"] = {k: v[-1] for k, v in refs.items()}
-        if groups:
+        if groups and plot:
             stats.plot_curves(groups, out / f"{name}.png", title=f"{task.spec}, {task.frames:,} frames "
                               f"(action repeat {task.action_repeat})", references=refs)
         results["tasks"][name] = entry
@@ -458,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ours", default="", help="extra Hydra overrides for robot_rl, space-separated (e.g. agent=sac)")
     p.add_argument("--report", action="store_true",
                    help="only aggregate the runs that exist (every task with a finished run in --out-dir)")
+    p.add_argument("--against", type=Path, default=None,
+                   help="for a variant's --out-dir: the runs to compare it with, seed by seed (default: the default "
+                        f"agent's, bench/results/{OUT_DIR.name})")
     p.add_argument("--update-readme", action="store_true",
                    help="write the table into bench/README.md (the default agent's runs only)")
     p.add_argument("--sb3-run", nargs=3, metavar=("TASK", "SEED", "DIR"), help=argparse.SUPPRESS)
@@ -476,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ours and default_out and not args.report:
         p.error(f"--ours changes robot_rl's runs: give them their own --out-dir (e.g. bench/results/"
                 f"sample_efficiency_<variant>) so they do not mix with the default agent's in {OUT_DIR.name}")
+    if args.against is not None and not args.against.is_dir():
+        p.error(f"--against {args.against}: no such folder (give a --out-dir that holds runs, e.g. "
+                f"bench/results/{OUT_DIR.name})")
     try:
         seed_list = None if args.seed_list is None else [int(x) for x in args.seed_list.split(",") if x.strip()]
     except ValueError:
@@ -508,6 +514,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + suite_text)
         text += "\n\n" + suite_text
     results["suite"] = suite
+    against = args.against or (None if default_out else OUT_DIR)
+    if against is not None:
+        baseline = report(tasks_with_runs(against), ["ours"], against, plot=False)
+        results["paired"] = {"against": str(against), **paired_comparison(results, baseline)}
+        paired_text = paired_table(results["paired"], args.out_dir.name, against.name)
+        print("\n" + paired_text)
+        text += "\n\n" + paired_text
     results["table"] = text
     path = stats.write_json(results, results_file)
     print(f"results: {path}; plots: {args.out_dir}/<task>.png, {args.out_dir}/suite.png")

@@ -13,7 +13,9 @@ table adds the runs' last logged diagnostics (episode length, training return, m
 loss), where issue 60 asks to look for why.
 
 `suite_summary(results)` takes `bench.sample_efficiency.report()`'s results; `suite_table` and `plot_suite` present
-it. Tasks without a finished run are listed as missing, never counted.
+it. Tasks without a finished run are listed as missing, never counted. `paired_comparison(variant, baseline)` scores a
+variant (another `--out-dir`) against the default on the (task, seed) runs both have, which is how a change is judged
+before it becomes the default.
 """
 
 from __future__ import annotations
@@ -148,3 +150,87 @@ def plot_suite(suite: dict, out: str | Path) -> Path:
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7)
     return stats.save_figure(fig, out)
+
+
+def _scores_by_seed(results: dict, task: str) -> dict[int, float]:
+    """A task's normalised final scores keyed by seed (the run directory's ``seed_<n>``), robot_rl's runs only."""
+    entry = results.get("tasks", {}).get(task)
+    ours = entry and entry["libraries"].get("ours")
+    if not ours or not ours["final"]["n"]:
+        return {}
+    simba = published_mean(task, SIMBAV2)
+    seeds = [int(Path(run).name.removeprefix("seed_")) for run in ours["runs"]]
+    return {seed: value / simba for seed, value in zip(seeds, ours["final"]["values"], strict=True)}
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least this uneven if either side were as likely."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(max(wins, losses), n + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired_comparison(variant: dict, baseline: dict, confidence: float = 0.95,
+                      samples: int = stats.BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
+    """A variant against a baseline on the (task, seed) runs both have, on SimbaV2's scale.
+
+    Issue 60 adopts a change only if it lifts the suite's aggregate, and a variant is usually run on part of the
+    suite first: comparing its IQM with the default's over all of the default's runs would mix the change with which
+    tasks were run. Here both sides are scored on the same pairs only: the IQM of each, their difference with a
+    stratified bootstrap interval (the same seeds drawn for both sides within each task, tasks kept), and per task
+    the difference of the normalised means with a sign test over the tasks.
+
+    The interval resamples at two levels: tasks with replacement, then seeds within each drawn task (the same seeds
+    for both sides). Resampling seeds alone, as the suite's own interval does, says nothing when each task has one
+    seed (every draw is the same), and the question a default answers is whether a change helps the next task, so
+    the spread between tasks belongs in it."""
+    pairs: dict[str, list[tuple[int, float, float]]] = {}
+    for task in SUITE_TASKS:
+        v, b = _scores_by_seed(variant, task), _scores_by_seed(baseline, task)
+        common = sorted(set(v) & set(b))
+        if common:
+            pairs[task] = [(s, v[s], b[s]) for s in common]
+    tasks = {task: {"seeds": [s for s, _, _ in p], "variant": [x for _, x, _ in p], "baseline": [y for _, _, y in p],
+                    "difference": float(np.mean([x - y for _, x, y in p]))} for task, p in pairs.items()}
+    if not tasks:
+        return {"tasks": {}, "n_tasks": 0, "n_pairs": 0, "variant_iqm": math.nan, "baseline_iqm": math.nan,
+                "difference": math.nan, "difference_ci": [math.nan, math.nan], "better": [], "worse": [],
+                "sign_test_p": 1.0}
+    groups = [(np.asarray(e["variant"]), np.asarray(e["baseline"])) for e in tasks.values()]
+    rng = np.random.default_rng(seed)
+    draws = np.empty(samples)
+    for i in range(samples):
+        drawn = [groups[t] for t in rng.integers(0, len(groups), len(groups))]
+        picks = [rng.integers(0, v.size, v.size) for v, _ in drawn]
+        draws[i] = (stats.iqm(np.concatenate([v[k] for (v, _), k in zip(drawn, picks, strict=True)]))
+                    - stats.iqm(np.concatenate([b[k] for (_, b), k in zip(drawn, picks, strict=True)])))
+    alpha = (1.0 - confidence) / 2
+    variant_iqm = stats.iqm(np.concatenate([v for v, _ in groups]))
+    baseline_iqm = stats.iqm(np.concatenate([b for _, b in groups]))
+    better = [t for t, e in tasks.items() if e["difference"] > 0]
+    worse = [t for t, e in tasks.items() if e["difference"] < 0]
+    return {"tasks": tasks, "n_tasks": len(tasks), "n_pairs": sum(len(e["seeds"]) for e in tasks.values()),
+            "variant_iqm": variant_iqm, "baseline_iqm": baseline_iqm, "difference": variant_iqm - baseline_iqm,
+            "difference_ci": [float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))],
+            "better": better, "worse": worse, "sign_test_p": sign_test(len(better), len(worse))}
+
+
+def paired_table(comparison: dict, variant: str, baseline: str) -> str:
+    """Markdown: the paired aggregate line, then one row per task the two share."""
+    if not comparison["n_tasks"]:
+        return f"{variant} against {baseline}: no (task, seed) run in common yet."
+    lo, hi = comparison["difference_ci"]
+    head = (f"{variant} against {baseline} on the {comparison['n_pairs']} (task, seed) runs both have "
+            f"({comparison['n_tasks']} of {len(SUITE_TASKS)} tasks): normalised IQM {comparison['variant_iqm']:.2f} "
+            f"against {comparison['baseline_iqm']:.2f}, difference **{comparison['difference']:+.2f}** [95% CI "
+            f"{lo:+.2f}, {hi:+.2f}]; better on {len(comparison['better'])} task(s), worse on "
+            f"{len(comparison['worse'])} (two-sided sign test p = {comparison['sign_test_p']:.2f}).")
+    lines = [head, "", f"| task | seeds | {variant} (normalised) | {baseline} (normalised) | difference |",
+             "|---|---|---|---|---|"]
+    for task, e in comparison["tasks"].items():
+        lines.append(f"| {SUITE_TASKS[task]} | {', '.join(map(str, e['seeds']))} | "
+                     f"{', '.join(f'{x:.2f}' for x in e['variant'])} | {', '.join(f'{y:.2f}' for y in e['baseline'])}"
+                     f" | {e['difference']:+.2f} |")
+    return "\n".join(lines)

@@ -7,7 +7,15 @@ import pytest
 
 import bench.sample_efficiency as sb
 from bench.reference import SUITE_TASKS, published_mean
-from bench.suite import stratified_iqm_ci, suite_summary, suite_table
+from bench.suite import (
+    paired_comparison,
+    paired_table,
+    sign_test,
+    stratified_iqm_ci,
+    suite_summary,
+    suite_table,
+)
+from robot_rl import stats
 
 
 def _results(values: dict[str, list[float]]) -> dict:
@@ -66,3 +74,66 @@ def test_the_report_writes_the_suite_into_the_results_file_and_draws_its_plot(tm
     # a task below SimbaV2 gets its runs' last diagnostics, where issue 60 asks to look for why
     assert suite["tasks"]["reacher-hard"]["diagnostics"]["eval_length_mean"] == 480.0
     assert "| dmc:reacher-hard | 480 |" in results["table"]
+
+
+def _runs(values: dict[str, dict[int, float]]) -> dict:
+    return {"tasks": {task: {"libraries": {"ours": {
+        "final": {"n": len(v), "values": list(v.values())}, "runs": [f"/x/{task}/ours/seed_{s}" for s in v]}}}
+        for task, v in values.items()}}
+
+
+def test_a_variant_is_scored_against_the_default_only_on_the_task_seed_pairs_both_ran():
+    m = {task: published_mean(task) for task in ("hopper", "walker-run", "finger-spin")}
+    variant = _runs({"hopper": {0: 2 * m["hopper"], 1: 2 * m["hopper"]}, "walker-run": {0: m["walker-run"]},
+                     "finger-spin": {0: 0.5 * m["finger-spin"]}})
+    # the default has seeds the variant lacks (hopper seed 2, walker-run seed 1) and the variant has a task the
+    # default lacks: none of those may count, or the comparison mixes the change with which runs exist
+    baseline = _runs({"hopper": {0: m["hopper"], 1: m["hopper"], 2: 100 * m["hopper"]},
+                      "walker-run": {0: m["walker-run"], 1: 100 * m["walker-run"]}})
+    comp = paired_comparison(variant, baseline, samples=200)
+    assert set(comp["tasks"]) == {"hopper", "walker-run"} and comp["n_pairs"] == 3
+    assert comp["tasks"]["hopper"]["seeds"] == [0, 1]
+    assert comp["tasks"]["hopper"]["difference"] == pytest.approx(1.0)
+    assert comp["tasks"]["walker-run"]["difference"] == pytest.approx(0.0)
+    assert comp["better"] == ["hopper"] and comp["worse"] == []
+    assert comp["variant_iqm"] == pytest.approx(stats.iqm([2.0, 2.0, 1.0])) and comp["baseline_iqm"] == pytest.approx(1.0)
+    lo, hi = comp["difference_ci"]
+    assert lo <= comp["difference"] <= hi
+    assert f"difference **{comp['difference']:+.2f}**" in paired_table(comp, "variant", "default")
+
+
+def test_the_sign_test_is_exact():
+    assert sign_test(4, 0) == pytest.approx(2 / 16)
+    assert sign_test(3, 1) == pytest.approx(2 * 5 / 16)
+    assert sign_test(2, 2) == 1.0 and sign_test(0, 0) == 1.0
+
+
+def test_a_variants_report_compares_it_with_the_default_runs(tmp_path, monkeypatch):
+    out, variant = tmp_path / "sample_efficiency", tmp_path / "sample_efficiency_x"
+    monkeypatch.setattr(sb, "OUT_DIR", out)
+    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
+    for folder, value in ((out, 400.0), (variant, 600.0)):
+        path = folder / "walker-run" / "ours" / "seed_0"
+        path.mkdir(parents=True)
+        step = sb.TASKS["walker-run"].agent_steps
+        path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean\n"
+                                                f"{step},100.0,1.0,{value}\n")
+    assert sb.main(["--report", "--out-dir", str(variant)]) == 0
+    results = json.loads(next(tmp_path.glob("*-sample-efficiency-sample_efficiency_x.json")).read_text())
+    paired = results["paired"]
+    assert paired["against"] == str(out) and paired["better"] == ["walker-run"]
+    assert paired["difference"] == pytest.approx(200.0 / published_mean("walker-run"))
+    assert not (out / "walker-run.png").exists()  # the default's folder is read, not drawn into
+    assert "sample_efficiency_x against sample_efficiency" in results["table"]
+    with pytest.raises(SystemExit):
+        sb.main(["--report", "--out-dir", str(variant), "--against", str(tmp_path / "nowhere")])
+
+
+def test_the_paired_interval_is_not_a_point_when_each_task_has_one_seed():
+    # resampling seeds within tasks alone gives the same draw every time with one seed per task; the tasks are
+    # resampled too, so tasks that disagree give an interval that spans them
+    m = {task: published_mean(task) for task in ("hopper", "walker-run", "finger-spin", "cheetah-run")}
+    variant = _runs({t: {0: (1.5 if t != "cheetah-run" else 0.5) * v} for t, v in m.items()})
+    baseline = _runs({t: {0: v} for t, v in m.items()})
+    lo, hi = paired_comparison(variant, baseline, samples=500)["difference_ci"]
+    assert lo < 0.0 < hi
