@@ -50,9 +50,10 @@ def run_diagnostics(runs: list[str]) -> dict[str, float | None]:
 
 def stratified_iqm_ci(per_task: dict[str, list[float]], confidence: float = 0.95,
                       samples: int = stats.BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the IQM over all scores, seeds resampled with replacement within each task."""
+    """Percentile-bootstrap interval of the IQM over all scores, seeds resampled with replacement within each task.
+    NaN where no task has two seeds: every resample would be the same, and a point is not an interval."""
     groups = [np.asarray(v, dtype=np.float64) for v in per_task.values() if len(v)]
-    if not groups:
+    if not groups or max(g.size for g in groups) < 2:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
     draws = np.empty(samples)
@@ -97,11 +98,14 @@ def suite_summary(results: dict) -> dict:
     }
 
 
+def _interval(lo: float, hi: float) -> str:
+    return "no interval: one seed per task" if math.isnan(lo) else f"95% CI {lo:.2f}, {hi:.2f}"
+
+
 def suite_table(suite: dict) -> str:
     """Markdown: the aggregate line, then one row per task."""
-    lo, hi = suite["iqm_ci"]
     head = (f"Suite ({suite['n_tasks']} of {len(SUITE_TASKS)} tasks run, {suite['n_scores']} runs): normalised IQM "
-            f"**{suite['iqm']:.2f}** [95% CI {lo:.2f}, {hi:.2f}] (SimbaV2 = 1.0); {suite['at_or_above_simbav2']} "
+            f"**{suite['iqm']:.2f}** [{_interval(*suite['iqm_ci'])}] (SimbaV2 = 1.0); {suite['at_or_above_simbav2']} "
             f"task(s) at or above SimbaV2's mean; below SAC's: {', '.join(suite['below_sac']) or 'none'}."
             + (f" Not run yet: {', '.join(suite['missing'])}." if suite["missing"] else ""))
     lines = [head, "", "| task | robot_rl mean return (n) | normalised mean [95% CI] | SimbaV2 mean | SAC mean "
@@ -145,8 +149,8 @@ def plot_suite(suite: dict, out: str | Path) -> Path:
         ax.scatter(*zip(*sac, strict=True), marker="_", s=300, color="tab:red", label="SAC (published mean)")
     ax.set_xticks(xs, names, rotation=45, ha="right")
     ax.set_ylabel(f"return / SimbaV2's at {NORMALISE_STEP // 1000}k env steps")
-    lo, hi = suite["iqm_ci"]
-    ax.set_title(f"suite IQM {suite['iqm']:.2f} [{lo:.2f}, {hi:.2f}], {suite['n_tasks']} of {len(SUITE_TASKS)} tasks")
+    ax.set_title(f"suite IQM {suite['iqm']:.2f} [{_interval(*suite['iqm_ci'])}], {suite['n_tasks']} of "
+                 f"{len(SUITE_TASKS)} tasks")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7)
     return stats.save_figure(fig, out)

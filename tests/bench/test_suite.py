@@ -137,3 +137,10 @@ def test_the_paired_interval_is_not_a_point_when_each_task_has_one_seed():
     baseline = _runs({t: {0: v} for t, v in m.items()})
     lo, hi = paired_comparison(variant, baseline, samples=500)["difference_ci"]
     assert lo < 0.0 < hi
+
+
+def test_one_seed_per_task_gives_no_suite_interval_rather_than_a_point():
+    m = {task: published_mean(task) for task in ("hopper", "walker-run")}
+    suite = suite_summary(_results({"hopper": [m["hopper"]], "walker-run": [0.5 * m["walker-run"]]}))
+    assert all(np.isnan(suite["iqm_ci"]))
+    assert "[no interval: one seed per task]" in suite_table(suite)
