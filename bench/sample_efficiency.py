@@ -316,11 +316,15 @@ def is_default_out(out: Path) -> bool:
     return out.resolve() == OUT_DIR.resolve()
 
 
-def results_path(out: Path, day: datetime.date) -> Path:
+def results_path(out: Path, day: datetime.date, against: Path | None = None) -> Path:
     """The day's results file. The default agent's runs (`OUT_DIR`) give `<date>-sample-efficiency.json`; another
     `--out-dir` (a variant, e.g. `--ours agent.optimiser.compile=true`) gives `<date>-sample-efficiency-<dir name>.json`, so a
-    variant never overwrites the benchmark's file."""
+    variant never overwrites the benchmark's file. A comparison with runs other than the default's (`--against`, two
+    variants set against each other) adds `-vs-<their dir name>`, so it never replaces the variant's own file and its
+    paired comparison with the default."""
     suffix = "" if is_default_out(out) else f"-{out.name}"
+    if against is not None and not is_default_out(against):
+        suffix += f"-vs-{against.name}"
     return RESULTS_DIR / f"{day}-sample-efficiency{suffix}.json"
 
 
@@ -500,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     results = report(tasks_with_runs(args.out_dir), list(LIBRARIES), args.out_dir)
     results["date"] = f"{datetime.date.today()}"
     results["machine"] = machine_info(1, "cpu")
-    results_file = results_path(args.out_dir, datetime.date.today())
+    results_file = results_path(args.out_dir, datetime.date.today(), args.against)
     name = results_file.name
     m = results["machine"]
     text = (f"Reported {results['date']} (`bench/results/{name}`): {m.get('cpu')}, {m.get('cores')} cores, one torch "

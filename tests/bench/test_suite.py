@@ -1,5 +1,6 @@
 """Issue 60's suite score (bench/suite.py): returns on SimbaV2's scale, the stratified IQM and the per-task marks."""
 
+import datetime
 import json
 
 import numpy as np
@@ -127,6 +128,29 @@ def test_a_variants_report_compares_it_with_the_default_runs(tmp_path, monkeypat
     assert "sample_efficiency_x against sample_efficiency" in results["table"]
     with pytest.raises(SystemExit):
         sb.main(["--report", "--out-dir", str(variant), "--against", str(tmp_path / "nowhere")])
+
+
+def test_two_variants_set_against_each_other_keep_each_variants_own_results_file(tmp_path, monkeypatch):
+    # `--against` another variant must not replace the variant's own file (its paired comparison with the default)
+    out, first, second = (tmp_path / name for name in ("sample_efficiency", "sample_efficiency_a", "sample_efficiency_b"))
+    monkeypatch.setattr(sb, "OUT_DIR", out)
+    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
+    for folder, value in ((out, 400.0), (first, 600.0), (second, 500.0)):
+        path = folder / "walker-run" / "ours" / "seed_0"
+        path.mkdir(parents=True)
+        step = sb.TASKS["walker-run"].agent_steps
+        path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean\n"
+                                                f"{step},100.0,1.0,{value}\n")
+    assert sb.main(["--report", "--out-dir", str(first)]) == 0
+    assert sb.main(["--report", "--out-dir", str(first), "--against", str(second)]) == 0
+    own = json.loads(next(tmp_path.glob("*-sample-efficiency-sample_efficiency_a.json")).read_text())
+    versus = json.loads(next(tmp_path.glob("*-sample-efficiency-sample_efficiency_a-vs-sample_efficiency_b.json"))
+                        .read_text())
+    assert own["paired"]["against"] == str(out)
+    assert versus["paired"]["against"] == str(second)
+    assert versus["paired"]["difference"] == pytest.approx(100.0 / published_mean("walker-run"))
+    # naming the default explicitly is the variant's own comparison, the same file
+    assert sb.results_path(first, datetime.date(2026, 1, 1), out).name == "2026-01-01-sample-efficiency-sample_efficiency_a.json"
 
 
 def test_the_paired_interval_is_not_a_point_when_each_task_has_one_seed():
