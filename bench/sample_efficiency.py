@@ -464,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="only aggregate the runs that exist (every task with a finished run in --out-dir)")
     p.add_argument("--against", type=Path, default=None,
                    help="for a variant's --out-dir: the runs to compare it with, seed by seed (default: the default "
-                        f"agent's, bench/results/{OUT_DIR.name})")
+                        f"agent's, bench/results/{OUT_DIR.name}); against another variant the results go to "
+                        "<date>-sample-efficiency-<out dir>-vs-<against dir>.json")
     p.add_argument("--update-readme", action="store_true",
                    help="write the table into bench/README.md (the default agent's runs only)")
     p.add_argument("--sb3-run", nargs=3, metavar=("TASK", "SEED", "DIR"), help=argparse.SUPPRESS)
