@@ -109,16 +109,21 @@ def test_the_sign_test_is_exact():
     assert sign_test(2, 2) == 1.0 and sign_test(0, 0) == 1.0
 
 
-def test_a_variants_report_compares_it_with_the_default_runs(tmp_path, monkeypatch):
-    out, variant = tmp_path / "sample_efficiency", tmp_path / "sample_efficiency_x"
-    monkeypatch.setattr(sb, "OUT_DIR", out)
-    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
-    for folder, value in ((out, 400.0), (variant, 600.0)):
+def _finished_walker_run(final_returns: dict) -> None:
+    """A finished walker-run seed 0 in each folder, its last evaluation at the given return."""
+    for folder, value in final_returns.items():
         path = folder / "walker-run" / "ours" / "seed_0"
         path.mkdir(parents=True)
         step = sb.TASKS["walker-run"].agent_steps
         path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean\n"
                                                 f"{step},100.0,1.0,{value}\n")
+
+
+def test_a_variants_report_compares_it_with_the_default_runs(tmp_path, monkeypatch):
+    out, variant = tmp_path / "sample_efficiency", tmp_path / "sample_efficiency_x"
+    monkeypatch.setattr(sb, "OUT_DIR", out)
+    monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
+    _finished_walker_run({out: 400.0, variant: 600.0})
     assert sb.main(["--report", "--out-dir", str(variant)]) == 0
     results = json.loads(next(tmp_path.glob("*-sample-efficiency-sample_efficiency_x.json")).read_text())
     paired = results["paired"]
@@ -135,12 +140,7 @@ def test_two_variants_set_against_each_other_keep_each_variants_own_results_file
     out, first, second = (tmp_path / name for name in ("sample_efficiency", "sample_efficiency_a", "sample_efficiency_b"))
     monkeypatch.setattr(sb, "OUT_DIR", out)
     monkeypatch.setattr(sb, "RESULTS_DIR", tmp_path)
-    for folder, value in ((out, 400.0), (first, 600.0), (second, 500.0)):
-        path = folder / "walker-run" / "ours" / "seed_0"
-        path.mkdir(parents=True)
-        step = sb.TASKS["walker-run"].agent_steps
-        path.joinpath("metrics.csv").write_text(f"env_step,wall_time_s,eval_time_s,eval_return_mean\n"
-                                                f"{step},100.0,1.0,{value}\n")
+    _finished_walker_run({out: 400.0, first: 600.0, second: 500.0})
     assert sb.main(["--report", "--out-dir", str(first)]) == 0
     assert sb.main(["--report", "--out-dir", str(first), "--against", str(second)]) == 0
     own = json.loads(next(tmp_path.glob("*-sample-efficiency-sample_efficiency_a.json")).read_text())
