@@ -1,7 +1,7 @@
 """Teleoperation devices for the hardware bridge: the ``Teleop`` interface, the frame transform, and devices.
 
 ``make_teleop(name, **kwargs)`` builds a device by name (``keyboard``, ``gamepad``, ``spacemouse``,
-``scripted``, ``replay``, ``person``). Device modules are imported only when asked for, so ``import real.teleop`` never
+``scripted``, ``replay``, ``person``, ``lerobot``). Device modules are imported only when asked for, so ``import real.teleop`` never
 pulls in pygame, pyspacemouse, termios or torch; the device classes are also reachable as attributes
 (``robot_rl.real.teleop.KeyboardTeleop``), imported on first access.
 """
@@ -22,6 +22,7 @@ TELEOPS: dict[str, tuple[str, str]] = {
     "scripted": ("robot_rl.real.teleop.scripted", "ScriptedTeleop"),
     "replay": ("robot_rl.real.teleop.replay", "ReplayTeleop"),
     "person": ("robot_rl.real.teleop.person", "SimulatedPerson"),
+    "lerobot": ("robot_rl.real.teleop.lerobot_leader", "LeRobotTeleop"),
 }
 _CLASSES = {cls: module for module, cls in TELEOPS.values()}
 
@@ -33,6 +34,7 @@ __all__ = [
     "Event",
     "GamepadTeleop",
     "KeyboardTeleop",
+    "LeRobotTeleop",
     "ReplayTeleop",
     "ScriptedTeleop",
     "SimulatedPerson",

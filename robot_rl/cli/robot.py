@@ -16,7 +16,7 @@ from robot_rl.fields import help_field as _help
 from robot_rl.hil.connect import CommandError
 
 TOKEN_ENV = "ROBOT_RL_TOKEN"  # robot_rl.real.guard.TOKEN_ENV, named here so that `--help` needs no gRPC
-TELEOP_DEVICES = ("keyboard", "gamepad", "spacemouse", "scripted", "person", "replay")  # robot_rl.real.teleop.TELEOPS
+TELEOP_DEVICES = ("keyboard", "gamepad", "spacemouse", "scripted", "person", "replay", "lerobot")  # robot_rl.real.teleop.TELEOPS
 BRIDGE_GRPC_MIN = (1, 85)  # the generated modules in real/proto refuse older grpcio
 
 

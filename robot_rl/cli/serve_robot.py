@@ -18,9 +18,12 @@ from robot_rl.signals import sigterm_as_interrupt
 
 @dataclass
 class ServeRobotArgs:
-    driver: str = _help("sim_arm", "robot driver: sim_arm (simulated MuJoCo arm) or ur_rtde (untested)")
+    driver: str = _help("sim_arm", "robot driver: sim_arm (simulated MuJoCo arm), ur_rtde or lerobot (any LeRobot "
+                                   "arm in joint space; both untested on hardware)")
     driver_args: dict[str, Any] = _help(
-        {}, "driver constructor arguments, one key each: driver_args.<name>=<value> (ur_rtde: driver_args.ip=...)"
+        {}, "driver constructor arguments, one key each: driver_args.<name>=<value> (ur_rtde: driver_args.ip=...; "
+            "lerobot: driver_args.robot_type=so101_follower driver_args.port=... driver_args.id=... "
+            "driver_args.limits_file=limits.json)"
     )
     task: str = _help("reach", "sim_arm: reach, push, pick_place or track (a moving target)")
     reward: str = _help("dense", "sim_arm: dense or sparse")

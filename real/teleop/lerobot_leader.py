@@ -1,0 +1,131 @@
+"""Any LeRobot teleoperator that reports joint positions (an SO-101 / SO-100 / Koch / OMX leader arm) as a
+``Teleop`` for ``driver=lerobot`` (``robot_rl.real.drivers.lerobot_arm``).
+
+**UNTESTED ON HARDWARE, AND NOT RUN AGAINST LEROBOT ITSELF HERE** (LeRobot cannot be installed beside the pinned
+torch; see the driver's docstring). Written against LeRobot 0.4.x's ``Teleoperator`` API (``action_features``,
+``connect(calibrate)``, ``is_connected``, ``is_calibrated``, ``get_action()``, ``disconnect()``, and, where a device
+has it, ``get_teleop_events()``); tested against a double of it (``tests/real/test_lerobot_arm.py``).
+
+A leader arm says where the follower's joints should be; the bridge's actions are goal *moves* in [-1, 1] per joint,
+``step_per_unit`` units each (the driver's). So the action is the leader's lead over the follower's measured joints
+(``read(state)``) in steps, clipped to [-1, 1]: the follower chases the leader at most one step per control tick,
+which is what the driver would let it do anyway, and an operator's fast swing is followed at the arm's safe speed.
+
+Who is driving (``active``): a device that reports LeRobot's ``TeleopEvents`` (``get_teleop_events()``) decides with
+its ``is_intervention`` flag, and its ``success``/``failure``/``rerecord_episode`` events label the episode. A bare
+leader arm has no button, so it is active while it leads the follower by more than ``engage_steps`` steps on some
+joint: move the leader away from where the follower is and you take over; let the follower catch up and rest, and
+the policy drives again. ``always_active=True`` makes every read an intervention (pure teleoperation, demos).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import Event, Teleop, TeleopCommand
+
+INSTALL_HINT = "teleop=lerobot needs LeRobot (pip install 'lerobot[feetech]'), in an environment with torch < 2.11"
+
+_EVENTS = {"success": Event.SUCCESS, "failure": Event.FAILURE, "rerecord_episode": Event.RERECORD}
+
+
+def _make_lerobot_teleoperator(teleop_type: str, config: Mapping[str, Any]) -> Any:
+    try:
+        from lerobot.teleoperators.config import TeleoperatorConfig
+        from lerobot.teleoperators.utils import make_teleoperator_from_config
+    except ImportError as err:
+        raise ImportError(INSTALL_HINT) from err
+    try:
+        cls = TeleoperatorConfig.get_choice_class(teleop_type)
+    except KeyError as err:
+        raise ValueError(f"unknown LeRobot teleoperator type {teleop_type!r}; choose one of: "
+                         f"{', '.join(sorted(TeleoperatorConfig.get_known_choices()))}") from err
+    return make_teleoperator_from_config(cls(**dict(config)))
+
+
+class LeRobotTeleop(Teleop):
+    """A LeRobot leader arm driving ``driver=lerobot`` (module docstring). ``joints`` are the follower's action
+    joints in the driver's order (``LeRobotArm.joints``; default: the teleoperator's ``action_features``, which for
+    LeRobot's leader/follower pairs name the same joints in the same order) and ``state_index`` where each sits in
+    the robot's state vector (default: the first ``len(joints)`` entries, the driver's layout for an SO-101).
+    ``teleop_type`` (``so101_leader``, ...) with ``port``/``id``/``teleop_config`` builds the device by name."""
+
+    def __init__(
+        self,
+        teleoperator: Any = None,
+        *,
+        joints: Sequence[str] | None = None,
+        teleop_type: str | None = None,
+        teleop_config: Mapping[str, Any] | None = None,
+        port: str | None = None,
+        id: str | None = None,  # noqa: A002  (LeRobot's config field)
+        step_per_unit: float = 2.0,
+        state_index: Sequence[int] | None = None,
+        engage_steps: float = 2.0,
+        always_active: bool = False,
+    ) -> None:
+        if (teleoperator is None) == (teleop_type is None):
+            raise ValueError("pass either teleoperator (a LeRobot teleoperator object) or teleop_type "
+                             "(e.g. so101_leader)")
+        if teleoperator is None:
+            config = dict(teleop_config or {})
+            config.update({k: v for k, v in (("port", port), ("id", id)) if v is not None})
+            teleoperator = _make_lerobot_teleoperator(str(teleop_type), config)
+        elif port is not None or id is not None or teleop_config:
+            raise ValueError("port, id and teleop_config configure a teleoperator built from teleop_type, not an object")
+        self.joints = list(teleoperator.action_features if joints is None else joints)
+        missing = [j for j in self.joints if j not in teleoperator.action_features]
+        if not self.joints or missing:
+            raise ValueError(f"the teleoperator must report every follower joint; missing {missing or 'all'} in "
+                             f"its action_features {list(teleoperator.action_features)}")
+        if not (np.isfinite(step_per_unit) and step_per_unit > 0):
+            raise ValueError(f"step_per_unit must be > 0, got {step_per_unit}")
+        if not (np.isfinite(engage_steps) and engage_steps >= 0):
+            raise ValueError(f"engage_steps must be >= 0, got {engage_steps}")
+        index = list(range(len(self.joints))) if state_index is None else [int(i) for i in state_index]
+        if len(index) != len(self.joints):
+            raise ValueError(f"state_index needs one entry per joint ({len(self.joints)}), got {len(index)}")
+        self.teleoperator = teleoperator
+        self.action_dim = len(self.joints)
+        self.step = float(step_per_unit)
+        self.engage = float(engage_steps)
+        self.always_active = bool(always_active)
+        self._index = np.array(index)
+
+    def connect(self) -> None:
+        if not self.teleoperator.is_connected:
+            self.teleoperator.connect(calibrate=False)  # LeRobot's calibration asks on stdin
+        if not self.teleoperator.is_calibrated:
+            self.teleoperator.disconnect()
+            raise RuntimeError("the LeRobot teleoperator is not calibrated: run LeRobot's calibration for it first "
+                               "(lerobot-calibrate --teleop.type=... --teleop.port=... --teleop.id=...)")
+
+    def disconnect(self) -> None:
+        if self.teleoperator.is_connected:
+            self.teleoperator.disconnect()
+
+    def read(self, state: np.ndarray | None = None) -> TeleopCommand:
+        if state is None:
+            raise ValueError("LeRobotTeleop.read needs the robot's state: a leader arm's action is its lead over "
+                             "the follower")
+        raw = self.teleoperator.get_action()
+        leader = np.array([float(raw[j]) for j in self.joints])
+        follower = np.asarray(state, dtype=np.float64)[self._index]
+        lead = (leader - follower) / self.step
+        if not np.all(np.isfinite(lead)):
+            raise ValueError(f"non-finite leader or follower joints: leader {leader}, follower {follower}")
+        action = np.clip(lead, -1.0, 1.0).astype(np.float32)
+        events: set[Event] = set()
+        get_events = getattr(self.teleoperator, "get_teleop_events", None)
+        if callable(get_events):
+            reported = {getattr(k, "value", k): v for k, v in dict(get_events()).items()}
+            active = bool(reported.get("is_intervention", False))
+            events = {e for name, e in _EVENTS.items() if reported.get(name)}
+        else:
+            active = bool(np.max(np.abs(lead)) > self.engage)
+        if self.always_active:
+            active = True
+        return TeleopCommand(action=action, active=active, events=frozenset(events))
