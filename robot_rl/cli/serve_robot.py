@@ -1,4 +1,4 @@
-"""`robot-rl serve-robot`: serve a robot driver (the simulated arm, ur_rtde) over the bridge: the robot side."""
+"""`robot-rl serve-robot`: serve a robot driver (the simulated arm, ur_rtde, LeRobot's arms) over the bridge: the robot side."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class ServeRobotArgs:
     driver_args: dict[str, Any] = _help(
         {}, "driver constructor arguments, one key each: driver_args.<name>=<value> (ur_rtde: driver_args.ip=...; "
             "lerobot: driver_args.robot_type=so101_follower driver_args.port=... driver_args.id=... "
-            "driver_args.limits_file=limits.json)"
+            "driver_args.arm_file=so101.json: docs/hardware.md)"
     )
     task: str = _help("reach", "sim_arm: reach, push, pick_place or track (a moving target)")
     reward: str = _help("dense", "sim_arm: dense or sparse")
@@ -163,6 +163,8 @@ COMMAND = robot_command(
     [
         f"{TOKEN_ENV}=... robot-rl serve-robot task=reach              # simulated arm on 127.0.0.1:50051",
         "robot-rl serve-robot driver=ur_rtde driver_args.ip=192.168.1.10 host=0.0.0.0 token_file=~/.robot_token",
+        "robot-rl serve-robot driver=lerobot driver_args.robot_type=so101_follower driver_args.port=/dev/ttyACM0 "
+        "driver_args.id=my_arm driver_args.arm_file=so101.json",
         "robot-rl serve-robot port=0 run_for=5 allow_unauthenticated=true  # loopback only",
         "robot-rl serve-robot pixels=true reward_classifier=runs/clf reward_classifier_consecutive=3  # learned reward",
     ],
