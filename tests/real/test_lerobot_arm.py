@@ -355,3 +355,75 @@ def test_lerobots_teleop_events_decide_who_drives_and_label_the_episode():
     assert cmd.active and cmd.events == {Event.SUCCESS}
     with pytest.raises(ValueError, match="missing"):
         make_teleop("lerobot", teleoperator=leader, joints=["elbow.pos"])
+
+
+class GamepadPerson:
+    """A LeRobot gamepad (``GamepadTeleop``'s ``action_features``, ``get_action`` and ``get_teleop_events``, its
+    default step size 1.0) in the hands of a person who follows the arm task's scripted expert while watching the
+    scene (``watch(state)``), and presses success when the task is done."""
+
+    action_features = {"dtype": "float32", "shape": (4,), "names": {"delta_x": 0, "delta_y": 1, "delta_z": 2,
+                                                                    "gripper": 3}}
+    is_connected = True
+    is_calibrated = True
+
+    def __init__(self, task: str) -> None:
+        from robot_rl.real.teleop.scripted import ScriptedTeleop
+
+        self.expert = ScriptedTeleop(task, mode="always")
+        self.state: np.ndarray | None = None
+        self.done = False
+
+    def watch(self, state: np.ndarray, success: bool) -> None:
+        self.state, self.done = state, success
+
+    def get_action(self) -> dict:
+        a = self.expert.read(self.state).action
+        return {"delta_x": a[0], "delta_y": a[1], "delta_z": a[2], "gripper": 0 if a[3] > 0 else 2}
+
+    def get_teleop_events(self) -> dict:
+        return {"is_intervention": True, "terminate_episode": self.done, "success": self.done,
+                "rerecord_episode": False}
+
+
+def test_an_episode_of_the_served_sim_arm_driven_through_lerobots_gamepad_interface():
+    """Issue 61's check: one sim-arm episode driven through the LeRobot teleop adapter, over the bridge."""
+    from robot_rl.real.drivers.sim_arm import SimArm
+
+    server = RobotServer(SimArm(task="reach", control_hz=50.0, seed=0), ServerConfig(port=0, token=TOKEN))
+    port = server.start()
+    client = RobotClient(f"127.0.0.1:{port}", TOKEN, step_timeout_s=5.0)
+    pad = GamepadPerson("reach")
+    device = make_teleop("lerobot", teleoperator=pad)
+    assert device.cartesian and device.action_dim == 4
+    try:
+        obs = client.reset(seed=1)
+        device.reset()
+        labels = set()
+        for step in range(200):
+            pad.watch(obs.state, obs.success)
+            cmd = device.read(obs.state)
+            assert cmd.active
+            if cmd.events:
+                labels = set(cmd.events)
+                break
+            obs = client.step(cmd.action).observation
+    finally:
+        client.close()
+        server.stop()
+    assert labels == {Event.SUCCESS}, f"no success after {step} steps"
+    assert step < 150
+
+
+def test_lerobots_gripper_command_is_held_while_it_says_stay():
+    pad = GamepadPerson("reach")
+    device = make_teleop("lerobot", teleoperator=pad, delta_scale=0.5)
+    pad.get_action = lambda: {"delta_x": 0.25, "delta_y": -2.0, "delta_z": 0.0, "gripper": 0}
+    assert device.read().action == pytest.approx([0.5, -1.0, 0.0, 1.0])
+    pad.get_action = lambda: {"delta_x": 0.0, "delta_y": 0.0, "delta_z": 0.0, "gripper": 1}
+    assert device.read().action[3] == 1.0  # stay: still closed
+    device.reset()
+    assert device.read().action[3] == -1.0  # a new episode starts open
+    pad.get_teleop_events = lambda: {"is_intervention": False, "terminate_episode": True, "success": False,
+                                     "rerecord_episode": False}
+    assert device.read().events == {Event.FAILURE}
