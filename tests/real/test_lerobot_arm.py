@@ -399,8 +399,8 @@ def test_an_episode_of_the_served_sim_arm_driven_through_lerobots_gamepad_interf
     try:
         obs = client.reset(seed=1)
         device.reset()
-        labels = set()
-        for step in range(200):
+        labels, steps = set(), 0
+        while steps < 200:
             pad.watch(obs.state, obs.success)
             cmd = device.read(obs.state)
             assert cmd.active
@@ -408,11 +408,12 @@ def test_an_episode_of_the_served_sim_arm_driven_through_lerobots_gamepad_interf
                 labels = set(cmd.events)
                 break
             obs = client.step(cmd.action).observation
+            steps += 1
     finally:
         client.close()
         server.stop()
-    assert labels == {Event.SUCCESS}, f"no success after {step} steps"
-    assert step < 150
+    assert labels == {Event.SUCCESS}, f"no success after {steps} steps"
+    assert steps < 150
 
 
 def test_lerobots_gripper_command_is_held_while_it_says_stay():
