@@ -48,7 +48,14 @@ per resumed recording), ``_save_episode_data`` (several episodes per data file, 
 min/max in the data's dtype, mean/std/quantiles float64; ``src/lerobot/datasets/video_utils.py`` - the ``info`` block of video features
 (``video.height``, ``video.width``, ``video.codec``, ``video.pix_fmt``, ``video.is_depth_map``,
 ``video.fps``, ``video.channels``, ``has_audio``); ``src/lerobot/datasets/v30/convert_dataset_v21_to_v30.py``
-- non-video features carry an ``fps`` key, ``total_chunks`` / ``total_videos`` are gone in v3.0.
+- ``total_chunks`` / ``total_videos`` are gone in v3.0.
+
+Feature dicts are written as LeRobot's own recorder writes them (``LeRobotDatasetMetadata.create``: the caller's
+features, then ``DEFAULT_FEATURES``), with no per-feature ``fps`` key: only datasets converted from v2.1 carry one
+on their non-video features, and LeRobot's ``aggregate.validate_all_metadata`` merges datasets only when their
+``features`` are equal, so an ``fps`` key would keep ours from merging with anything LeRobot recorded. Datasets an
+earlier version of this module wrote do have it; they are read as they are, and appending to one keeps its
+feature dicts unchanged (``DatasetWriter`` never rewrites an existing dataset's ``features``).
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ DEFAULT_CHUNKS_SIZE = 1000
 DEFAULT_DATA_FILES_SIZE_IN_MB = 100
 DEFAULT_VIDEO_FILES_SIZE_IN_MB = 500
 
+META_DIR = "meta"  # every file below is replaced together when an episode is committed (writer._commit_meta)
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -175,7 +183,10 @@ def camera_group(name: str) -> str:
 
 
 def normalise_features(features: Mapping[str, Any], fps: int) -> dict[str, dict[str, Any]]:
-    """Validate user features and return the full ``info.json`` feature dict (defaults appended)."""
+    """Validate user features and return the full ``info.json`` feature dict (defaults appended), each entry as
+    LeRobot's recorder writes it: ``dtype``, ``shape``, ``names`` and, for videos, the ``info`` block (the only
+    place the frame rate appears besides the top-level ``fps``; see the module docstring for why no feature
+    carries an ``fps`` key)."""
     if not features:
         raise ValueError("features must declare at least one feature, e.g. transition_features(D, A)")
     out: dict[str, dict[str, Any]] = {}
@@ -215,7 +226,6 @@ def normalise_features(features: Mapping[str, Any], fps: int) -> dict[str, dict[
                 raise ValueError(
                     f"feature {key!r}: only shapes [1] (scalar) or [D] are supported, got {shape}"
                 )
-            entry["fps"] = int(fps)
         else:
             raise ValueError(
                 f"feature {key!r}: dtype {dtype!r} not supported; use one of "
@@ -223,7 +233,7 @@ def normalise_features(features: Mapping[str, Any], fps: int) -> dict[str, dict[
             )
         out[key] = entry
     for key, ft in DEFAULT_FEATURES.items():
-        out[key] = {**ft, "shape": list(ft["shape"]), "fps": int(fps)}
+        out[key] = {**ft, "shape": list(ft["shape"])}
     return out
 
 

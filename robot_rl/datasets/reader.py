@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +80,12 @@ def read_dataset(
     ``observation.images.<camera>`` becomes the camera group ``pixels/<camera>`` (`format.camera_group`), a video
     named otherwise keeps its feature key.
 
-    Only episodes listed in ``meta/episodes`` are read (a killed writer's leftovers are ignored); within a
-    data file rows are matched to episodes by ``episode_index`` and ordered by ``frame_index``, so files
-    holding several episodes (as LeRobot writes them) work too.
+    Only episodes listed in ``meta/episodes`` are read: the episodes table is the authority (``DatasetWriter``
+    changes it together with ``info.json``; where it cannot, ``info.json`` may trail it after a kill until
+    ``repair``), and a killed writer's leftovers, such as a data file after the last listed one, are ignored.
+    An episode index listed twice is an error. Within a data file rows are matched to episodes by
+    ``episode_index`` and ordered by ``frame_index``, so files holding several episodes (as LeRobot writes
+    them) work too.
 
     Datasets recorded elsewhere usually lack our RL columns; then, per frame:
 
@@ -110,6 +114,13 @@ def read_dataset(
         raise DatasetError(
             f"{root}: info.json lists {info['total_episodes']} episodes but {EPISODES_DIR} has none; "
             "the dataset is damaged (re-record or restore meta/)"
+        )
+    twice = sorted(e for e, n in Counter(int(r["episode_index"]) for r in rows).items() if n > 1)
+    if twice:  # the frames of both copies would be read as one episode
+        raise DatasetError(
+            f"{root}: {EPISODES_DIR} lists episode {twice[0]} more than once (a recording resumed while "
+            "info.json counted fewer episodes than the episodes table); keep the episodes before it "
+            "(LeRobot's delete_episodes) or re-record"
         )
 
     wanted = [

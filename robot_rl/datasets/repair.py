@@ -24,11 +24,12 @@ from robot_rl.datasets.format import (
 def repair(root: str | os.PathLike[str], *, fsync: bool = True) -> list[Path]:
     """Make a dataset left by a killed writer fully consistent; return the files it removed.
 
-    Deletes the staging area (``.staging/``: the episode that was being written when the writer died, never
-    visible to readers) and temp files. A kill inside the few renames that publish an episode can also leave
-    a data/video file that no committed episode points to, or ``info.json`` / ``stats.json`` one episode off:
-    those files are removed and info/stats rewritten from the episodes table. Not needed before
-    ``read_dataset`` or LeRobot outside that rename window; the writer runs it when it resumes.
+    Deletes the staging area (``.staging/``: the episode that was being written when the writer died, or the
+    ``meta/`` it had just replaced; never visible to readers) and temp files. A kill between publishing an
+    episode's data / video files and committing its ``meta/`` leaves files after the last listed ones, which no
+    episode points to: they are removed. Where ``meta/`` cannot be swapped in one step (see ``writer``), a kill
+    can also leave ``info.json`` / ``stats.json`` behind the episodes table: they are rewritten from it. Not
+    needed before ``read_dataset`` or LeRobot; the writer runs it when it resumes.
     """
     root = Path(root)
     info = load_info(root)

@@ -2,18 +2,25 @@
 
 Crash safety (a recorder may be SIGKILLed at any moment):
 
-* The episode being written is **staged** in ``<root>/.staging/`` (videos, data parquet, and the new
-  ``tasks.parquet`` / ``meta/episodes`` file / ``stats.json`` / ``info.json``), each file written under a
-  temporary name, fsync'ed and renamed (``robot_rl.datasets.atomic``). Nothing there is on a path LeRobot (or
-  our reader) looks at, so a kill while an episode is being encoded or written leaves the visible dataset
-  exactly as it was after the previous episode: ``info.json`` totals, the rows of ``data/``, the episodes of
-  ``meta/episodes`` and ``stats.json`` all describe the same complete episodes.
-* At the episode's end the staged files are **published**, each by one rename into its final place, in the
-  order videos, data, ``tasks.parquet``, the episodes file (**the commit point**), ``stats.json``,
-  ``info.json``. Only a kill inside this burst of renames (no data is written during it) can leave the
-  visible files one episode apart; ``read_dataset`` trusts the episodes table, and ``repair(root)`` (which
-  ``DatasetWriter(..., resume=True)`` runs) rolls such a state back to the committed episodes and deletes
-  the staging area.
+* The episode being written is **staged** in ``<root>/.staging/``: its videos and data parquet, and a complete
+  new ``meta/`` (the new ``tasks.parquet`` / ``meta/episodes`` file / ``stats.json`` / ``info.json``, each
+  written under a temporary name, fsync'ed and renamed by ``robot_rl.datasets.atomic``, beside hard links to the
+  other files of the current ``meta/``). Nothing there is on a path LeRobot (or our reader) looks at, so a kill
+  while an episode is being encoded or written leaves the visible dataset exactly as it was.
+* At the episode's end the videos and the data file are **published**, each by one rename into its place after
+  every file the dataset lists, and then ``meta/`` is swapped for the staged one in a single step
+  (``atomic.exchange``: Linux ``renameat2(RENAME_EXCHANGE)``): **the commit point**. ``info.json`` totals, the
+  episodes table, ``stats.json`` and ``tasks.parquet`` therefore change together; no kill can leave LeRobot's
+  ``info.json`` counting one episode fewer than ``meta/episodes`` lists (LeRobot's resume takes the next
+  episode index from ``info.json`` and the next file from the episodes table, so such a state made it write an
+  episode index twice). A kill between the publishing renames and the swap leaves a data / video file after the
+  last listed one, which nobody indexes (LeRobot's length is ``info.json``'s ``total_frames``, and its resume
+  writes that very path) and ``repair`` deletes.
+* Where the swap is unavailable (not Linux, or a file system without ``RENAME_EXCHANGE``) the staged meta files
+  are renamed one by one, back to back (``tasks.parquet``, the episodes file, ``info.json``, ``stats.json``;
+  directory fsyncs after the last): a kill in those microseconds can leave ``info.json`` / ``stats.json``
+  behind the episodes table, which is then the authority: ``read_dataset`` reads what it lists, and
+  ``repair(root)`` (which ``DatasetWriter(..., resume=True)`` runs) rewrites the other two from it.
 * One writer per dataset at a time; there is no lock.
 
 LeRobot interoperability (appending in both directions): like LeRobot's ``save_episode``, a writer that
@@ -36,6 +43,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from torch import Tensor
 
+from robot_rl.datasets import atomic
 from robot_rl.datasets.atomic import publish, write_json, write_table
 from robot_rl.datasets.feature_stats import feature_stats, image_stats, write_total_stats
 from robot_rl.datasets.format import (
@@ -47,6 +55,7 @@ from robot_rl.datasets.format import (
     DEFAULT_VIDEO_FILES_SIZE_IN_MB,
     EPISODES_PATH,
     INFO_PATH,
+    META_DIR,
     STAGING_DIR,
     STATS_PATH,
     TASKS_PATH,
@@ -128,6 +137,11 @@ class DatasetWriter:
             raise DatasetError(
                 f"{self.root}: refusing to overwrite a non-empty directory that is not a LeRobot dataset"
             )
+        if not exists and (self.root / META_DIR).exists():
+            raise DatasetError(
+                f"{self.root}: has a {META_DIR}/ directory but no {INFO_PATH}; remove {self.root / META_DIR} "
+                "(an interrupted dataset creation) or write to another root"
+            )
 
         if exists:
             if not resume:
@@ -177,7 +191,11 @@ class DatasetWriter:
             self._rows = []
             self._tasks = []
             self._ep_stats = []
-            self._write_meta(self.root)  # no episode yet: nothing to stage
+            shutil.rmtree(self._stage, ignore_errors=True)
+            try:  # meta/ appears whole, by one rename: a kill leaves a dataset or no dataset
+                self._commit_meta(self._write_meta(self._stage))
+            finally:
+                shutil.rmtree(self._stage, ignore_errors=True)
         self._first_row = len(self._rows)
         self.features: dict[str, dict[str, Any]] = self.info["features"]
         self._schema = data_schema(self.features)
@@ -268,7 +286,7 @@ class DatasetWriter:
             if ft["dtype"] != "video":
                 stats[key] = feature_stats(columns[key])
 
-        # 3. metadata, staged; then every staged file is published, the episodes file being the commit point
+        # 3. metadata, staged; then the videos and data are published and meta/ swapped in: the commit point
         for key in self.features:  # in feature order, as LeRobot flattens its episode stats
             for s, v in stats[key].items():
                 row[f"stats/{key}/{s}"] = np.asarray(v).tolist()
@@ -276,9 +294,10 @@ class DatasetWriter:
         self._rows.append(row)
         self._ep_stats.append(stats)
         try:
-            staged += self._write_meta(self._stage, tasks_changed=self._tasks != tasks_before)
+            meta = self._write_meta(self._stage, tasks_changed=self._tasks != tasks_before)
             for rel in staged:
                 publish(self._stage / rel, self.root / rel, self._fsync)
+            self._commit_meta(meta)
         except BaseException:
             self._rows.pop()
             self._ep_stats.pop()
@@ -346,9 +365,32 @@ class DatasetWriter:
             raise ValueError("an episode needs at least one frame")
         return arrays, int(length)
 
+    def _commit_meta(self, written: list[str]) -> None:
+        """Make the staged ``meta/`` the dataset's, in one step where the platform allows (see the module
+        docstring); ``written`` are the staged files, relative to the root, in the order of the fallback."""
+        staged, live = self._stage / META_DIR, self.root / META_DIR
+        if not live.exists():  # a new dataset: its whole meta/ appears by one rename
+            if self._fsync:
+                atomic.fsync_tree(staged)
+            os.replace(staged, live)
+            if self._fsync:
+                atomic.fsync_dir(self.root)
+            return
+        atomic.link_tree(live, staged, self._fsync)
+        if atomic.exchange(staged, live):  # the old meta/ is now in the staging area, which the caller removes
+            if self._fsync:
+                atomic.fsync_dir(self.root)
+            return
+        for rel in written:  # back to back; the episodes file is the commit point here
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._stage / rel, self.root / rel)
+        if self._fsync:
+            for directory in sorted({(self.root / rel).parent for rel in written}):
+                atomic.fsync_dir(directory)
+
     def _write_meta(self, base: Path, tasks_changed: bool = True) -> list[str]:
         """Write info, stats, tasks (if changed) and this writer's episodes file under ``base`` (the staging
-        area, or the root of a new, empty dataset); return their paths relative to it, in publishing order."""
+        area); return their paths relative to it, in the fallback's publishing order (`_commit_meta`)."""
         n = len(self._rows)
         self.info["total_episodes"] = n
         self.info["total_frames"] = self.num_frames
@@ -366,4 +408,4 @@ class DatasetWriter:
             written.append(rel)
         write_total_stats(base / STATS_PATH, self._ep_stats, self._fsync, existing=self.root / STATS_PATH)
         write_json(base / INFO_PATH, self.info, self._fsync)
-        return [*written, STATS_PATH, INFO_PATH]
+        return [*written, INFO_PATH, STATS_PATH]

@@ -285,17 +285,34 @@ def check_episodes(root: Path, lengths: list[int]) -> None:
         torch.testing.assert_close(tr.transitions.action[sel], torch.from_numpy(make_episode(i, n)["action"]))
 
 
-def lerobot_view(root: Path) -> tuple[int, int]:
+def lerobot_view(root: Path, *, trailing_ok: bool = False) -> tuple[int, int]:
     """The dataset as LeRobot sees it, read the way LeRobot reads it and with no robot_rl code: ``info.json``
     totals, every row of ``data/*/*.parquet`` (``load_nested_dataset`` globs them all), every row of
     ``meta/episodes/*/*.parquet`` (all files concatenated, so they must share one schema), ``stats.json``
     counts, and every ``videos/*/*/*.mp4``. Asserts that they describe the same episodes; returns
-    (episodes, frames)."""
+    (episodes, frames).
+
+    ``trailing_ok``: a data / video file that no episode lists is allowed if it sorts after every listed one (a
+    kill between publishing an episode's files and committing its meta/). LeRobot never indexes its rows (the
+    dataset's length is info.json's total_frames and those rows come last) and its resume writes that very
+    path; everything else must still agree."""
     info = json.loads((root / "meta/info.json").read_text())
-    data = [pq.read_table(p) for p in sorted((root / "data").glob("*/*.parquet"))]
-    frames = sum(t.num_rows for t in data)
     files = sorted((root / "meta/episodes").glob("*/*.parquet"))
     episodes = pa.concat_tables([pq.read_table(p) for p in files]).to_pylist() if files else []
+
+    def present(paths: list[Path], listed: set[str]) -> list[Path]:
+        """The files LeRobot's view rests on: all of them, or with ``trailing_ok`` all but trailing unlisted ones."""
+        names = [str(p.relative_to(root)) for p in sorted(paths)]
+        if not trailing_ok:
+            return sorted(paths)
+        extra = [n for n in names if n not in listed]
+        assert all(n > max(listed, default="") for n in extra), (extra, sorted(listed))
+        return [root / n for n in names if n in listed]
+
+    listed_data = {info["data_path"].format(chunk_index=e["data/chunk_index"], file_index=e["data/file_index"])
+                   for e in episodes}
+    data = [pq.read_table(p) for p in present(list((root / "data").glob("*/*.parquet")), listed_data)]
+    frames = sum(t.num_rows for t in data)
     assert (info["total_episodes"], info["total_frames"]) == (len(episodes), frames), (info, len(episodes), frames)
     assert info["splits"] == ({"train": f"0:{len(episodes)}"} if episodes else {})
     assert sum(e["length"] for e in episodes) == frames
@@ -304,10 +321,10 @@ def lerobot_view(root: Path) -> tuple[int, int]:
     stats = json.loads((root / "meta/stats.json").read_text())
     assert stats.get("index", {}).get("count", [0]) == [frames]
     for key in [k for k, ft in info["features"].items() if ft["dtype"] == "video"]:
-        on_disk = sorted(str(p.relative_to(root)) for p in (root / "videos" / key).glob("*/*.mp4"))
-        listed = sorted({info["video_path"].format(video_key=key, chunk_index=e[f"videos/{key}/chunk_index"],
-                                                   file_index=e[f"videos/{key}/file_index"]) for e in episodes})
-        assert on_disk == listed
+        listed = {info["video_path"].format(video_key=key, chunk_index=e[f"videos/{key}/chunk_index"],
+                                            file_index=e[f"videos/{key}/file_index"]) for e in episodes}
+        on_disk = present(list((root / "videos" / key).glob("*/*.mp4")), listed)
+        assert sorted(str(p.relative_to(root)) for p in on_disk) == sorted(listed)
     return len(episodes), frames
 
 
@@ -355,8 +372,8 @@ def test_sigkill_while_a_video_is_encoded_leaves_no_trace_of_it(tmp_path: Path) 
 
 
 def test_a_kill_between_the_renames_is_repaired(tmp_path: Path) -> None:
-    """The one window left: a kill inside the renames that publish an episode (here: after its data file,
-    before its episodes row). repair() rolls the visible files back to the committed episodes."""
+    """A kill after an episode's data file was published but before its meta/ was swapped in: the data file
+    trails every listed one (LeRobot never indexes it) and repair() removes it."""
     root = tmp_path / "ds"
     write(root, [4, 5]).close()
     w = DatasetWriter(root, fps=10, features=transition_features(D, A), resume=True)
@@ -377,6 +394,7 @@ def test_a_kill_between_the_renames_is_repaired(tmp_path: Path) -> None:
         writer_module.publish = real
     assert (root / "data/chunk-000/file-002.parquet").is_file()  # published, but not committed
     check_episodes(root, [4, 5])
+    assert lerobot_view(root, trailing_ok=True) == (2, 9)
     assert root / "data/chunk-000/file-002.parquet" in repair(root)
     assert lerobot_view(root) == (2, 9)
 
@@ -400,6 +418,112 @@ def test_sigkill_at_arbitrary_moments_leaves_a_readable_prefix(tmp_path: Path) -
         assert n in (done, done + 1), (trial, n, done, files)
         check_episodes(root, [3 + i % 5 for i in range(n)])
         assert not [p for p in root.rglob("*.parquet") if p.name.startswith(".")], (trial, files)
+        assert lerobot_view(root, trailing_ok=True)[0] == n, (trial, files)  # before any repair
+        repair(root)
+        assert lerobot_view(root)[0] == n
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL inside the test process (a BaseException, so no `except Exception` swallows it)."""
+
+
+def die_after(monkeypatch: pytest.MonkeyPatch, step: int | None) -> list[str]:
+    """Count every change the writer makes to the file system (renames, links, unlinks, directory removals, the
+    meta/ swap) as one step, and after step ``step`` (never with None) be dead: each later change raises
+    `Killed` without being made, as nothing runs after a SIGKILL (temp files written under names no reader
+    looks at are not steps). Returns the list of the steps taken, which grows as they happen."""
+    import robot_rl.datasets.atomic as atomic_module
+
+    taken: list[str] = []
+
+    def counted(name: str, real):
+        def step_fn(*args, **kwargs):
+            if step is not None and len(taken) >= step:
+                raise Killed(name)
+            result = real(*args, **kwargs)
+            taken.append(f"{name} {args[-1] if name == 'exchange' else args[0]}")
+            return result
+        return step_fn
+
+    for name in ("replace", "rename", "link", "unlink", "rmdir"):
+        monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
+    if hasattr(atomic_module, "exchange"):
+        monkeypatch.setattr(atomic_module, "exchange", counted("exchange", atomic_module.exchange))
+    return taken
+
+
+def kill_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, images: tuple[int, int] | None):
+    """For every step of writing episode 2 into a committed 2-episode dataset: a copy of the dataset killed right
+    after that step. Yields (step, steps taken, root)."""
+    import shutil
+
+    feats = transition_features(D, A, images={"cam": images} if images else None)
+    base = tmp_path / "base"
+    w = DatasetWriter(base, fps=10, features=feats, task="reach")
+    for i, n in enumerate([4, 5]):
+        w.write_episode(make_episode(i, n, images=images))
+    total = None
+    step = 0
+    while total is None or step <= total:
+        root = tmp_path / f"k{step}"
+        shutil.copytree(base, root)
+        w = DatasetWriter(root, fps=10, features=feats, resume=True)
+        with monkeypatch.context() as m:
+            taken = die_after(m, step if total is not None else None)
+            try:
+                w.write_episode(make_episode(2, 6, images=images))
+            except Killed:
+                pass
+        if total is None:  # the first pass only counts the steps
+            total = len(taken)
+            shutil.rmtree(root)
+            continue
+        yield step, list(taken), root
+        step += 1
+
+
+def test_at_every_kill_point_lerobots_files_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill between any two file-system changes of an episode's commit: info.json totals, meta/episodes,
+    stats.json and the data / video files LeRobot indexes describe the same episodes (before the fix, a kill
+    after the episodes file but before info.json left info.json one episode behind, and LeRobot's resume then
+    wrote an episode index twice); our reader reads exactly those; repair() removes the rest; appending goes on."""
+    seen = []
+    for step, taken, root in kill_points(tmp_path, monkeypatch, images=(16, 16)):
+        n, _ = lerobot_view(root, trailing_ok=True)
+        assert n in (2, 3), (step, taken)
+        assert not seen or n >= seen[-1], (step, taken)  # once committed, committed
+        seen.append(n)
+        check_episodes(root, [4, 5, 6][:n])
+        repair(root)
+        assert lerobot_view(root)[0] == n and not (root / ".staging").exists()
+        w = DatasetWriter(root, fps=10, features=transition_features(D, A, images={"cam": (16, 16)}), resume=True)
+        w.write_episode(make_episode(n, 3, images=(16, 16)))
+        assert lerobot_view(root)[0] == n + 1
+        check_episodes(root, [4, 5, 6][:n] + [3])
+    assert seen[0] == 2 and seen[-1] == 3
+
+
+def test_without_the_meta_swap_the_reader_and_repair_still_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where meta/ cannot be swapped in one step (no RENAME_EXCHANGE), its files are renamed back to back; a kill
+    between them may leave info.json / stats.json behind the episodes table, which the reader trusts and from
+    which repair() rewrites them."""
+    import robot_rl.datasets.atomic as atomic_module
+
+    monkeypatch.setattr(atomic_module, "exchange", lambda a, b: False, raising=False)
+    behind = 0
+    for step, taken, root in kill_points(tmp_path, monkeypatch, images=None):
+        n = len(read_dataset(root).episodes)
+        assert n in (2, 3), (step, taken)
+        check_episodes(root, [4, 5, 6][:n])
+        try:
+            lerobot_view(root, trailing_ok=True)
+        except AssertionError:
+            behind += 1
+        repair(root)
+        assert lerobot_view(root)[0] == n
+    assert 1 <= behind <= 2  # only after the episodes file, before info.json / stats.json
 
 
 # ------------------------------------------------------------------------------------------ recorder
