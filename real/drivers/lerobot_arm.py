@@ -88,8 +88,8 @@ def load_arm_file(path: str | Path) -> tuple[dict[str, tuple[float, float]], dic
 class LeRobotArm(Robot):
     """A LeRobot ``Robot`` in joint space (module docstring). Pass ``robot`` (a LeRobot robot object, connected or
     not) or ``robot_type`` with its config's fields as ``robot_config`` (``port`` and ``id``, the fields every
-    arm has, also as keys of their own: ``driver_args.port=/dev/ttyACM0``); ``joint_limits`` (or ``limits_file``)
-    must cover every action joint (``arm_file``: both them and ``home`` from a JSON file, ``load_arm_file``)."""
+    arm has, also as keys of their own: ``driver_args.port=/dev/ttyACM0``); ``joint_limits`` must cover every
+    action joint (``arm_file``: the limits and ``home`` from a JSON file, ``load_arm_file``)."""
 
     def __init__(
         self,
