@@ -38,5 +38,7 @@ COMMAND = cli.robot_command(
     "teleop", "drive the robot, record demonstrations",
     "Drive the robot with an operator device and record demonstrations.", lambda: TeleopArgs, teleop,
     ["robot-rl teleop robot=127.0.0.1:50051 teleop=keyboard episodes=20 out=data/demos",
-     "robot-rl teleop teleop=scripted teleop_args.noise=0.3 out=data/demos append=true"],
+     "robot-rl teleop teleop=scripted teleop_args.noise=0.3 out=data/demos append=true",
+     "robot-rl teleop teleop=lerobot teleop_args.teleop_type=so101_leader teleop_args.port=/dev/ttyACM1 "
+     "teleop_args.always_active=true out=data/so101_demos  # a LeRobot leader arm, driver=lerobot"],
 )
