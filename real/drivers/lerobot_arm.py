@@ -43,27 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from robot_rl.real.lerobot_devices import build_lerobot_device
 from robot_rl.real.robot import CameraSpec, Robot, RobotObservation, RobotSpec
-
-INSTALL_HINT = ("driver=lerobot needs LeRobot (pip install 'lerobot[feetech]' for an SO-101); LeRobot <= 0.4.4 asks "
-                "for torch < 2.11, so install it in an environment with such a torch")
-
-
-def _make_lerobot_robot(robot_type: str, config: Mapping[str, Any]) -> Any:
-    """Build a LeRobot robot by its config type name (``so101_follower``, ``koch_follower``, ...)."""
-    try:
-        from lerobot.robots import RobotConfig  # noqa: F401  (registers the config classes)
-        from lerobot.robots.utils import make_robot_from_config
-    except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
-    from lerobot.robots.config import RobotConfig as Config
-
-    try:
-        cls = Config.get_choice_class(robot_type)
-    except KeyError as err:
-        raise ValueError(f"unknown LeRobot robot type {robot_type!r}; choose one of: "
-                         f"{', '.join(sorted(Config.get_known_choices()))}") from err
-    return make_robot_from_config(cls(**dict(config)))
 
 
 def load_arm_file(path: str | Path) -> tuple[dict[str, tuple[float, float]], dict[str, float] | None]:
@@ -118,9 +99,7 @@ class LeRobotArm(Robot):
         if (robot is None) == (robot_type is None):
             raise ValueError("pass either robot (a LeRobot robot object) or robot_type (e.g. so101_follower)")
         if robot is None:
-            config = dict(robot_config or {})
-            config.update({k: v for k, v in (("port", port), ("id", id)) if v is not None})
-            robot = _make_lerobot_robot(str(robot_type), config)
+            robot = build_lerobot_device("robot", str(robot_type), robot_config, what="driver=lerobot", port=port, id=id)
         elif port is not None or id is not None or robot_config:
             raise ValueError("port, id and robot_config configure a robot built from robot_type, not a robot object")
         if arm_file is not None:

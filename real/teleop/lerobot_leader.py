@@ -32,10 +32,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from robot_rl.real.lerobot_devices import build_lerobot_device
 
 from .base import Event, Teleop, TeleopCommand
-
-INSTALL_HINT = "teleop=lerobot needs LeRobot (pip install 'lerobot[feetech]'), in an environment with torch < 2.11"
 
 _EVENTS = {"success": Event.SUCCESS, "failure": Event.FAILURE, "rerecord_episode": Event.RERECORD}
 _DELTAS = ("delta_x", "delta_y", "delta_z")
@@ -48,20 +47,6 @@ def _feature_names(features: Any) -> list[str]:
     if isinstance(features, Mapping) and isinstance(features.get("names"), Mapping):
         return sorted(features["names"], key=lambda k: features["names"][k])
     return list(features)
-
-
-def _make_lerobot_teleoperator(teleop_type: str, config: Mapping[str, Any]) -> Any:
-    try:
-        from lerobot.teleoperators.config import TeleoperatorConfig
-        from lerobot.teleoperators.utils import make_teleoperator_from_config
-    except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
-    try:
-        cls = TeleoperatorConfig.get_choice_class(teleop_type)
-    except KeyError as err:
-        raise ValueError(f"unknown LeRobot teleoperator type {teleop_type!r}; choose one of: "
-                         f"{', '.join(sorted(TeleoperatorConfig.get_known_choices()))}") from err
-    return make_teleoperator_from_config(cls(**dict(config)))
 
 
 class LeRobotTeleop(Teleop):
@@ -90,9 +75,8 @@ class LeRobotTeleop(Teleop):
             raise ValueError("pass either teleoperator (a LeRobot teleoperator object) or teleop_type "
                              "(e.g. so101_leader)")
         if teleoperator is None:
-            config = dict(teleop_config or {})
-            config.update({k: v for k, v in (("port", port), ("id", id)) if v is not None})
-            teleoperator = _make_lerobot_teleoperator(str(teleop_type), config)
+            teleoperator = build_lerobot_device("teleoperator", str(teleop_type), teleop_config, what="teleop=lerobot",
+                                                port=port, id=id)
         elif port is not None or id is not None or teleop_config:
             raise ValueError("port, id and teleop_config configure a teleoperator built from teleop_type, not an object")
         names = _feature_names(teleoperator.action_features)

@@ -428,3 +428,36 @@ def test_lerobots_gripper_command_is_held_while_it_says_stay():
     pad.get_teleop_events = lambda: {"is_intervention": False, "terminate_episode": True, "success": False,
                                      "rerecord_episode": False}
     assert device.read().events == {Event.FAILURE}
+
+
+def test_building_by_name_imports_the_device_modules_that_register_their_types(tmp_path, monkeypatch):
+    """LeRobot's packages do not import their devices, whose modules register the config type names: a stand-in
+    package laid out as LeRobot 0.4's (``robots/config.py``, ``robots/utils.py``, one device subpackage)."""
+    import sys
+
+    root = tmp_path / "lerobot" / "robots"
+    (root / "arm_x").mkdir(parents=True)
+    (tmp_path / "lerobot" / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "config.py").write_text(
+        "class RobotConfig:\n    _known = {}\n"
+        "    @classmethod\n    def register(cls, name):\n"
+        "        def wrap(sub):\n            cls._known[name] = sub\n            return sub\n        return wrap\n"
+        "    @classmethod\n    def get_choice_class(cls, name):\n        return cls._known[name]\n"
+        "    @classmethod\n    def get_known_choices(cls):\n        return dict(cls._known)\n")
+    (root / "utils.py").write_text("def make_robot_from_config(config):\n    return ('built', config.port)\n")
+    (root / "arm_x" / "__init__.py").write_text(
+        "from ..config import RobotConfig\n\n@RobotConfig.register('arm_x')\nclass ArmX:\n"
+        "    def __init__(self, port, id=None):\n        self.port = port\n")
+    (root / "broken").mkdir()
+    (root / "broken" / "__init__.py").write_text("import a_missing_sdk\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "lerobot" or m.startswith("lerobot.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from robot_rl.real.lerobot_devices import build_lerobot_device
+
+    assert build_lerobot_device("robot", "arm_x", {}, what="driver=lerobot", port="/dev/x") == ("built", "/dev/x")
+    with pytest.raises(ValueError, match="unknown LeRobot robot type 'arm_y'; choose one of: arm_x"):
+        build_lerobot_device("robot", "arm_y", {}, what="driver=lerobot")
+    for name in [m for m in sys.modules if m == "lerobot" or m.startswith("lerobot.")]:
+        monkeypatch.delitem(sys.modules, name)
